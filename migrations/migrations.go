@@ -1,0 +1,172 @@
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/pressly/goose/v3"
+)
+
+//go:embed sql/*.sql
+var embedded embed.FS
+
+// Schema is the Postgres schema that holds every helix table.
+const Schema = "helix"
+
+// VersionTable is goose's version table, kept inside [Schema].
+const VersionTable = Schema + ".goose_db_version"
+
+// lockID is the advisory lock key serializing migration runs ("helixmig").
+const lockID int64 = 0x68656c69786d6967
+
+// FS returns the embedded migration files (the sql directory), for tools that
+// need to hash or inspect them.
+func FS() fs.FS {
+	sub, err := fs.Sub(embedded, "sql")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the directory exists
+	}
+	return sub
+}
+
+// MigrationStatus describes one migration file and whether it is applied.
+type MigrationStatus struct {
+	Version   int64
+	Name      string
+	Applied   bool
+	AppliedAt time.Time
+}
+
+// Result describes one migration applied or rolled back by Up or Down.
+type Result struct {
+	Version  int64
+	Name     string
+	Duration time.Duration
+}
+
+// Up applies every pending migration. It creates the helix schema if needed,
+// holds an advisory lock for its whole run (concurrent callers wait, then find
+// nothing to do) and returns the migrations it applied, oldest first.
+func Up(ctx context.Context, db *sql.DB) ([]Result, error) {
+	var applied []Result
+	err := withLock(ctx, db, func(p *goose.Provider) error {
+		res, err := p.Up(ctx)
+		applied = results(res)
+		return err
+	})
+	if err != nil {
+		return applied, fmt.Errorf("migrations: up: %w", err)
+	}
+	return applied, nil
+}
+
+// Down rolls back the most recently applied migration. It refuses to run when
+// nothing is applied.
+func Down(ctx context.Context, db *sql.DB) (Result, error) {
+	var out Result
+	err := withLock(ctx, db, func(p *goose.Provider) error {
+		res, err := p.Down(ctx)
+		if res != nil {
+			out = results([]*goose.MigrationResult{res})[0]
+		}
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			return out, fmt.Errorf("migrations: down: no migration is applied, nothing to roll back")
+		}
+		return out, fmt.Errorf("migrations: down: %w", err)
+	}
+	return out, nil
+}
+
+// Status reports every known migration and whether it is applied.
+func Status(ctx context.Context, db *sql.DB) ([]MigrationStatus, error) {
+	var out []MigrationStatus
+	err := withLock(ctx, db, func(p *goose.Provider) error {
+		st, err := p.Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range st {
+			out = append(out, MigrationStatus{
+				Version:   s.Source.Version,
+				Name:      s.Source.Path,
+				Applied:   s.State == goose.StateApplied,
+				AppliedAt: s.AppliedAt,
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrations: status: %w", err)
+	}
+	return out, nil
+}
+
+// Pending reports how many migrations are not applied yet.
+func Pending(ctx context.Context, db *sql.DB) (int, error) {
+	st, err := Status(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range st {
+		if !s.Applied {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// withLock runs fn with a goose provider while holding the migrations advisory
+// lock on a dedicated connection, after making sure the helix schema exists
+// (goose's version table lives in it). The lock also covers CREATE SCHEMA,
+// which is not safe to run concurrently even with IF NOT EXISTS.
+func withLock(ctx context.Context, db *sql.DB, fn func(*goose.Provider) error) (err error) {
+	if db == nil {
+		return errors.New("db is nil: pass a *sql.DB, e.g. stdlib.OpenDBFromPool(pool)")
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+		return fmt.Errorf("take migrations lock: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, uerr := conn.ExecContext(cctx, "SELECT pg_advisory_unlock($1)", lockID); uerr != nil && err == nil {
+			err = fmt.Errorf("release migrations lock: %w", uerr)
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+Schema); err != nil {
+		return fmt.Errorf("create schema %s: %w", Schema, err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
+		goose.WithTableName(VersionTable),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return fmt.Errorf("goose provider: %w", err)
+	}
+	return fn(p)
+}
+
+func results(in []*goose.MigrationResult) []Result {
+	out := make([]Result, 0, len(in))
+	for _, r := range in {
+		if r == nil || r.Source == nil {
+			continue
+		}
+		out = append(out, Result{Version: r.Source.Version, Name: r.Source.Path, Duration: r.Duration})
+	}
+	return out
+}
