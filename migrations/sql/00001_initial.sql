@@ -155,7 +155,7 @@ CREATE TABLE helix.stream_chunks (
     run_id     text,
     step       integer     NOT NULL DEFAULT 0,
     attempt    integer     NOT NULL DEFAULT 0,
-    chunk      jsonb       NOT NULL,
+    chunk      json        NOT NULL, -- json, not jsonb: stored and served byte for byte
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (stream_id, seq)
 );
@@ -172,6 +172,15 @@ CREATE TABLE helix.stream_truncations (
     removed     integer     NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (stream_id, epoch)
+);
+
+-- stream_write_batches: the idempotency tokens of batched chunk writes. A
+-- batch whose commit acknowledgement was lost is looked up here before it is
+-- retried, so no chunk is written twice. Rows older than an hour are pruned.
+CREATE TABLE helix.stream_write_batches (
+    batch_id   uuid        PRIMARY KEY,
+    streams    text[]      NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- usage: per model call, per tool call and client-tool wait rows. key makes
@@ -209,6 +218,7 @@ CREATE TABLE helix.executors (
 -- +goose Down
 DROP TABLE helix.executors;
 DROP TABLE helix.usage;
+DROP TABLE helix.stream_write_batches;
 DROP TABLE helix.stream_truncations;
 DROP TABLE helix.stream_chunks;
 DROP TABLE helix.streams;

@@ -1,0 +1,138 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// encodeMessages validates and marshals messages for a jsonb[] parameter.
+func encodeMessages(msgs []helix.Message) ([]string, error) {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		if err := m.Validate(); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		out[i] = string(b)
+	}
+	return out, nil
+}
+
+// AppendMessages implements store.Messages.
+func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs []helix.Message) (int, error) {
+	enc, err := encodeMessages(msgs)
+	if err != nil {
+		return 0, fmt.Errorf("store: append messages to %s: %w", sessionID, err)
+	}
+	var count int
+	err = s.q.QueryRow(ctx, `WITH s AS (
+			UPDATE helix.sessions SET message_count = message_count + $2, version = version + 1, updated_at = now()
+			WHERE session_id = $1 RETURNING message_count
+		), ins AS (
+			INSERT INTO helix.messages (session_id, seq, message)
+			SELECT $1, s.message_count - $2 + u.ord - 1, u.m FROM s, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
+		)
+		SELECT message_count FROM s`, sessionID, len(enc), enc).Scan(&count)
+	if isNoRows(err) {
+		err = notFound("session", sessionID)
+	}
+	return count, wrap(err, "append messages to %s", sessionID)
+}
+
+// GetMessages implements store.Messages.
+func (s *Store) GetMessages(ctx context.Context, sessionID string, opts *store.GetMessagesOptions) (*store.MessagePage, error) {
+	var o store.GetMessagesOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Offset < 0 {
+		return nil, fmt.Errorf("store: get messages of %s: offset must be >= 0, got %d", sessionID, o.Offset)
+	}
+	limit := pageLimit(o.Limit, store.DefaultMessagePageSize)
+	rows, err := s.q.Query(ctx, `SELECT s.message_count, m.message
+		FROM helix.sessions s
+		LEFT JOIN LATERAL (
+			SELECT message FROM helix.messages WHERE session_id = s.session_id AND seq >= $2 ORDER BY seq LIMIT $3
+		) m ON true
+		WHERE s.session_id = $1`, sessionID, o.Offset, limit)
+	if err != nil {
+		return nil, wrap(err, "get messages of %s", sessionID)
+	}
+	defer rows.Close()
+	page := &store.MessagePage{Offset: o.Offset, Limit: limit, Messages: []helix.Message{}}
+	found := false
+	for rows.Next() {
+		found = true
+		var raw []byte
+		if err := rows.Scan(&page.Total, &raw); err != nil {
+			return nil, wrap(err, "get messages of %s", sessionID)
+		}
+		if raw == nil {
+			continue
+		}
+		var m helix.Message
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("store: get messages of %s: decode: %w", sessionID, err)
+		}
+		if o.ExcludeThinking {
+			m.Thinking = nil
+		}
+		page.Messages = append(page.Messages, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "get messages of %s", sessionID)
+	}
+	if !found {
+		return nil, wrap(notFound("session", sessionID), "get messages")
+	}
+	page.HasMore = o.Offset+len(page.Messages) < page.Total
+	return page, nil
+}
+
+// GetMessageCount implements store.Messages.
+func (s *Store) GetMessageCount(ctx context.Context, sessionID string) (int, error) {
+	var n int
+	err := s.q.QueryRow(ctx, `SELECT message_count FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&n)
+	if isNoRows(err) {
+		err = notFound("session", sessionID)
+	}
+	return n, wrap(err, "get message count of %s", sessionID)
+}
+
+// TruncateMessages implements store.Messages.
+func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count int) error {
+	if count < 0 {
+		return fmt.Errorf("store: truncate messages of %s: count must be >= 0, got %d", sessionID, count)
+	}
+	err := s.tx(ctx, func(q Querier) error {
+		n, err := q.Exec(ctx, `UPDATE helix.sessions SET message_count = LEAST(message_count, $2),
+			version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID, count)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return notFound("session", sessionID)
+		}
+		if _, err := q.Exec(ctx, `DELETE FROM helix.messages WHERE session_id = $1 AND seq >= $2`, sessionID, count); err != nil {
+			return err
+		}
+		// Checkpoints that reference removed messages are no longer valid
+		// restore points.
+		if _, err := q.Exec(ctx, `DELETE FROM helix.checkpoints WHERE session_id = $1 AND message_count > $2`, sessionID, count); err != nil {
+			return err
+		}
+		_, err = q.Exec(ctx, `UPDATE helix.sessions s SET checkpoint_id = (
+				SELECT checkpoint_id FROM helix.checkpoints c WHERE c.session_id = s.session_id ORDER BY created_seq DESC LIMIT 1)
+			WHERE s.session_id = $1 AND s.checkpoint_id IS NOT NULL
+			  AND NOT EXISTS (SELECT 1 FROM helix.checkpoints c WHERE c.checkpoint_id = s.checkpoint_id)`, sessionID)
+		return err
+	})
+	return wrap(err, "truncate messages of %s", sessionID)
+}

@@ -1,0 +1,209 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// Defaults of the store's options.
+const (
+	// DefaultFlushInterval bounds how long a buffered delta waits before its
+	// batch is written.
+	DefaultFlushInterval = 20 * time.Millisecond
+	// DefaultMaxBatch is the number of pending chunks that triggers an
+	// immediate flush.
+	DefaultMaxBatch = 256
+	// DefaultPollInterval is how often a waiting reader re-queries when no
+	// notification arrives.
+	DefaultPollInterval = time.Second
+	// DefaultWriteRetryTimeout bounds how long a batch write is retried on
+	// transient database errors before writers see the error.
+	DefaultWriteRetryTimeout = 10 * time.Second
+	// DefaultNotifyChannel is the LISTEN/NOTIFY channel of stream writes.
+	DefaultNotifyChannel = "helix_stream"
+)
+
+// Option configures a [Store].
+type Option func(*options)
+
+type options struct {
+	flushInterval     time.Duration
+	maxBatch          int
+	pollInterval      time.Duration
+	writeRetryTimeout time.Duration
+	notifyChannel     string
+	logger            zerolog.Logger
+}
+
+// WithFlushInterval sets how long deltas may be buffered (default
+// DefaultFlushInterval). Must be positive.
+func WithFlushInterval(d time.Duration) Option { return func(o *options) { o.flushInterval = d } }
+
+// WithMaxBatch sets the pending-chunk count that forces a flush (default
+// DefaultMaxBatch). Must be >= 1.
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
+
+// WithPollInterval sets the fallback poll of waiting readers (default
+// DefaultPollInterval). Must be positive.
+func WithPollInterval(d time.Duration) Option { return func(o *options) { o.pollInterval = d } }
+
+// WithWriteRetryTimeout sets how long batch writes retry transient errors
+// (default DefaultWriteRetryTimeout). Must be positive.
+func WithWriteRetryTimeout(d time.Duration) Option {
+	return func(o *options) { o.writeRetryTimeout = d }
+}
+
+// WithNotifyChannel sets the LISTEN/NOTIFY channel (default
+// DefaultNotifyChannel). Stores that share a database must agree on it.
+func WithNotifyChannel(name string) Option { return func(o *options) { o.notifyChannel = name } }
+
+// WithLogger sets the logger for background events (listener reconnects,
+// write retries). The default is silent.
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = l } }
+
+func (o *options) withDefaults() {
+	o.flushInterval = cmp.Or(o.flushInterval, DefaultFlushInterval)
+	o.maxBatch = cmp.Or(o.maxBatch, DefaultMaxBatch)
+	o.pollInterval = cmp.Or(o.pollInterval, DefaultPollInterval)
+	o.writeRetryTimeout = cmp.Or(o.writeRetryTimeout, DefaultWriteRetryTimeout)
+	o.notifyChannel = cmp.Or(o.notifyChannel, DefaultNotifyChannel)
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.flushInterval < 0:
+		return fmt.Errorf("postgres: flush interval must be > 0, got %s", o.flushInterval)
+	case o.maxBatch < 1:
+		return fmt.Errorf("postgres: max batch must be >= 1, got %d", o.maxBatch)
+	case o.pollInterval < 0:
+		return fmt.Errorf("postgres: poll interval must be > 0, got %s", o.pollInterval)
+	case o.writeRetryTimeout < 0:
+		return fmt.Errorf("postgres: write retry timeout must be > 0, got %s", o.writeRetryTimeout)
+	case pgx.Identifier{o.notifyChannel}.Sanitize() != `"`+o.notifyChannel+`"`:
+		return fmt.Errorf("postgres: notify channel %q must be a plain identifier", o.notifyChannel)
+	}
+	return nil
+}
+
+// Store implements store.SessionStore and store.StreamStore on Postgres.
+// It is safe for concurrent use. Close it to stop its background goroutines.
+type Store struct {
+	q      Querier // where session methods run
+	inTx   bool    // q is a caller's transaction
+	shared *shared
+}
+
+// shared is the state common to a Store and its WithQuerier views.
+type shared struct {
+	pool *pgxpool.Pool
+	opts options
+
+	mu       sync.Mutex
+	closed   bool
+	batcher  *batcher
+	notifier *notifier
+}
+
+var (
+	_ store.SessionStore = (*Store)(nil)
+	_ store.StreamStore  = (*Store)(nil)
+)
+
+// New returns a store on pool. The pool must reach a database migrated with
+// package migrations. New does not take ownership of the pool: Close the
+// store before closing the pool.
+func New(pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: pool is nil: pass the *pgxpool.Pool to store helix data in")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{q: PgxQuerier(pool), shared: &shared{pool: pool, opts: o}}, nil
+}
+
+// Pool returns the pool the store was built on.
+func (s *Store) Pool() *pgxpool.Pool { return s.shared.pool }
+
+// WithQuerier returns a view of the store whose session-store methods run on
+// q, typically the transaction of a durable step, so they commit or roll
+// back with it. Multi-statement methods run directly on q (it already
+// provides atomicity). Stream methods keep using the pool.
+func (s *Store) WithQuerier(q Querier) *Store {
+	return &Store{q: q, inTx: true, shared: s.shared}
+}
+
+// Close flushes pending stream writes and stops the store's background
+// goroutines (the batch writer and the LISTEN connection). Readers still
+// open return an error afterwards. It does not close the pool. Idempotent.
+func (s *Store) Close() error {
+	sh := s.shared
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return nil
+	}
+	sh.closed = true
+	b, n := sh.batcher, sh.notifier
+	sh.mu.Unlock()
+	var errs []error
+	if b != nil {
+		errs = append(errs, b.close())
+	}
+	if n != nil {
+		n.close()
+	}
+	return errors.Join(errs...)
+}
+
+// errClosed is returned by stream operations on a closed store.
+var errClosed = errors.New("postgres: store is closed")
+
+// tx runs fn atomically: directly on the caller's transaction for a
+// WithQuerier view, otherwise in a new transaction on the pool.
+func (s *Store) tx(ctx context.Context, fn func(q Querier) error) error {
+	if s.inTx {
+		return fn(s.q)
+	}
+	tx, err := s.shared.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(PgxQuerier(tx)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// listener returns the store's notifier, starting it on first use.
+func (s *Store) listener() (*notifier, error) {
+	sh := s.shared
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return nil, errClosed
+	}
+	if sh.notifier == nil {
+		connect := func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, sh.pool.Config().ConnConfig.Copy())
+		}
+		sh.notifier = newNotifier(connect, sh.opts.notifyChannel, sh.opts.logger)
+	}
+	return sh.notifier, nil
+}

@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// sessionColumns is the column list scanSession reads, in order.
+const sessionColumns = `session_id, agent_type, stream_id, COALESCE(parent_session_id, ''), root_session_id,
+	status, step_count, message_count, custom_state, output, COALESCE(error, ''), COALESCE(failure_reason, ''),
+	interrupt_context, pending_client_tool_calls, suspended_awaiting_children, COALESCE(suspended_step_id, ''),
+	completed_client_tool_calls, client_tool_call_ownership, interrupt_requested, COALESCE(interrupt_reason, ''),
+	COALESCE(mode, ''), version, resume_count, COALESCE(checkpoint_id, ''), checkpointed_at, COALESCE(checkpoint_source, ''),
+	COALESCE(user_id, ''), tags, metadata, tracing_context, expires_at, created_at, updated_at`
+
+func scanSession(row Row) (*store.SessionState, error) {
+	var (
+		s                                          store.SessionState
+		status, mode                               string
+		output, interruptCtx, pending, awaiting    []byte
+		completed, ownership, metadata, tracingCtx []byte
+	)
+	err := row.Scan(&s.SessionID, &s.AgentType, &s.StreamID, &s.ParentSessionID, &s.RootSessionID,
+		&status, &s.StepCount, &s.MessageCount, &s.CustomState, &output, &s.Error, &s.FailureReason,
+		&interruptCtx, &pending, &awaiting, &s.SuspendedStepID,
+		&completed, &ownership, &s.InterruptRequested, &s.InterruptReason,
+		&mode, &s.Version, &s.ResumeCount, &s.CheckpointID, &s.CheckpointedAt, &s.CheckpointSource,
+		&s.UserID, &s.Tags, &metadata, &tracingCtx, &s.ExpiresAt, &s.CreatedAt, &s.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	s.Status = helix.SessionStatus(status)
+	s.Mode = helix.SessionMode(mode)
+	if len(output) > 0 {
+		s.Output = output
+	}
+	if err := decodeJSON(
+		jsonField{"interrupt_context", interruptCtx, &s.InterruptContext},
+		jsonField{"pending_client_tool_calls", pending, &s.PendingClientToolCalls},
+		jsonField{"suspended_awaiting_children", awaiting, &s.SuspendedAwaitingChildren},
+		jsonField{"completed_client_tool_calls", completed, &s.CompletedClientToolCalls},
+		jsonField{"client_tool_call_ownership", ownership, &s.ClientToolCallOwnership},
+		jsonField{"metadata", metadata, &s.Metadata},
+		jsonField{"tracing_context", tracingCtx, &s.TracingContext},
+	); err != nil {
+		return nil, fmt.Errorf("session %s: %w", s.SessionID, err)
+	}
+	if len(s.Tags) == 0 {
+		s.Tags = nil
+	}
+	return &s, nil
+}
+
+type jsonField struct {
+	name string
+	data []byte
+	into any
+}
+
+func decodeJSON(fields ...jsonField) error {
+	for _, f := range fields {
+		if len(f.data) == 0 || string(f.data) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(f.data, f.into); err != nil {
+			return fmt.Errorf("decode %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// jsonOrNil marshals v, mapping nil pointers, nil maps and empty maps to
+// SQL NULL-or-default via the returned nil.
+func jsonOrNil(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if string(b) == "null" {
+		return nil, nil
+	}
+	return b, nil
+}
+
+// jsonObject marshals a map, returning "{}" for nil so NOT NULL object
+// columns stay objects.
+func jsonObject(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if string(b) == "null" {
+		return []byte("{}"), nil
+	}
+	return b, nil
+}
+
+func rawOrNil(r json.RawMessage) []byte {
+	if len(r) == 0 {
+		return nil
+	}
+	return r
+}
+
+func timeOrNil(t *time.Time) any {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	return *t
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func notFound(kind, id string) error { return &helix.NotFoundError{Kind: kind, ID: id} }
+
+// isNoRows reports pgx's no-rows error.
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// pgCode returns the SQLSTATE of a Postgres error, or "".
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// SQLSTATE codes the store maps.
+const (
+	codeForeignKeyViolation = "23503"
+	codeUniqueViolation     = "23505"
+	codeCheckViolation      = "23514"
+)

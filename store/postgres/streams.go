@@ -1,0 +1,466 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// insertChunksSQL appends chunks for any number of streams in one statement.
+// Stream rows are locked in stream_id order (no deadlock between concurrent
+// batches), each stream's sequence range is allocated under its row lock, so
+// ranges commit in order and readers never see a later sequence before an
+// earlier one. Streams that are not active get nothing and are reported with
+// written = false. When $6 is not NULL the batch token is recorded (with the
+// streams written) so a retry after a lost acknowledgement can tell whether
+// the batch already committed. One NOTIFY per statement wakes readers.
+const insertChunksSQL = `WITH input AS (
+		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[])
+			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, ord)
+	), counts AS (
+		SELECT stream_id, count(*)::bigint AS n FROM input GROUP BY stream_id
+	), locked AS (
+		SELECT s.stream_id, s.status, s.latest_seq FROM helix.streams s JOIN counts c USING (stream_id)
+		ORDER BY s.stream_id FOR UPDATE OF s
+	), upd AS (
+		UPDATE helix.streams s SET latest_seq = s.latest_seq + c.n, updated_at = now()
+		FROM counts c, locked l
+		WHERE s.stream_id = c.stream_id AND l.stream_id = c.stream_id AND l.status = 'active'
+		RETURNING s.stream_id, s.latest_seq - c.n AS base, s.latest_seq AS latest
+	), ins AS (
+		INSERT INTO helix.stream_chunks (stream_id, seq, run_id, step, attempt, chunk)
+		SELECT i.stream_id, u.base + row_number() OVER (PARTITION BY i.stream_id ORDER BY i.ord),
+			NULLIF(i.run_id, ''), i.step, i.attempt, i.chunk
+		FROM input i JOIN upd u USING (stream_id)
+	), batch AS (
+		INSERT INTO helix.stream_write_batches (batch_id, streams)
+		SELECT $6, COALESCE((SELECT array_agg(stream_id) FROM upd), '{}') WHERE $6::uuid IS NOT NULL
+	), notified AS (
+		SELECT pg_notify($7, p) FROM unnest($8::text[]) AS p WHERE EXISTS (SELECT 1 FROM upd)
+	)
+	SELECT c.stream_id, COALESCE(l.status, ''), COALESCE(u.latest, l.latest_seq, 0), u.stream_id IS NOT NULL,
+		(SELECT count(*) FROM notified)
+	FROM counts c LEFT JOIN locked l USING (stream_id) LEFT JOIN upd u USING (stream_id)`
+
+// encodedChunk is a chunk ready for insertChunksSQL.
+type encodedChunk struct {
+	streamID string
+	raw      []byte
+	step     int
+	runID    string
+	attempt  int
+}
+
+func encodeChunk(streamID string, c helix.Chunk, runID string, attempt int) (encodedChunk, error) {
+	if c == nil {
+		return encodedChunk{}, errors.New("chunk is nil")
+	}
+	if c.ChunkType() == helix.ChunkStreamEnd {
+		return encodedChunk{}, errors.New("stream_end is written by EndStream, not as a chunk")
+	}
+	step := 0
+	if b := c.ChunkBase(); b != nil {
+		step = b.Step
+		if b.Timestamp == 0 {
+			b.Timestamp = time.Now().UnixMilli()
+		}
+	}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return encodedChunk{}, fmt.Errorf("encode %s chunk: %w", c.ChunkType(), err)
+	}
+	return encodedChunk{streamID: streamID, raw: raw, step: step, runID: runID, attempt: attempt}, nil
+}
+
+// streamWrite is the per-stream outcome of insertChunksSQL.
+type streamWrite struct {
+	status  helix.StreamStatus // "" when the stream does not exist
+	latest  int64
+	written bool
+}
+
+// insertChunks runs insertChunksSQL; token may be uuid.Nil for no token.
+func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChunk, token uuid.UUID) (map[string]streamWrite, error) {
+	n := len(chunks)
+	ids, raws, runIDs := make([]string, n), make([]string, n), make([]string, n)
+	steps, attempts := make([]int32, n), make([]int32, n)
+	seen := map[string]bool{}
+	var distinct []string
+	for i, c := range chunks {
+		ids[i], raws[i], runIDs[i] = c.streamID, string(c.raw), c.runID
+		steps[i], attempts[i] = int32(c.step), int32(c.attempt)
+		if !seen[c.streamID] {
+			seen[c.streamID] = true
+			distinct = append(distinct, c.streamID)
+		}
+	}
+	var tok any
+	if token != uuid.Nil {
+		tok = token
+	}
+	rows, err := q.Query(ctx, insertChunksSQL, ids, raws, steps, runIDs, attempts, tok,
+		s.shared.opts.notifyChannel, notifyPayloads(distinct))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]streamWrite, len(distinct))
+	for rows.Next() {
+		var id, status string
+		var w streamWrite
+		var notified int64
+		if err := rows.Scan(&id, &status, &w.latest, &w.written, &notified); err != nil {
+			return nil, err
+		}
+		w.status = helix.StreamStatus(status)
+		out[id] = w
+	}
+	return out, rows.Err()
+}
+
+// maxNotifyPayload stays below Postgres's 8000-byte NOTIFY payload limit.
+const maxNotifyPayload = 7900
+
+// notifyPayloads packs stream IDs, newline-separated, into as few NOTIFY
+// payloads as the size limit allows. IDs longer than the limit are skipped:
+// their readers fall back to polling.
+func notifyPayloads(streamIDs []string) []string {
+	var out []string
+	var b strings.Builder
+	for _, id := range streamIDs {
+		if len(id) > maxNotifyPayload || strings.ContainsRune(id, '\n') {
+			continue
+		}
+		if b.Len() > 0 && b.Len()+1+len(id) > maxNotifyPayload {
+			out = append(out, b.String())
+			b.Reset()
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(id)
+	}
+	if b.Len() > 0 {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// writeError converts the outcome of one stream in a write into an error.
+func writeError(streamID string, w streamWrite, ok bool) error {
+	switch {
+	case !ok || w.status == "":
+		return notFound("stream", streamID)
+	case !w.written:
+		return &helix.StreamNotActiveError{StreamID: streamID, Status: w.status}
+	}
+	return nil
+}
+
+// CreateStream implements store.StreamStore.
+func (s *Store) CreateStream(ctx context.Context, streamID string, opts *store.CreateStreamOptions) error {
+	if err := validateID("stream", streamID); err != nil {
+		return fmt.Errorf("store: create stream: %w", err)
+	}
+	var owner any
+	if opts != nil && opts.OwnerSessionID != "" {
+		owner = opts.OwnerSessionID
+	}
+	_, err := s.shared.pool.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id) VALUES ($1, $2)
+		ON CONFLICT (stream_id) DO NOTHING`, streamID, owner)
+	if pgCode(err) == codeForeignKeyViolation {
+		err = notFound("owner session", fmt.Sprint(owner))
+	}
+	return wrap(err, "create stream %s", streamID)
+}
+
+// Append implements store.StreamStore. On a WithQuerier view it runs in the
+// caller's transaction, so the chunks commit (and become visible) with it.
+func (s *Store) Append(ctx context.Context, streamID string, chunks []store.ChunkWrite) (int64, error) {
+	if len(chunks) == 0 {
+		info, err := s.GetStreamInfo(ctx, streamID)
+		if err != nil {
+			return 0, err
+		}
+		return info.LatestSequence, nil
+	}
+	enc := make([]encodedChunk, len(chunks))
+	for i, c := range chunks {
+		e, err := encodeChunk(streamID, c.Chunk, c.RunID, c.Attempt)
+		if err != nil {
+			return 0, fmt.Errorf("store: append to stream %s: chunk %d: %w", streamID, i, err)
+		}
+		enc[i] = e
+	}
+	res, err := s.insertChunks(ctx, s.q, enc, uuid.Nil)
+	if err != nil {
+		return 0, wrap(err, "append to stream %s", streamID)
+	}
+	w, ok := res[streamID]
+	if err := writeError(streamID, w, ok); err != nil {
+		return 0, wrap(err, "append to stream %s", streamID)
+	}
+	return w.latest, nil
+}
+
+// lockStream locks a stream row and returns its status and latest sequence.
+func lockStream(ctx context.Context, q Querier, streamID string) (helix.StreamStatus, int64, error) {
+	var status string
+	var latest int64
+	err := q.QueryRow(ctx, `SELECT status, latest_seq FROM helix.streams WHERE stream_id = $1 FOR UPDATE`, streamID).
+		Scan(&status, &latest)
+	if isNoRows(err) {
+		return "", 0, notFound("stream", streamID)
+	}
+	return helix.StreamStatus(status), latest, err
+}
+
+// notify sends the stream's NOTIFY inside q's transaction (delivered on
+// commit).
+func (s *Store) notify(ctx context.Context, q Querier, streamID string) error {
+	_, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, s.shared.opts.notifyChannel, streamID)
+	return err
+}
+
+// EndStream implements store.StreamStore.
+func (s *Store) EndStream(ctx context.Context, streamID string, finalOutput json.RawMessage) error {
+	if len(finalOutput) > 0 && !json.Valid(finalOutput) {
+		return fmt.Errorf("store: end stream %s: final output is not valid JSON", streamID)
+	}
+	err := s.streamTx(ctx, func(q Querier) error {
+		status, latest, err := lockStream(ctx, q, streamID)
+		if err != nil {
+			return err
+		}
+		switch status {
+		case helix.StreamEnded:
+			return nil
+		case helix.StreamFailed:
+			return &helix.StreamNotActiveError{StreamID: streamID, Status: status}
+		}
+		end, err := json.Marshal(&helix.StreamEnd{StreamID: streamID, Timestamp: time.Now().UnixMilli(), FinalOutput: finalOutput})
+		if err != nil {
+			return err
+		}
+		seq := latest + 1
+		if _, err := q.Exec(ctx, `UPDATE helix.streams SET status = 'ended', final_output = $2, error = NULL,
+			latest_seq = $3, updated_at = now() WHERE stream_id = $1`, streamID, rawOrNil(finalOutput), seq); err != nil {
+			return err
+		}
+		if _, err := q.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_id, seq, step, chunk) VALUES ($1, $2, 0, $3)`,
+			streamID, seq, end); err != nil {
+			return err
+		}
+		return s.notify(ctx, q, streamID)
+	})
+	return wrap(err, "end stream %s", streamID)
+}
+
+// FailStream implements store.StreamStore.
+func (s *Store) FailStream(ctx context.Context, streamID, message string) error {
+	err := s.streamTx(ctx, func(q Querier) error {
+		status, _, err := lockStream(ctx, q, streamID)
+		if err != nil || status == helix.StreamFailed {
+			return err
+		}
+		if _, err := q.Exec(ctx, `UPDATE helix.streams SET status = 'failed', error = $2, updated_at = now()
+			WHERE stream_id = $1`, streamID, message); err != nil {
+			return err
+		}
+		return s.notify(ctx, q, streamID)
+	})
+	return wrap(err, "fail stream %s", streamID)
+}
+
+// ReactivateStream implements store.StreamStore.
+func (s *Store) ReactivateStream(ctx context.Context, streamID string) error {
+	n, err := s.shared.pool.Exec(ctx, `UPDATE helix.streams SET status = 'active', final_output = NULL, error = NULL,
+		updated_at = now() WHERE stream_id = $1`, streamID)
+	if err == nil && n.RowsAffected() == 0 {
+		err = notFound("stream", streamID)
+	}
+	return wrap(err, "reactivate stream %s", streamID)
+}
+
+// CleanupToStep implements store.StreamStore.
+func (s *Store) CleanupToStep(ctx context.Context, streamID string, step int, minSequence int64) (store.CleanupResult, error) {
+	var res store.CleanupResult
+	err := s.streamTx(ctx, func(q Querier) error {
+		_, latest, err := lockStream(ctx, q, streamID)
+		if err != nil {
+			return err
+		}
+		res.AtSequence = latest
+		return s.truncate(ctx, q, streamID, step, &res,
+			`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND step > $2 AND seq > $3 RETURNING seq`,
+			streamID, step, minSequence)
+	})
+	if res.Removed == 0 {
+		res = store.CleanupResult{}
+	}
+	return res, wrap(err, "cleanup stream %s to step %d", streamID, step)
+}
+
+// ResetStream implements store.StreamStore.
+func (s *Store) ResetStream(ctx context.Context, streamID string) error {
+	err := s.streamTx(ctx, func(q Querier) error {
+		_, latest, err := lockStream(ctx, q, streamID)
+		if err != nil {
+			return err
+		}
+		res := store.CleanupResult{AtSequence: latest}
+		if err := s.truncate(ctx, q, streamID, 0, &res,
+			`DELETE FROM helix.stream_chunks WHERE stream_id = $1 RETURNING seq`, streamID); err != nil {
+			return err
+		}
+		_, err = q.Exec(ctx, `UPDATE helix.streams SET status = 'active', final_output = NULL, error = NULL,
+			updated_at = now() WHERE stream_id = $1`, streamID)
+		return err
+	})
+	return wrap(err, "reset stream %s", streamID)
+}
+
+// truncate runs a RETURNING-seq delete and, when it removed chunks, records a
+// truncation epoch and wakes readers.
+func (s *Store) truncate(ctx context.Context, q Querier, streamID string, step int, res *store.CleanupResult, del string, args ...any) error {
+	var minSeq, maxSeq *int64
+	err := q.QueryRow(ctx, `WITH d AS (`+del+`) SELECT count(*), min(seq), max(seq) FROM d`, args...).
+		Scan(&res.Removed, &minSeq, &maxSeq)
+	if err != nil || res.Removed == 0 {
+		return err
+	}
+	res.MinSequence, res.MaxSequence = *minSeq, *maxSeq
+	if _, err := q.Exec(ctx, `WITH e AS (
+			UPDATE helix.streams SET truncation_epoch = truncation_epoch + 1, updated_at = now()
+			WHERE stream_id = $1 RETURNING truncation_epoch
+		)
+		INSERT INTO helix.stream_truncations (stream_id, epoch, at_step, min_seq, max_seq, at_sequence, removed)
+		SELECT $1, e.truncation_epoch, $2, $3, $4, $5, $6 FROM e`,
+		streamID, step, res.MinSequence, res.MaxSequence, res.AtSequence, res.Removed); err != nil {
+		return err
+	}
+	return s.notify(ctx, q, streamID)
+}
+
+// streamTx runs fn in a transaction on the pool (stream operations never
+// join a caller's transaction, except Append).
+func (s *Store) streamTx(ctx context.Context, fn func(q Querier) error) error {
+	tx, err := s.shared.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(PgxQuerier(tx)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// GetStreamInfo implements store.StreamStore.
+func (s *Store) GetStreamInfo(ctx context.Context, streamID string) (*store.StreamInfo, error) {
+	var info store.StreamInfo
+	var status string
+	var final []byte
+	err := s.shared.pool.QueryRow(ctx, `SELECT stream_id, COALESCE(owner_session_id, ''), status, latest_seq,
+			(SELECT count(*) FROM helix.stream_chunks c WHERE c.stream_id = s.stream_id),
+			final_output, COALESCE(error, ''), truncation_epoch, created_at, updated_at
+		FROM helix.streams s WHERE stream_id = $1`, streamID).
+		Scan(&info.StreamID, &info.OwnerSessionID, &status, &info.LatestSequence, &info.ChunkCount, &final,
+			&info.Error, &info.TruncationEpoch, &info.CreatedAt, &info.UpdatedAt)
+	if isNoRows(err) {
+		err = notFound("stream", streamID)
+	}
+	if err != nil {
+		return nil, wrap(err, "get stream info %s", streamID)
+	}
+	info.Status = helix.StreamStatus(status)
+	if len(final) > 0 {
+		info.FinalOutput = final
+	}
+	return &info, nil
+}
+
+// ReadChunks implements store.StreamStore.
+func (s *Store) ReadChunks(ctx context.Context, streamID string, afterSequence int64, limit int) ([]store.StoredChunk, error) {
+	page, _, err := s.fetch(ctx, streamID, afterSequence, pageLimit(limit, readPageSize))
+	if err != nil {
+		return nil, wrap(err, "read stream %s", streamID)
+	}
+	return page, nil
+}
+
+// readPageSize is how many chunks a reader fetches per query.
+const readPageSize = 500
+
+// streamState is what a reader learns about a stream with each fetch.
+type streamState struct {
+	status helix.StreamStatus
+	latest int64
+	errMsg string
+	epoch  int
+}
+
+// fetch reads the stream's state and up to limit chunks after a sequence in
+// one query.
+func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit int) ([]store.StoredChunk, streamState, error) {
+	rows, err := s.shared.pool.Query(ctx, `SELECT st.status, st.latest_seq, COALESCE(st.error, ''), st.truncation_epoch,
+			c.seq, COALESCE(c.run_id, ''), c.step, c.attempt, c.chunk, c.created_at
+		FROM helix.streams st
+		LEFT JOIN LATERAL (
+			SELECT seq, run_id, step, attempt, chunk, created_at FROM helix.stream_chunks
+			WHERE stream_id = st.stream_id AND seq > $2 ORDER BY seq LIMIT $3
+		) c ON true
+		WHERE st.stream_id = $1`, streamID, after, limit)
+	if err != nil {
+		return nil, streamState{}, err
+	}
+	defer rows.Close()
+	var (
+		state streamState
+		out   []store.StoredChunk
+		found bool
+	)
+	for rows.Next() {
+		found = true
+		var (
+			status  string
+			seq     *int64
+			step    *int
+			attempt *int
+			raw     []byte
+			sc      store.StoredChunk
+			created *time.Time
+		)
+		if err := rows.Scan(&status, &state.latest, &state.errMsg, &state.epoch, &seq, &sc.RunID, &step, &attempt, &raw, &created); err != nil {
+			return nil, streamState{}, err
+		}
+		state.status = helix.StreamStatus(status)
+		if seq == nil {
+			continue
+		}
+		c, err := helix.UnmarshalChunk(raw)
+		if err != nil {
+			return nil, streamState{}, fmt.Errorf("chunk %d: %w", *seq, err)
+		}
+		sc.StreamID, sc.Sequence, sc.Step, sc.Attempt, sc.Chunk, sc.Raw = streamID, *seq, *step, *attempt, c, raw
+		if created != nil {
+			sc.CreatedAt = *created
+		}
+		out = append(out, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, streamState{}, err
+	}
+	if !found {
+		return nil, streamState{}, notFound("stream", streamID)
+	}
+	return out, state, nil
+}

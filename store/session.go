@@ -1,0 +1,396 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	helix "github.com/helix-agents/helix-dbos"
+)
+
+// SessionState is the stored state of one session.
+type SessionState struct {
+	// Identity.
+	SessionID       string `json:"sessionId"`
+	AgentType       string `json:"agentType"`
+	StreamID        string `json:"streamId"`
+	ParentSessionID string `json:"parentSessionId,omitempty"`
+	RootSessionID   string `json:"rootSessionId"`
+
+	// Status and progress.
+	Status       helix.SessionStatus `json:"status"`
+	StepCount    int                 `json:"stepCount"`
+	MessageCount int                 `json:"messageCount"`
+	CustomState  json.RawMessage     `json:"customState"`
+	Output       json.RawMessage     `json:"output,omitempty"`
+	Error        string              `json:"error,omitempty"`
+	// FailureReason discriminates failures the runtime must treat specially,
+	// e.g. helix.FailureReasonParentSuspended (the γ-cascade).
+	FailureReason    string            `json:"failureReason,omitempty"`
+	InterruptContext *InterruptContext `json:"interruptContext,omitempty"`
+
+	// Human-in-the-loop suspension state.
+	PendingClientToolCalls    map[string]PendingClientToolCall `json:"pendingClientToolCalls,omitempty"`
+	SuspendedAwaitingChildren map[string]SuspendedChildWait    `json:"suspendedAwaitingChildren,omitempty"`
+	SuspendedStepID           string                           `json:"suspendedStepId,omitempty"`
+	// CompletedClientToolCalls maps tool call IDs already answered to the
+	// time (Unix ms) they were; root sessions only.
+	CompletedClientToolCalls map[string]int64 `json:"completedClientToolCalls,omitempty"`
+	// ClientToolCallOwnership maps pending tool call IDs to the session that
+	// owns them; root sessions only, so submissions on the root are routed.
+	ClientToolCallOwnership map[string]string `json:"clientToolCallOwnership,omitempty"`
+
+	// Durable interrupt flag (see SessionStore.SetInterruptFlag).
+	InterruptRequested bool   `json:"interruptRequested,omitempty"`
+	InterruptReason    string `json:"interruptReason,omitempty"`
+
+	// Mode is write-once: the empty value means "not bound yet".
+	Mode helix.SessionMode `json:"mode,omitempty"`
+	// Version increases on every write (optimistic concurrency).
+	Version     int64 `json:"version"`
+	ResumeCount int   `json:"resumeCount"`
+
+	// Checkpoint pointer: the most recently written checkpoint.
+	CheckpointID     string     `json:"checkpointId,omitempty"`
+	CheckpointedAt   *time.Time `json:"checkpointedAt,omitempty"`
+	CheckpointSource string     `json:"checkpointSource,omitempty"`
+
+	// User context.
+	UserID         string            `json:"userId,omitempty"`
+	Tags           []string          `json:"tags,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	TracingContext *TracingContext   `json:"tracingContext,omitempty"`
+	ExpiresAt      *time.Time        `json:"expiresAt,omitempty"`
+
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// IsRoot reports whether the session has no parent.
+func (s *SessionState) IsRoot() bool { return s.ParentSessionID == "" }
+
+// InterruptContext records why and where a session was interrupted.
+type InterruptContext struct {
+	Reason            string `json:"reason,omitempty"`
+	PendingToolCallID string `json:"pendingToolCallId,omitempty"`
+	PendingToolName   string `json:"pendingToolName,omitempty"`
+	StepCount         int    `json:"stepCount"`
+	Timestamp         int64  `json:"timestamp"` // Unix ms
+}
+
+// TracingContext keeps one trace per session across runs.
+type TracingContext struct {
+	TraceID    string `json:"traceId"`
+	RootSpanID string `json:"rootSpanId"`
+}
+
+// Submission kinds a pending tool call expects (the SubmitToolResult union).
+const (
+	SubmissionClientToolResult = "client-tool-result"
+	SubmissionApprovalResponse = "approval-response"
+)
+
+// PendingClientToolCall is a tool call waiting for a client submission: a
+// client-executed tool's result or an approval decision.
+type PendingClientToolCall struct {
+	ToolCallID string          `json:"toolCallId"`
+	ToolName   string          `json:"toolName"`
+	Kind       string          `json:"kind"` // SubmissionClientToolResult or SubmissionApprovalResponse
+	Arguments  json.RawMessage `json:"arguments,omitempty"`
+	ApprovalID string          `json:"approvalId,omitempty"`
+	// OwnerSessionID is the session whose workflow waits for the submission.
+	OwnerSessionID string `json:"ownerSessionId"`
+	RunID          string `json:"runId"`
+	WorkflowID     string `json:"workflowId,omitempty"`
+	Step           int    `json:"step"`
+	CreatedAt      int64  `json:"createdAt"`            // Unix ms of the durable suspension write
+	DeadlineAt     int64  `json:"deadlineAt,omitempty"` // Unix ms; 0 means no deadline
+}
+
+// SuspendedChildWait records a sub-agent a suspended parent waits on.
+type SuspendedChildWait struct {
+	ParentToolCallID string `json:"parentToolCallId"`
+	SubSessionID     string `json:"subSessionId"`
+	AgentType        string `json:"agentType"`
+	WorkflowID       string `json:"workflowId,omitempty"`
+}
+
+// CreateSessionParams describes a new session. SessionID and AgentType are
+// required; the rest have defaults.
+type CreateSessionParams struct {
+	SessionID string
+	AgentType string
+	// StreamID defaults to the root session's ID: sub-agents write into their
+	// root's stream. A session whose StreamID equals its SessionID owns its
+	// stream: CreateSession registers it and DeleteSession removes it.
+	StreamID        string
+	ParentSessionID string
+	// RootSessionID defaults to SessionID for a root session and to the
+	// parent's root for a child.
+	RootSessionID string
+	// CustomState defaults to {}; it must be a JSON object.
+	CustomState    json.RawMessage
+	Mode           helix.SessionMode
+	UserID         string
+	Tags           []string
+	Metadata       map[string]string
+	TracingContext *TracingContext
+	ExpiresAt      *time.Time
+}
+
+// StatusUpdate carries optional fields written together with a status.
+type StatusUpdate struct {
+	InterruptContext *InterruptContext
+	Error            string
+	FailureReason    string
+	Output           json.RawMessage
+}
+
+// CASOptions refine CompareAndSetStatus.
+type CASOptions struct {
+	// ExpectedVersion, when non-zero, must also match.
+	ExpectedVersion int64
+	// Update, when set, is written with the new status (see UpdateStatus).
+	Update *StatusUpdate
+}
+
+// CASResult reports the outcome of CompareAndSetStatus. On success NewVersion
+// is the session's new version; on a mismatch CurrentStatus and
+// CurrentVersion describe what was found.
+type CASResult struct {
+	OK             bool
+	NewVersion     int64
+	CurrentStatus  helix.SessionStatus
+	CurrentVersion int64
+}
+
+// InterruptRequest is the durable interrupt flag as read by
+// CheckInterruptFlag.
+type InterruptRequest struct {
+	Requested bool
+	Reason    string
+}
+
+// GetMessagesOptions page through a session's messages. Limit defaults to
+// DefaultMessagePageSize and is capped at MaxPageSize.
+type GetMessagesOptions struct {
+	Offset          int
+	Limit           int
+	ExcludeThinking bool
+}
+
+// Page sizes.
+const (
+	DefaultMessagePageSize    = 50
+	DefaultCheckpointPageSize = 50
+	MaxPageSize               = 1000
+)
+
+// MessagePage is one page of messages.
+type MessagePage struct {
+	Messages []helix.Message
+	Total    int
+	Offset   int
+	Limit    int
+	HasMore  bool
+}
+
+// Run is one execution of a session: a turn, a resume or a retry.
+type Run struct {
+	RunID         string          `json:"runId"`
+	SessionID     string          `json:"sessionId"`
+	Turn          int             `json:"turn"`
+	Status        helix.RunStatus `json:"status"`
+	StepCount     int             `json:"stepCount"`
+	StartSequence int64           `json:"startSequence"`
+	WorkflowID    string          `json:"workflowId,omitempty"`
+	PreviousRunID string          `json:"previousRunId,omitempty"`
+	Error         string          `json:"error,omitempty"`
+	StartedAt     time.Time       `json:"startedAt"`
+	CompletedAt   *time.Time      `json:"completedAt,omitempty"`
+	UpdatedAt     time.Time       `json:"updatedAt"`
+}
+
+// CreateRunParams describes a new run. Turn 0 means "the next turn" (one more
+// than the session's latest), which keeps turns contiguous.
+type CreateRunParams struct {
+	RunID         string
+	SessionID     string
+	Turn          int
+	Status        helix.RunStatus // default running
+	StartSequence int64
+	WorkflowID    string
+	PreviousRunID string
+}
+
+// RunUpdate carries optional fields written with a run status.
+type RunUpdate struct {
+	StepCount *int
+	Error     string
+}
+
+// Checkpoint is a snapshot of a session after a step. It references the
+// message log by MessageCount (messages [0, MessageCount)) instead of copying
+// it.
+type Checkpoint struct {
+	ID           string `json:"id"`
+	SessionID    string `json:"sessionId"`
+	RunID        string `json:"runId,omitempty"`
+	StepCount    int    `json:"stepCount"`
+	MessageCount int    `json:"messageCount"`
+	// StreamSequence is the stream's latest sequence when the checkpoint was
+	// written, or nil when unknown.
+	StreamSequence *int64              `json:"streamSequence,omitempty"`
+	Status         helix.SessionStatus `json:"status"`
+	CustomState    json.RawMessage     `json:"customState"`
+	Output         json.RawMessage     `json:"output,omitempty"`
+	CreatedAt      time.Time           `json:"createdAt"`
+}
+
+// CheckpointParams describes a checkpoint to write.
+type CheckpointParams struct {
+	// ID defaults to helix.GenerateCheckpointID(sessionID, StepCount).
+	ID        string
+	RunID     string
+	StepCount int
+	// MessageCount < 0 means "the session's message count at write time"
+	// (after any messages appended in the same operation).
+	MessageCount   int
+	StreamSequence *int64
+	// Status defaults to the session's status; CustomState to its custom
+	// state at write time (after staged changes are promoted).
+	Status      helix.SessionStatus
+	CustomState json.RawMessage
+	Output      json.RawMessage
+	// Source records how the checkpoint was written ("staging", "save", ...).
+	Source string
+}
+
+// ListOptions page through a list.
+type ListOptions struct {
+	Offset int
+	Limit  int
+}
+
+// CheckpointPage is one page of checkpoints, oldest first.
+type CheckpointPage struct {
+	Items   []Checkpoint
+	Total   int
+	HasMore bool
+}
+
+// SubSessionRef is a parent session's record of one of its sub-agent
+// sessions.
+type SubSessionRef struct {
+	SubSessionID        string                 `json:"subSessionId"`
+	AgentType           string                 `json:"agentType"`
+	ParentToolCallID    string                 `json:"parentToolCallId"`
+	Status              helix.SubSessionStatus `json:"status"`
+	Mode                helix.SubSessionMode   `json:"mode"`
+	Name                string                 `json:"name,omitempty"`
+	CompletionDelivered bool                   `json:"completionDelivered"`
+	StartedAt           time.Time              `json:"startedAt"`
+	CompletedAt         *time.Time             `json:"completedAt,omitempty"`
+}
+
+// SubSessionRefUpdate changes a sub-session reference; nil fields are left
+// alone.
+type SubSessionRefUpdate struct {
+	SubSessionID        string
+	Status              *helix.SubSessionStatus
+	CompletionDelivered *bool
+}
+
+// StagedChange is one tool's staged custom-state patches within a step.
+type StagedChange struct {
+	ChangeID string
+	Patches  []helix.PatchOp
+}
+
+// CommitParams describe the atomic per-step commit of
+// SaveStateAndPromoteStaging.
+type CommitParams struct {
+	// State is the session state to write (its mutable fields); State.Version
+	// is ignored, see ExpectedVersion.
+	State *SessionState
+	// ExpectedVersion, when non-zero, must equal the stored version or the
+	// commit fails with *helix.StaleStateError and writes nothing.
+	ExpectedVersion int64
+	// AppendMessages are appended to the message log.
+	AppendMessages []helix.Message
+	// PromoteStepID, when set, applies that step's staged changes to the
+	// custom state (after State.CustomState) and deletes them.
+	PromoteStepID string
+	// Checkpoint, when set, is written last and becomes the session's
+	// checkpoint pointer.
+	Checkpoint *CheckpointParams
+}
+
+// CommitResult reports what a commit wrote.
+type CommitResult struct {
+	State        *SessionState
+	CheckpointID string
+	// Warnings lists staged patch operations that could not be applied.
+	Warnings []string
+}
+
+// CloneParams describe a branch: a new session seeded from another session's
+// checkpoint.
+type CloneParams struct {
+	FromSessionID string
+	// CheckpointID defaults to the source's latest checkpoint; without one,
+	// the source's current messages and state are copied.
+	CheckpointID string
+	ToSessionID  string
+	// AgentType defaults to the source's agent type.
+	AgentType string
+}
+
+// ListSessionsOptions filter and page ListSessions. Results are newest first.
+type ListSessionsOptions struct {
+	Status    helix.SessionStatus
+	AgentType string
+	UserID    string
+	RootsOnly bool
+	Offset    int
+	Limit     int
+}
+
+// SessionSummary is one row of ListSessions.
+type SessionSummary struct {
+	SessionID       string              `json:"sessionId"`
+	AgentType       string              `json:"agentType"`
+	ParentSessionID string              `json:"parentSessionId,omitempty"`
+	Status          helix.SessionStatus `json:"status"`
+	StepCount       int                 `json:"stepCount"`
+	MessageCount    int                 `json:"messageCount"`
+	UserID          string              `json:"userId,omitempty"`
+	CreatedAt       time.Time           `json:"createdAt"`
+	UpdatedAt       time.Time           `json:"updatedAt"`
+}
+
+// Usage source types.
+const (
+	UsageModel            = "model"
+	UsageTool             = "tool"
+	UsageSubAgent         = "subagent"
+	UsageClientToolWaitMS = "client_tool_wait_ms"
+)
+
+// UsageRecord is one usage row: a model call, a tool call, or a client-tool
+// wait. Key makes recording idempotent per session.
+type UsageRecord struct {
+	SessionID        string    `json:"sessionId"`
+	RunID            string    `json:"runId,omitempty"`
+	Step             int       `json:"step"`
+	SourceType       string    `json:"sourceType"`
+	SourceName       string    `json:"sourceName,omitempty"`
+	InputTokens      int       `json:"inputTokens,omitempty"`
+	OutputTokens     int       `json:"outputTokens,omitempty"`
+	CachedTokens     int       `json:"cachedTokens,omitempty"`
+	CacheWriteTokens int       `json:"cacheWriteTokens,omitempty"`
+	Value            *float64  `json:"value,omitempty"`
+	DurationMS       *int64    `json:"durationMs,omitempty"`
+	Success          bool      `json:"success"`
+	Key              string    `json:"key"`
+	CreatedAt        time.Time `json:"createdAt"`
+}
