@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +34,8 @@ const (
 	// DefaultNotifyChannel is the LISTEN/NOTIFY channel of stream writes.
 	DefaultNotifyChannel = "helix_stream"
 )
+
+var channelName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Option configures a [Store].
 type Option func(*options)
@@ -89,8 +93,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("postgres: poll interval must be > 0, got %s", o.pollInterval)
 	case o.writeRetryTimeout < 0:
 		return fmt.Errorf("postgres: write retry timeout must be > 0, got %s", o.writeRetryTimeout)
-	case pgx.Identifier{o.notifyChannel}.Sanitize() != `"`+o.notifyChannel+`"`:
-		return fmt.Errorf("postgres: notify channel %q must be a plain identifier", o.notifyChannel)
+	case !channelName.MatchString(o.notifyChannel):
+		return fmt.Errorf("postgres: notify channel %q must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes)", o.notifyChannel)
 	}
 	return nil
 }
@@ -112,6 +116,32 @@ type shared struct {
 	closed   bool
 	batcher  *batcher
 	notifier *notifier
+
+	stats streamStats
+}
+
+// streamStats counts stream write activity (see Store.StreamStats).
+type streamStats struct {
+	batches, chunks, retries, failures atomic.Int64
+}
+
+// StreamStats are cumulative counters of a store's batched chunk writes.
+type StreamStats struct {
+	// Batches is the number of batch INSERT statements that committed.
+	Batches int64
+	// Chunks is the number of chunks those batches wrote.
+	Chunks int64
+	// Retries counts batch attempts repeated after a transient error.
+	Retries int64
+	// Failures counts batches that failed for good.
+	Failures int64
+}
+
+// StreamStats returns the store's batched-write counters (writes through
+// Writers; Append and the stream lifecycle methods are not counted).
+func (s *Store) StreamStats() StreamStats {
+	st := &s.shared.stats
+	return StreamStats{Batches: st.batches.Load(), Chunks: st.chunks.Load(), Retries: st.retries.Load(), Failures: st.failures.Load()}
 }
 
 var (

@@ -178,9 +178,16 @@ func (b *batcher) flush(bt *batch) {
 		if !retryableWriteError(err) || time.Now().Add(backoff).After(deadline) {
 			break
 		}
+		b.st.shared.stats.retries.Add(1)
 		opts.logger.Warn().Err(err).Int("attempt", attempt).Int("chunks", len(chunks)).Msg("stream write failed, retrying")
 		time.Sleep(backoff)
 		backoff = min(backoff*2, time.Second)
+	}
+	if err != nil {
+		b.st.shared.stats.failures.Add(1)
+	} else {
+		b.st.shared.stats.batches.Add(1)
+		b.st.shared.stats.chunks.Add(int64(len(chunks)))
 	}
 	for _, it := range bt.items {
 		itemErr := err

@@ -1,0 +1,117 @@
+package postgres_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+	"github.com/helix-agents/helix-dbos/store/storetest"
+)
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Store {
+		return newTestStore(t, postgres.WithPollInterval(2*time.Second))
+	})
+}
+
+// TestCommitInCallerTransaction proves the per-step commit joins the
+// caller's transaction (as it does inside a DBOS step): a rollback after it
+// leaves no trace, and a commit makes all of it visible at once.
+func TestCommitInCallerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	sess, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "tx", AgentType: "a"})
+	require.NoError(t, err)
+	require.NoError(t, st.StageChanges(ctx, "tx", "step-1", "tc", []helix.PatchOp{{Op: "add", Path: "/x", Value: []byte(`1`)}}))
+
+	commit := func(tx pgx.Tx) error {
+		view := st.WithQuerier(postgres.PgxQuerier(tx))
+		next := *sess
+		next.StepCount = 1
+		_, err := view.SaveStateAndPromoteStaging(ctx, store.CommitParams{
+			State: &next, ExpectedVersion: sess.Version, AppendMessages: []helix.Message{helix.UserMessage("hi")},
+			PromoteStepID: "step-1", Checkpoint: &store.CheckpointParams{ID: "cp-tx", StepCount: 1, MessageCount: -1},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = view.Append(ctx, "tx", []store.ChunkWrite{{Chunk: &helix.StepCommittedChunk{
+			Base: helix.Base{AgentID: "tx", AgentType: "a", Step: 1}, RunID: "r", StepID: "step-1", CheckpointID: "cp-tx"}}})
+		return err
+	}
+
+	errAbort := errors.New("crash after the commit statements")
+	err = pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+		if err := commit(tx); err != nil {
+			return err
+		}
+		return errAbort
+	})
+	require.ErrorIs(t, err, errAbort)
+	got, err := st.LoadState(ctx, "tx")
+	require.NoError(t, err)
+	require.Equal(t, sess.Version, got.Version, "rolled back: no trace")
+	require.Zero(t, got.MessageCount)
+	require.JSONEq(t, `{}`, string(got.CustomState))
+	_, err = st.GetCheckpoint(ctx, "cp-tx")
+	require.ErrorIs(t, err, helix.ErrNotFound)
+	has, err := st.HasStagedChanges(ctx, "tx", "step-1")
+	require.NoError(t, err)
+	require.True(t, has)
+	info, err := st.GetStreamInfo(ctx, "tx")
+	require.NoError(t, err)
+	require.Zero(t, info.LatestSequence, "the chunk and its sequence number rolled back too")
+
+	require.NoError(t, pgx.BeginFunc(ctx, st.Pool(), commit))
+	got, err = st.LoadState(ctx, "tx")
+	require.NoError(t, err)
+	require.Equal(t, 1, got.MessageCount)
+	require.Equal(t, "cp-tx", got.CheckpointID)
+	require.JSONEq(t, `{"x":1}`, string(got.CustomState))
+	chunks, err := st.ReadChunks(ctx, "tx", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, chunks, 1)
+	require.Equal(t, helix.ChunkStepCommitted, chunks[0].Chunk.ChunkType())
+}
+
+func TestOptionsValidated(t *testing.T) {
+	t.Parallel()
+	_, err := postgres.New(nil)
+	require.ErrorContains(t, err, "pool is nil")
+	pool := newTestStore(t).Pool()
+	for _, opt := range []postgres.Option{
+		postgres.WithMaxBatch(-1), postgres.WithFlushInterval(-time.Second),
+		postgres.WithPollInterval(-1), postgres.WithNotifyChannel("bad channel;"),
+	} {
+		_, err := postgres.New(pool, opt)
+		require.Error(t, err)
+	}
+}
+
+// TestClosedStoreRefusesStreams checks Close stops background work and later
+// stream calls fail clearly instead of hanging.
+func TestClosedStoreRefusesStreams(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "c", AgentType: "a"})
+	require.NoError(t, err)
+	w := st.NewWriter("c", nil)
+	require.NoError(t, w.Write(ctx, &helix.TextDeltaChunk{Base: helix.Base{AgentID: "c", AgentType: "a"}, Delta: "x"}))
+	require.NoError(t, st.Close(), "Close flushes pending deltas")
+	require.NoError(t, st.Close(), "idempotent")
+	chunks, err := st.ReadChunks(ctx, "c", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, chunks, 1, "the queued delta was written before Close returned")
+	require.ErrorContains(t, w.Write(ctx, &helix.TextDeltaChunk{Base: helix.Base{AgentID: "c", AgentType: "a"}, Delta: "y"}), "closed")
+	_, err = st.NewReader(ctx, "c", nil)
+	require.ErrorContains(t, err, "closed")
+}
