@@ -1,0 +1,290 @@
+// Package pgprovision finds or starts a PostgreSQL server for tests and for
+// the development commands (helix-dbos demo), in the order of the design's
+// testing section:
+//
+//  1. HELIX_DATABASE_URL, when set;
+//  2. a testcontainers Postgres, when a Docker engine is reachable (image
+//     HELIX_TEST_PG_IMAGE, default postgres:16-alpine);
+//  3. the local Debian cluster: started with pg_ctlcluster when we are root
+//     and it is stopped, with a role helix/helix created for TCP logins;
+//  4. otherwise an error saying what was tried and how to provide Postgres.
+//
+// Each step that fails says why, and the next one is tried.
+package pgprovision
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+// Environment variables read by Provision.
+const (
+	EnvDatabaseURL = "HELIX_DATABASE_URL"
+	EnvImage       = "HELIX_TEST_PG_IMAGE"
+	// EnvNoContainers=1 skips the container step (use the local cluster).
+	EnvNoContainers = "HELIX_PG_NO_CONTAINERS"
+)
+
+// DefaultImage is the container image used when HELIX_TEST_PG_IMAGE is unset.
+const DefaultImage = "postgres:16-alpine"
+
+// Local cluster defaults.
+const (
+	localAddr     = "127.0.0.1:5432"
+	localRole     = "helix"
+	localPassword = "helix"
+)
+
+// Options tune Provision. The zero value is fine.
+type Options struct {
+	// Logf receives progress lines; nil is silent.
+	Logf func(format string, args ...any)
+	// Image overrides HELIX_TEST_PG_IMAGE.
+	Image string
+	// NoContainers skips the testcontainers step.
+	NoContainers bool
+}
+
+// Source says where a server came from.
+type Source string
+
+// Sources.
+const (
+	SourceEnv       Source = "env"
+	SourceContainer Source = "container"
+	SourceLocal     Source = "local"
+)
+
+// Server is a reachable PostgreSQL server.
+type Server struct {
+	// URL connects as a superuser to the server's maintenance database
+	// ("postgres"): callers create their own databases from it.
+	URL    string
+	Source Source
+	// Detail describes the server (container image, cluster) for logs.
+	Detail string
+
+	terminate func(context.Context) error
+}
+
+// Close stops a container Provision started; it never stops a system
+// cluster or a server given by URL.
+func (s *Server) Close(ctx context.Context) error {
+	if s == nil || s.terminate == nil {
+		return nil
+	}
+	t := s.terminate
+	s.terminate = nil
+	return t(ctx)
+}
+
+// Provision returns a reachable server, trying each source in order.
+func Provision(ctx context.Context, opts Options) (*Server, error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if u := os.Getenv(EnvDatabaseURL); u != "" {
+		if err := ping(ctx, u); err != nil {
+			return nil, fmt.Errorf("%s is set but the server does not answer: %w (fix the URL or unset it)", EnvDatabaseURL, err)
+		}
+		logf("postgres: using %s", EnvDatabaseURL)
+		return &Server{URL: u, Source: SourceEnv, Detail: redact(u)}, nil
+	}
+	var tried []string
+	if !opts.NoContainers && os.Getenv(EnvNoContainers) != "1" {
+		image := cmp.Or(opts.Image, os.Getenv(EnvImage), DefaultImage)
+		srv, err := startContainer(ctx, image, logf)
+		if err == nil {
+			return srv, nil
+		}
+		tried = append(tried, "testcontainers ("+image+"): "+err.Error())
+		logf("postgres: container unavailable: %v", err)
+	}
+	srv, err := local(ctx, logf)
+	if err == nil {
+		return srv, nil
+	}
+	tried = append(tried, "local cluster: "+err.Error())
+	return nil, fmt.Errorf("no PostgreSQL server available; tried:\n  - %s\nProvide one: set %s=postgres://user:pass@host:5432/postgres, "+
+		"start a Docker engine (scripts/docker-engine.sh), or install and start PostgreSQL "+
+		"(Debian: apt-get install postgresql && pg_ctlcluster 15 main start)",
+		strings.Join(tried, "\n  - "), EnvDatabaseURL)
+}
+
+// dockerReachable reports whether testcontainers can talk to an engine.
+func dockerReachable(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("docker provider panicked: %v", r)
+		}
+	}()
+	p, err := testcontainers.ProviderDocker.GetProvider()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return p.Health(hctx)
+}
+
+func startContainer(ctx context.Context, image string, logf func(string, ...any)) (*Server, error) {
+	tclog.SetDefault(tclog.NewNoopLogger())
+	if err := dockerReachable(ctx); err != nil {
+		return nil, fmt.Errorf("no Docker engine reachable: %w", err)
+	}
+	logf("postgres: starting container %s", image)
+	start := time.Now()
+	c, err := tcpostgres.Run(ctx, image,
+		tcpostgres.WithDatabase("postgres"),
+		tcpostgres.WithUsername("postgres"),
+		tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies(),
+	)
+	if err != nil {
+		if c != nil {
+			_ = testcontainers.TerminateContainer(c)
+		}
+		return nil, err
+	}
+	u, err := c.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		_ = testcontainers.TerminateContainer(c)
+		return nil, err
+	}
+	logf("postgres: container ready in %s", time.Since(start).Round(time.Millisecond))
+	return &Server{
+		URL: u, Source: SourceContainer, Detail: image,
+		terminate: func(ctx context.Context) error {
+			return c.Terminate(ctx)
+		},
+	}, nil
+}
+
+// local uses (and if needed starts) the machine's PostgreSQL cluster.
+func local(ctx context.Context, logf func(string, ...any)) (*Server, error) {
+	root := os.Geteuid() == 0
+	if !listening(localAddr) {
+		if !root {
+			return nil, fmt.Errorf("nothing listens on %s and starting a cluster needs root", localAddr)
+		}
+		if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
+			return nil, fmt.Errorf("nothing listens on %s and pg_ctlcluster is not installed", localAddr)
+		}
+		version, name, err := firstCluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		logf("postgres: starting local cluster %s/%s", version, name)
+		if out, err := exec.CommandContext(ctx, "pg_ctlcluster", version, name, "start").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("pg_ctlcluster %s %s start: %v: %s", version, name, err, strings.TrimSpace(string(out)))
+		}
+		if err := waitListening(ctx, localAddr, 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	u := (&url.URL{Scheme: "postgres", User: url.UserPassword(localRole, localPassword), Host: localAddr,
+		Path: "/postgres", RawQuery: "sslmode=disable"}).String()
+	if err := ping(ctx, u); err != nil {
+		if !root {
+			return nil, fmt.Errorf("cannot log in as %s on %s (%v); create the role or set %s", localRole, localAddr, err, EnvDatabaseURL)
+		}
+		logf("postgres: creating role %s on the local cluster", localRole)
+		if err := ensureRole(ctx); err != nil {
+			return nil, err
+		}
+		if err := ping(ctx, u); err != nil {
+			return nil, fmt.Errorf("log in as %s after creating it: %w", localRole, err)
+		}
+	}
+	logf("postgres: using the local cluster on %s", localAddr)
+	return &Server{URL: u, Source: SourceLocal, Detail: localAddr}, nil
+}
+
+// firstCluster returns the first cluster pg_lsclusters lists.
+func firstCluster(ctx context.Context) (version, name string, err error) {
+	out, err := exec.CommandContext(ctx, "pg_lsclusters", "--no-header").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("pg_lsclusters: %w", err)
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 {
+			return f[0], f[1], nil
+		}
+	}
+	return "", "", errors.New("pg_lsclusters lists no cluster (create one with pg_createcluster)")
+}
+
+// ensureRole creates the helix superuser through the postgres OS account
+// (peer authentication on the local socket).
+func ensureRole(ctx context.Context) error {
+	sql := fmt.Sprintf(`DO $$ BEGIN
+IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%[1]s') THEN
+  CREATE ROLE %[1]s LOGIN SUPERUSER PASSWORD '%[2]s';
+ELSE
+  ALTER ROLE %[1]s LOGIN SUPERUSER PASSWORD '%[2]s';
+END IF; END $$;`, localRole, localPassword)
+	cmd := exec.CommandContext(ctx, "runuser", "-u", "postgres", "--", "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("create role %s: %v: %s", localRole, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func listening(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+func waitListening(ctx context.Context, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !listening(addr) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster started but nothing listens on %s after %s", addr, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func ping(ctx context.Context, u string) error {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(pctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return conn.Ping(pctx)
+}
+
+// redact hides the password of a URL for logs.
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
+}

@@ -1,0 +1,161 @@
+// Package pgtest gives tests real PostgreSQL databases: one server per test
+// binary (found or started by package pgprovision), and a fresh database per
+// test cloned from a template that was migrated once with the helix
+// migrations (pgtestdb, tens of milliseconds per clone).
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+//	func TestSomething(t *testing.T) {
+//		pool := pgtest.NewPool(t) // migrated, isolated, closed at cleanup
+//	}
+//
+// A test database is dropped when its test passes and kept (its URL logged)
+// when it fails, for inspection.
+package pgtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver pgtestdb uses
+	"github.com/peterldowns/pgtestdb"
+	"go.uber.org/goleak"
+
+	"github.com/helix-agents/helix-dbos/internal/pgprovision"
+	"github.com/helix-agents/helix-dbos/migrations"
+)
+
+var (
+	once      sync.Once
+	server    *pgprovision.Server
+	serverErr error
+)
+
+// Server returns the test binary's PostgreSQL server, provisioning it on
+// first use. It fails the test when none can be provided.
+func Server(tb testing.TB) *pgprovision.Server {
+	tb.Helper()
+	once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		server, serverErr = pgprovision.Provision(ctx, pgprovision.Options{
+			Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+		})
+	})
+	if serverErr != nil {
+		tb.Fatalf("pgtest: %v", serverErr)
+	}
+	return server
+}
+
+// Main runs a package's tests (use it as TestMain), then stops a container
+// the package started and checks that no goroutine leaked.
+func Main(m *testing.M) {
+	code := m.Run()
+	if server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := server.Close(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: stop postgres container: %v\n", err)
+		}
+		cancel()
+	}
+	if code == 0 {
+		if err := goleak.Find(leakOptions()...); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: goroutine leak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakOptions lists goroutines outside our control that may outlive the
+// tests: the Docker client's idle HTTP connections (testcontainers keeps a
+// shared client for the process).
+func leakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1"),
+	}
+}
+
+// config turns the server URL into a pgtestdb configuration.
+func config(tb testing.TB) pgtestdb.Config {
+	tb.Helper()
+	cc, err := pgx.ParseConfig(Server(tb).URL)
+	if err != nil {
+		tb.Fatalf("pgtest: parse server URL: %v", err)
+	}
+	return pgtestdb.Config{
+		DriverName: "pgx",
+		Host:       cc.Host,
+		Port:       fmt.Sprint(cc.Port),
+		User:       cc.User,
+		Password:   cc.Password,
+		Database:   cc.Database,
+		Options:    "sslmode=disable",
+	}
+}
+
+// migrator builds template databases with the helix migrations, exactly as
+// users run them.
+type migrator struct{}
+
+// Hash identifies the migration set: the template is rebuilt when any
+// migration file changes.
+func (migrator) Hash() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(migrations.FS(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(migrations.FS(), path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:32], err
+}
+
+// Migrate applies the helix migrations to a new template database.
+func (migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
+	_, err := migrations.Up(ctx, db)
+	return err
+}
+
+// NewURL returns the URL of a fresh database with the helix schema applied.
+func NewURL(tb testing.TB) string {
+	tb.Helper()
+	return pgtestdb.Custom(tb, config(tb), migrator{}).URL()
+}
+
+// NewEmptyURL returns the URL of a fresh, empty database (no helix schema),
+// for tests of the migrations themselves.
+func NewEmptyURL(tb testing.TB) string {
+	tb.Helper()
+	return pgtestdb.Custom(tb, config(tb), pgtestdb.NoopMigrator{}).URL()
+}
+
+// NewPool returns a pool on a fresh migrated database, closed at cleanup.
+func NewPool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := pgxpool.New(context.Background(), NewURL(tb))
+	if err != nil {
+		tb.Fatalf("pgtest: open pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
