@@ -92,7 +92,12 @@ func leakOptions() []goleak.Option {
 // config turns the server URL into a pgtestdb configuration.
 func config(tb testing.TB) pgtestdb.Config {
 	tb.Helper()
-	cc, err := pgx.ParseConfig(Server(tb).URL)
+	return configFor(tb, Server(tb).URL)
+}
+
+func configFor(tb testing.TB, serverURL string) pgtestdb.Config {
+	tb.Helper()
+	cc, err := pgx.ParseConfig(serverURL)
 	if err != nil {
 		tb.Fatalf("pgtest: parse server URL: %v", err)
 	}
@@ -158,4 +163,17 @@ func NewPool(tb testing.TB) *pgxpool.Pool {
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+// NewURLOn is NewURL on a given server (a superuser URL), for harnesses that
+// manage their own server, such as the integration tests' container.
+func NewURLOn(tb testing.TB, serverURL string) string {
+	tb.Helper()
+	return pgtestdb.Custom(tb, configFor(tb, serverURL), migrator{}).URL()
+}
+
+// NewEmptyURLOn is NewEmptyURL on a given server.
+func NewEmptyURLOn(tb testing.TB, serverURL string) string {
+	tb.Helper()
+	return pgtestdb.Custom(tb, configFor(tb, serverURL), pgtestdb.NoopMigrator{}).URL()
 }

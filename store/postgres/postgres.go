@@ -28,9 +28,10 @@ const (
 	// DefaultPollInterval is how often a waiting reader re-queries when no
 	// notification arrives.
 	DefaultPollInterval = time.Second
-	// DefaultWriteRetryTimeout bounds how long a batch write is retried on
-	// transient database errors before writers see the error.
-	DefaultWriteRetryTimeout = 10 * time.Second
+	// DefaultRetryTimeout bounds how long stream writes and reads retry
+	// transient database errors (a dropped connection, a restarting server)
+	// before the caller sees the error.
+	DefaultRetryTimeout = 10 * time.Second
 	// DefaultNotifyChannel is the LISTEN/NOTIFY channel of stream writes.
 	DefaultNotifyChannel = "helix_stream"
 )
@@ -44,7 +45,7 @@ type options struct {
 	flushInterval     time.Duration
 	maxBatch          int
 	pollInterval      time.Duration
-	writeRetryTimeout time.Duration
+	retryTimeout time.Duration
 	notifyChannel     string
 	logger            zerolog.Logger
 }
@@ -61,10 +62,10 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 // DefaultPollInterval). Must be positive.
 func WithPollInterval(d time.Duration) Option { return func(o *options) { o.pollInterval = d } }
 
-// WithWriteRetryTimeout sets how long batch writes retry transient errors
-// (default DefaultWriteRetryTimeout). Must be positive.
-func WithWriteRetryTimeout(d time.Duration) Option {
-	return func(o *options) { o.writeRetryTimeout = d }
+// WithRetryTimeout sets how long stream writes and reads retry transient
+// database errors (default DefaultRetryTimeout). Must be positive.
+func WithRetryTimeout(d time.Duration) Option {
+	return func(o *options) { o.retryTimeout = d }
 }
 
 // WithNotifyChannel sets the LISTEN/NOTIFY channel (default
@@ -79,7 +80,7 @@ func (o *options) withDefaults() {
 	o.flushInterval = cmp.Or(o.flushInterval, DefaultFlushInterval)
 	o.maxBatch = cmp.Or(o.maxBatch, DefaultMaxBatch)
 	o.pollInterval = cmp.Or(o.pollInterval, DefaultPollInterval)
-	o.writeRetryTimeout = cmp.Or(o.writeRetryTimeout, DefaultWriteRetryTimeout)
+	o.retryTimeout = cmp.Or(o.retryTimeout, DefaultRetryTimeout)
 	o.notifyChannel = cmp.Or(o.notifyChannel, DefaultNotifyChannel)
 }
 
@@ -91,8 +92,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("postgres: max batch must be >= 1, got %d", o.maxBatch)
 	case o.pollInterval < 0:
 		return fmt.Errorf("postgres: poll interval must be > 0, got %s", o.pollInterval)
-	case o.writeRetryTimeout < 0:
-		return fmt.Errorf("postgres: write retry timeout must be > 0, got %s", o.writeRetryTimeout)
+	case o.retryTimeout < 0:
+		return fmt.Errorf("postgres: retry timeout must be > 0, got %s", o.retryTimeout)
 	case !channelName.MatchString(o.notifyChannel):
 		return fmt.Errorf("postgres: notify channel %q must be a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes)", o.notifyChannel)
 	}

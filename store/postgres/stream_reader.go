@@ -81,6 +81,28 @@ func (r *reader) refillState(ctx context.Context) (streamState, error) {
 	return state, nil
 }
 
+// refillRetrying is refillState that rides out transient database errors
+// (a killed connection, a server restart) for up to the retry timeout.
+func (r *reader) refillRetrying(ctx context.Context) (streamState, error) {
+	deadline := time.Now().Add(r.st.shared.opts.retryTimeout)
+	backoff := 50 * time.Millisecond
+	for {
+		state, err := r.refillState(ctx)
+		if err == nil || !retryableError(err) || time.Now().Add(backoff).After(deadline) {
+			return state, err
+		}
+		r.st.shared.opts.logger.Warn().Err(err).Str("stream", r.streamID).Msg("stream read failed, retrying")
+		select {
+		case <-time.After(backoff):
+		case <-r.quit:
+			return state, errReaderClosed
+		case <-ctx.Done():
+			return state, ctx.Err()
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
 // checkTruncation fails the reader when a cleanup since its last fetch
 // removed chunks it had not fetched yet.
 func (r *reader) checkTruncation(ctx context.Context) error {
@@ -131,7 +153,7 @@ func (r *reader) Next(ctx context.Context) (store.StoredChunk, error) {
 		if err := ctx.Err(); err != nil {
 			return store.StoredChunk{}, err
 		}
-		state, err := r.refillState(ctx)
+		state, err := r.refillRetrying(ctx)
 		if err != nil {
 			return store.StoredChunk{}, wrap(err, "read stream %s", r.streamID)
 		}

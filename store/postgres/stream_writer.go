@@ -153,14 +153,14 @@ func (b *batcher) run() {
 // and the recorded outcome is used instead.
 func (b *batcher) flush(bt *batch) {
 	opts := b.st.shared.opts
-	ctx, cancel := context.WithTimeout(context.Background(), opts.writeRetryTimeout+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), opts.retryTimeout+5*time.Second)
 	defer cancel()
 	chunks := make([]encodedChunk, len(bt.items))
 	for i, it := range bt.items {
 		chunks[i] = it.chunk
 	}
 	token := uuid.New()
-	deadline := time.Now().Add(opts.writeRetryTimeout)
+	deadline := time.Now().Add(opts.retryTimeout)
 	backoff := 50 * time.Millisecond
 	var (
 		res map[string]streamWrite
@@ -175,7 +175,7 @@ func (b *batcher) flush(bt *batch) {
 			res, err = b.recordedOutcome(ctx, token, chunks)
 			break
 		}
-		if !retryableWriteError(err) || time.Now().Add(backoff).After(deadline) {
+		if !retryableError(err) || time.Now().Add(backoff).After(deadline) {
 			break
 		}
 		b.st.shared.stats.retries.Add(1)
@@ -230,11 +230,16 @@ func isBatchTokenConflict(err error) bool {
 	return errors.As(err, &pe) && pe.Code == codeUniqueViolation && pe.ConstraintName == "stream_write_batches_pkey"
 }
 
-// retryableWriteError reports errors worth retrying: the connection failed
-// or the server asked us to retry. Anything else (bad data, missing stream)
-// fails at once.
-func retryableWriteError(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+// retryableError reports errors worth retrying: the connection failed or
+// the server asked us to retry. Anything else (bad data, a missing stream,
+// a typed helix error) fails at once.
+func retryableError(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var nf *helix.NotFoundError
+	var tr *helix.StreamTruncatedError
+	if errors.As(err, &nf) || errors.As(err, &tr) {
 		return false
 	}
 	var pe *pgconn.PgError
