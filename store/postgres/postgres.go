@@ -42,12 +42,12 @@ var channelName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 type Option func(*options)
 
 type options struct {
-	flushInterval     time.Duration
-	maxBatch          int
-	pollInterval      time.Duration
-	retryTimeout time.Duration
-	notifyChannel     string
-	logger            zerolog.Logger
+	flushInterval time.Duration
+	maxBatch      int
+	pollInterval  time.Duration
+	retryTimeout  time.Duration
+	notifyChannel string
+	logger        zerolog.Logger
 }
 
 // WithFlushInterval sets how long deltas may be buffered (default
