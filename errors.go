@@ -42,6 +42,7 @@ func init() {
 	gob.Register(&StreamTruncatedError{})
 	gob.Register(&StreamFailedError{})
 	gob.Register(&StreamNotActiveError{})
+	gob.Register(&ToolPanicError{})
 }
 
 // AgentAlreadyRunningError is returned when Execute or Resume targets a

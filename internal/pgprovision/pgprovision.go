@@ -76,6 +76,10 @@ type Server struct {
 	Source Source
 	// Detail describes the server (container image, cluster) for logs.
 	Detail string
+	// Skipped says why each earlier source was not used (for example "no
+	// Docker engine reachable" or an image that could not be pulled), so a
+	// caller can explain a fallback to the local cluster.
+	Skipped []string
 
 	terminate func(context.Context) error
 }
@@ -116,6 +120,7 @@ func Provision(ctx context.Context, opts Options) (*Server, error) {
 	}
 	srv, err := local(ctx, logf)
 	if err == nil {
+		srv.Skipped = tried
 		return srv, nil
 	}
 	tried = append(tried, "local cluster: "+err.Error())
@@ -146,6 +151,9 @@ func startContainer(ctx context.Context, image string, logf func(string, ...any)
 	tclog.SetDefault(tclog.NewNoopLogger())
 	if err := dockerReachable(ctx); err != nil {
 		return nil, fmt.Errorf("no Docker engine reachable: %w", err)
+	}
+	if overrideHost() {
+		logf("postgres: Docker engine runs in this container's network: %s=localhost", envHostOverride)
 	}
 	logf("postgres: starting container %s", image)
 	start := time.Now()
@@ -243,6 +251,29 @@ END IF; END $$;`, localRole, localPassword)
 		return fmt.Errorf("create role %s: %v: %s", localRole, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// envHostOverride tells testcontainers which host publishes container ports.
+const envHostOverride = "TESTCONTAINERS_HOST_OVERRIDE"
+
+// overrideHost sets TESTCONTAINERS_HOST_OVERRIDE=localhost when it is unset,
+// we run inside a container (/.dockerenv) and the engine's docker0 bridge is
+// in our own network namespace, and reports whether it did. Inside a container
+// testcontainers dials the default gateway for published ports: right when the
+// engine is the outer host's (a mounted socket), wrong when it runs beside us
+// (these machines, scripts/docker-engine.sh), where every start waited 60 s on
+// an unreachable address before failing. The bridge tells the two apart.
+func overrideHost() bool {
+	if _, set := os.LookupEnv(envHostOverride); set {
+		return false
+	}
+	if _, err := os.Stat("/.dockerenv"); err != nil {
+		return false
+	}
+	if _, err := net.InterfaceByName("docker0"); err != nil {
+		return false
+	}
+	return os.Setenv(envHostOverride, "localhost") == nil
 }
 
 func listening(addr string) bool {
