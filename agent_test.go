@@ -30,12 +30,14 @@ func TestAgentValidate(t *testing.T) {
 		field  string
 		reason string
 	}{
-		"empty name":      {func(a *helix.Agent) { a.Name = "" }, "Name", "empty"},
-		"bad name":        {func(a *helix.Agent) { a.Name = "my agent" }, "Name", "letters, digits"},
-		"long name":       {func(a *helix.Agent) { a.Name = strings.Repeat("a", 55) }, "Name", "longer than 54"},
-		"negative steps":  {func(a *helix.Agent) { a.MaxSteps = -1 }, "MaxSteps", "got -1"},
-		"no model":        {func(a *helix.Agent) { a.Model = nil }, "Model", "llm/scripted"},
-		"two prompts":     {func(a *helix.Agent) { a.SystemPromptFunc = func(context.Context, json.RawMessage) (string, error) { return "", nil } }, "SystemPromptFunc", "not both"},
+		"empty name":     {func(a *helix.Agent) { a.Name = "" }, "Name", "empty"},
+		"bad name":       {func(a *helix.Agent) { a.Name = "my agent" }, "Name", "letters, digits"},
+		"long name":      {func(a *helix.Agent) { a.Name = strings.Repeat("a", 55) }, "Name", "longer than 54"},
+		"negative steps": {func(a *helix.Agent) { a.MaxSteps = -1 }, "MaxSteps", "got -1"},
+		"no model":       {func(a *helix.Agent) { a.Model = nil }, "Model", "llm/scripted"},
+		"two prompts": {func(a *helix.Agent) {
+			a.SystemPromptFunc = func(context.Context, json.RawMessage) (string, error) { return "", nil }
+		}, "SystemPromptFunc", "not both"},
 		"nil tool":        {func(a *helix.Agent) { a.Tools = append(a.Tools, nil) }, "Tools[1]", "nil"},
 		"duplicate tools": {func(a *helix.Agent) { a.Tools = append(a.Tools, a.Tools[0]) }, "Tools[1]", `duplicate tool name "weather" (also Tools[0])`},
 		"listed finish": {func(a *helix.Agent) {

@@ -215,7 +215,9 @@ func TestDefinitionRejections(t *testing.T) {
 		}, "input schema"},
 		"bad raw schema": {func() error {
 			_, err := helix.NewRawTool("r", "", json.RawMessage(`{"type": 12}`), nil,
-				func(ctx context.Context, a json.RawMessage, tc helix.ToolContext) (json.RawMessage, error) { return a, nil })
+				func(ctx context.Context, a json.RawMessage, tc helix.ToolContext) (json.RawMessage, error) {
+					return a, nil
+				})
 			return err
 		}, "input schema"},
 		"reserved name":   {func() error { _, err := helix.NewTool(helix.FinishToolName, "", noop); return err }, "name"},
