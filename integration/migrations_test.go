@@ -23,6 +23,24 @@ func openDB(t *testing.T, url string) *sql.DB {
 	return db
 }
 
+// waitAccepting waits until a restarted server accepts connections: the
+// container's log-based wait strategy already matched before the restart, so
+// Start returns while Postgres may still answer 57P03 (starting up).
+func waitAccepting(t *testing.T, db *sql.DB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := db.PingContext(t.Context())
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted server not accepting connections after 30s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestMigrationsOnContainer(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmptyURLOn(t, serverURL(t))
@@ -90,7 +108,9 @@ func TestMigrationsDuringOutage(t *testing.T) {
 	// The mapped port changes on restart: reconnect through the new URL.
 	url, err = c.ConnectionString(t.Context(), "sslmode=disable")
 	require.NoError(t, err)
-	res, err := migrations.Up(t.Context(), openDB(t, url))
+	db = openDB(t, url)
+	waitAccepting(t, db)
+	res, err := migrations.Up(t.Context(), db)
 	require.NoError(t, err)
 	require.NotEmpty(t, res)
 }

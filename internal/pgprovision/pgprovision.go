@@ -186,7 +186,7 @@ func startContainer(ctx context.Context, image string, logf func(string, ...any)
 // local uses (and if needed starts) the machine's PostgreSQL cluster.
 func local(ctx context.Context, logf func(string, ...any)) (*Server, error) {
 	root := os.Geteuid() == 0
-	if !listening(localAddr) {
+	if !listening(ctx, localAddr) {
 		if !root {
 			return nil, fmt.Errorf("nothing listens on %s and starting a cluster needs root", localAddr)
 		}
@@ -199,7 +199,7 @@ func local(ctx context.Context, logf func(string, ...any)) (*Server, error) {
 		}
 		logf("postgres: starting local cluster %s/%s", version, name)
 		if out, err := exec.CommandContext(ctx, "pg_ctlcluster", version, name, "start").CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("pg_ctlcluster %s %s start: %v: %s", version, name, err, strings.TrimSpace(string(out)))
+			return nil, fmt.Errorf("pg_ctlcluster %s %s start: %w: %s", version, name, err, strings.TrimSpace(string(out)))
 		}
 		if err := waitListening(ctx, localAddr, 30*time.Second); err != nil {
 			return nil, err
@@ -209,7 +209,7 @@ func local(ctx context.Context, logf func(string, ...any)) (*Server, error) {
 		Path: "/postgres", RawQuery: "sslmode=disable"}).String()
 	if err := ping(ctx, u); err != nil {
 		if !root {
-			return nil, fmt.Errorf("cannot log in as %s on %s (%v); create the role or set %s", localRole, localAddr, err, EnvDatabaseURL)
+			return nil, fmt.Errorf("cannot log in as %s on %s (%w); create the role or set %s", localRole, localAddr, err, EnvDatabaseURL)
 		}
 		logf("postgres: creating role %s on the local cluster", localRole)
 		if err := ensureRole(ctx); err != nil {
@@ -247,8 +247,9 @@ ELSE
   ALTER ROLE %[1]s LOGIN SUPERUSER PASSWORD '%[2]s';
 END IF; END $$;`, localRole, localPassword)
 	cmd := exec.CommandContext(ctx, "runuser", "-u", "postgres", "--", "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql)
+	cmd.Dir = "/" // psql complains when it cannot enter root's working directory
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("create role %s: %v: %s", localRole, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("create role %s: %w: %s", localRole, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -276,8 +277,9 @@ func overrideHost() bool {
 	return os.Setenv(envHostOverride, "localhost") == nil
 }
 
-func listening(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+func listening(ctx context.Context, addr string) bool {
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return false
 	}
@@ -287,7 +289,7 @@ func listening(addr string) bool {
 
 func waitListening(ctx context.Context, addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for !listening(addr) {
+	for !listening(ctx, addr) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cluster started but nothing listens on %s after %s", addr, timeout)
 		}
