@@ -44,6 +44,8 @@ type Agent struct {
 	// StopWhen, when set, is asked after every step whose result has no
 	// tool calls left to run; true ends the turn.
 	StopWhen func(StepResult) bool
+	// Hooks observe the agent's lifecycle (see [Hooks]); nil means none.
+	Hooks *Hooks
 }
 
 // EffectiveMaxSteps returns MaxSteps, or DefaultMaxSteps when it is 0.
