@@ -8,8 +8,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/wI2L/jsondiff"
 
 	helix "github.com/helix-agents/helix-dbos"
 )
@@ -64,4 +67,76 @@ func IsObject(doc []byte) bool {
 		return false
 	}
 	return json.Valid(doc)
+}
+
+// Diff returns the RFC 6902 operations that turn before into after. An
+// element added at the end of an array is expressed as an append ("add" at
+// "/path/-") so that appends of parallel tools compose when merged; other
+// changes keep their indexes (and so are last-write-wins).
+func Diff(before, after json.RawMessage) ([]helix.PatchOp, error) {
+	if len(bytes.TrimSpace(before)) == 0 {
+		before = json.RawMessage("{}")
+	}
+	if len(bytes.TrimSpace(after)) == 0 {
+		after = json.RawMessage("{}")
+	}
+	patch, err := jsondiff.CompareJSON(before, after)
+	if err != nil {
+		return nil, fmt.Errorf("statepatch: diff custom state: %w", err)
+	}
+	var base any
+	if err := json.Unmarshal(before, &base); err != nil {
+		return nil, fmt.Errorf("statepatch: decode custom state: %w", err)
+	}
+	ops := make([]helix.PatchOp, 0, len(patch))
+	for _, op := range patch {
+		p := helix.PatchOp{Op: op.Type, Path: op.Path, From: op.From}
+		if op.Type == "add" || op.Type == "replace" || op.Type == "test" {
+			v, err := json.Marshal(op.Value)
+			if err != nil {
+				return nil, fmt.Errorf("statepatch: encode value at %s: %w", op.Path, err)
+			}
+			p.Value = v
+		}
+		if op.Type == "add" {
+			p.Path = appendPath(base, op.Path)
+		}
+		ops = append(ops, p)
+	}
+	return ops, nil
+}
+
+// appendPath rewrites "/a/b/N" to "/a/b/-" when N is the length of the array
+// at /a/b in doc (an add at the end).
+func appendPath(doc any, path string) string {
+	i := strings.LastIndexByte(path, '/')
+	if i < 0 {
+		return path
+	}
+	n, err := strconv.Atoi(path[i+1:])
+	if err != nil {
+		return path
+	}
+	parent := doc
+	if i > 0 {
+		for _, tok := range strings.Split(path[1:i], "/") {
+			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+			switch v := parent.(type) {
+			case map[string]any:
+				parent = v[tok]
+			case []any:
+				k, err := strconv.Atoi(tok)
+				if err != nil || k < 0 || k >= len(v) {
+					return path
+				}
+				parent = v[k]
+			default:
+				return path
+			}
+		}
+	}
+	if arr, ok := parent.([]any); ok && n == len(arr) {
+		return path[:i] + "/-"
+	}
+	return path
 }

@@ -174,7 +174,9 @@ func (s *Store) Pool() *pgxpool.Pool { return s.shared.pool }
 // WithQuerier returns a view of the store whose session-store methods run on
 // q, typically the transaction of a durable step, so they commit or roll
 // back with it. Multi-statement methods run directly on q (it already
-// provides atomicity). Stream methods keep using the pool.
+// provides atomicity). Append and the stream lifecycle methods (EndStream,
+// FailStream, ReactivateStream, CleanupToStep, ResetStream) join q as well;
+// Writers and Readers keep using the pool.
 func (s *Store) WithQuerier(q Querier) *Store {
 	return &Store{q: q, inTx: true, shared: s.shared}
 }

@@ -282,9 +282,9 @@ func (s *Store) FailStream(ctx context.Context, streamID, message string) error 
 
 // ReactivateStream implements store.StreamStore.
 func (s *Store) ReactivateStream(ctx context.Context, streamID string) error {
-	n, err := s.shared.pool.Exec(ctx, `UPDATE helix.streams SET status = 'active', final_output = NULL, error = NULL,
+	n, err := s.q.Exec(ctx, `UPDATE helix.streams SET status = 'active', final_output = NULL, error = NULL,
 		updated_at = now() WHERE stream_id = $1`, streamID)
-	if err == nil && n.RowsAffected() == 0 {
+	if err == nil && n == 0 {
 		err = notFound("stream", streamID)
 	}
 	return wrap(err, "reactivate stream %s", streamID)
@@ -350,9 +350,13 @@ func (s *Store) truncate(ctx context.Context, q Querier, streamID string, step i
 	return s.notify(ctx, q, streamID)
 }
 
-// streamTx runs fn in a transaction on the pool (stream operations never
-// join a caller's transaction, except Append).
+// streamTx runs fn in a transaction on the pool, or directly on the
+// caller's transaction for a WithQuerier view (so a durable step can end or
+// clean a stream atomically with its other writes).
 func (s *Store) streamTx(ctx context.Context, fn func(q Querier) error) error {
+	if s.inTx {
+		return fn(s.q)
+	}
 	tx, err := s.shared.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -369,7 +373,7 @@ func (s *Store) GetStreamInfo(ctx context.Context, streamID string) (*store.Stre
 	var info store.StreamInfo
 	var status string
 	var final []byte
-	err := s.shared.pool.QueryRow(ctx, `SELECT stream_id, COALESCE(owner_session_id, ''), status, latest_seq,
+	err := s.q.QueryRow(ctx, `SELECT stream_id, COALESCE(owner_session_id, ''), status, latest_seq,
 			(SELECT count(*) FROM helix.stream_chunks c WHERE c.stream_id = s.stream_id),
 			final_output, COALESCE(error, ''), truncation_epoch, created_at, updated_at
 		FROM helix.streams s WHERE stream_id = $1`, streamID).
@@ -463,4 +467,27 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 		return nil, streamState{}, notFound("stream", streamID)
 	}
 	return out, state, nil
+}
+
+// HasChunksAfterStep reports whether the stream holds chunks of steps after
+// step above minSequence: the trace of an attempt that crashed before its
+// step was checkpointed, which the runtime cleans up with CleanupToStep.
+// Read-only.
+func (s *Store) HasChunksAfterStep(ctx context.Context, streamID string, step int, minSequence int64) (bool, error) {
+	var found bool
+	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM helix.stream_chunks WHERE stream_id = $1 AND seq > $2 AND step > $3)`,
+		streamID, minSequence, step).Scan(&found)
+	return found, wrap(err, "inspect stream %s", streamID)
+}
+
+// LatestSequence returns the stream's latest sequence number (0 for an empty
+// stream) without counting its chunks. Read-only; joins a WithQuerier
+// transaction.
+func (s *Store) LatestSequence(ctx context.Context, streamID string) (int64, error) {
+	var latest int64
+	err := s.q.QueryRow(ctx, `SELECT latest_seq FROM helix.streams WHERE stream_id = $1`, streamID).Scan(&latest)
+	if isNoRows(err) {
+		err = notFound("stream", streamID)
+	}
+	return latest, wrap(err, "read stream %s", streamID)
 }

@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// Interrupt asks a running session to stop: it writes the durable interrupt
+// flag, which the run observes before its next step (from any process). The
+// run then ends interrupted and the session can be resumed.
+func (e *Engine) Interrupt(ctx context.Context, sessionID, reason string) error {
+	st, err := e.store.LoadState(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	if st.Status != helix.SessionActive {
+		return fmt.Errorf("engine: session %s is %s: only a running session can be interrupted", sessionID, st.Status)
+	}
+	if reason == "" {
+		reason = "interrupted"
+	}
+	return e.store.SetInterruptFlag(ctx, sessionID, reason)
+}
+
+// CanResume reports whether Resume would accept the session, and why not.
+func (e *Engine) CanResume(ctx context.Context, sessionID string) (helix.CanResumeResult, error) {
+	st, err := e.store.LoadState(ctx, sessionID)
+	if err != nil {
+		return helix.CanResumeResult{}, err
+	}
+	return canResume(st), nil
+}
+
+func canResume(st *store.SessionState) helix.CanResumeResult {
+	switch st.Status {
+	case helix.SessionInterrupted:
+		return helix.CanResumeResult{CanResume: true}
+	case helix.SessionActive:
+		return helix.CanResumeResult{Reason: "the session is running"}
+	case helix.SessionCompleted:
+		return helix.CanResumeResult{Reason: "the session completed: start its next turn with Execute"}
+	case helix.SessionFailed:
+		return helix.CanResumeResult{Reason: "the session failed: run it again with Retry"}
+	}
+	return helix.CanResumeResult{Reason: fmt.Sprintf("the session is %s", st.Status)}
+}
+
+// ResumeOptions refine Resume.
+type ResumeOptions struct {
+	// Message, when set, is appended as a user message before the run
+	// continues.
+	Message string
+}
+
+// Resume continues an interrupted session from its last committed step in
+// a new run (workflow {sessionId}-resume-{N}), emitting run_resumed. Of
+// concurrent resumes exactly one wins; the others get
+// *helix.AgentAlreadyRunningError. A session that cannot be resumed gets
+// *helix.AgentNotResumableError.
+func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptions) (*Handle, error) {
+	if err := e.requireLaunched(); err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &ResumeOptions{}
+	}
+	var runID, workflowID string
+	err := e.inTx(ctx, func(s *postgres.Store) error {
+		st, err := s.LoadState(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		if _, err := e.env.Agent(st.AgentType); err != nil {
+			return err
+		}
+		if c := canResume(st); !c.CanResume {
+			if st.Status == helix.SessionActive {
+				return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(st.Status)}
+			}
+			return &helix.AgentNotResumableError{SessionID: sessionID, CurrentStatus: string(st.Status), Reason: c.Reason}
+		}
+		cas, err := s.CompareAndSetStatus(ctx, sessionID, []helix.SessionStatus{helix.SessionInterrupted}, helix.SessionActive,
+			&store.CASOptions{ExpectedVersion: st.Version})
+		if err != nil {
+			return err
+		}
+		if !cas.OK {
+			return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(cas.CurrentStatus)}
+		}
+		prev, err := s.GetCurrentRun(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		var msgs []helix.Message
+		mode := "continue"
+		if opts.Message != "" {
+			msgs, mode = []helix.Message{helix.UserMessage(opts.Message)}, "with_message"
+		}
+		var cp *string
+		if st.CheckpointID != "" {
+			cp = &st.CheckpointID
+		}
+		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "resume", prev.RunID, msgs, func(runID string) helix.Chunk {
+			return &helix.RunResumedChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
+				RunID: runID, FromCheckpointID: cp, FromStepCount: st.StepCount, Mode: mode}
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.launchRun(sessionID, runID, workflowID)
+}
+
+// Retry modes.
+const (
+	RetryFromCheckpoint = "from_checkpoint"
+	RetryFromStart      = "from_start"
+)
+
+// RetryOptions refine Retry.
+type RetryOptions struct {
+	// Mode is RetryFromCheckpoint (default) or RetryFromStart.
+	Mode string
+	// CheckpointID picks the checkpoint; default the latest.
+	CheckpointID string
+	// Message, when set, is appended as a user message before the run.
+	Message string
+}
+
+// Retry runs a failed or interrupted session again in a new run (workflow
+// {sessionId}-retry-{N}). From a checkpoint (the default; the latest unless
+// one is named) the message log, custom state and step count go back to the
+// checkpoint's; from the start the session keeps only its messages before
+// the first model answer and its initial state. Stream chunks after the
+// restored point are removed and a stream_resync (reason retry) is emitted.
+func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions) (*Handle, error) {
+	if err := e.requireLaunched(); err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &RetryOptions{}
+	}
+	mode := opts.Mode
+	if mode == "" {
+		mode = RetryFromCheckpoint
+	}
+	if mode != RetryFromCheckpoint && mode != RetryFromStart {
+		return nil, fmt.Errorf("engine: unknown retry mode %q (want %q or %q)", opts.Mode, RetryFromCheckpoint, RetryFromStart)
+	}
+	var runID, workflowID string
+	err := e.inTx(ctx, func(s *postgres.Store) error {
+		st, err := s.LoadState(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		def, err := e.env.Agent(st.AgentType)
+		if err != nil {
+			return err
+		}
+		switch st.Status {
+		case helix.SessionFailed, helix.SessionInterrupted:
+		case helix.SessionActive:
+			return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(st.Status)}
+		default:
+			return &helix.AgentNotResumableError{SessionID: sessionID, CurrentStatus: string(st.Status),
+				Reason: "only a failed or interrupted session can be retried; start a new turn with Execute"}
+		}
+		var cp *store.Checkpoint
+		if mode == RetryFromCheckpoint {
+			if opts.CheckpointID != "" {
+				if cp, err = s.GetCheckpoint(ctx, opts.CheckpointID); err != nil {
+					return err
+				}
+				if cp.SessionID != sessionID {
+					return fmt.Errorf("engine: checkpoint %s belongs to session %s", cp.ID, cp.SessionID)
+				}
+			} else if cp, err = s.GetLatestCheckpoint(ctx, sessionID); err != nil && !errors.Is(err, helix.ErrNotFound) {
+				return err
+			}
+		}
+		version := st.Version
+		var keep int
+		var fromSeq int64
+		if cp != nil {
+			keep, st.CustomState, st.StepCount = cp.MessageCount, cp.CustomState, cp.StepCount
+			if cp.StreamSequence != nil {
+				fromSeq = *cp.StreamSequence
+			}
+		} else {
+			if keep, err = messagesBeforeFirstAnswer(ctx, s, sessionID); err != nil {
+				return err
+			}
+			st.CustomState, st.StepCount = def.Agent.InitialState, 0
+			if len(st.CustomState) == 0 {
+				st.CustomState = []byte("{}")
+			}
+		}
+		if err := s.TruncateMessages(ctx, sessionID, keep); err != nil {
+			return err
+		}
+		st.Status, st.Output, st.Error, st.FailureReason, st.InterruptContext = helix.SessionActive, nil, "", "", nil
+		if _, err := s.SaveState(ctx, st, version); err != nil {
+			var stale *helix.StaleStateError
+			if errors.As(err, &stale) {
+				return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(helix.SessionActive)}
+			}
+			return err
+		}
+		if err := s.ClearInterruptFlag(ctx, sessionID); err != nil {
+			return err
+		}
+		if err := s.ReactivateStream(ctx, st.StreamID); err != nil {
+			return err
+		}
+		res, err := s.CleanupToStep(ctx, st.StreamID, -1, fromSeq)
+		if err != nil {
+			return err
+		}
+		prev, err := s.GetCurrentRun(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		var msgs []helix.Message
+		if opts.Message != "" {
+			msgs = []helix.Message{helix.UserMessage(opts.Message)}
+		}
+		cpID := ""
+		if cp != nil {
+			cpID = cp.ID
+		}
+		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "retry", prev.RunID, msgs, func(string) helix.Chunk {
+			return &helix.StreamResyncChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
+				CheckpointID: cpID, StepCount: st.StepCount, MessageCount: keep + len(msgs), FromSequence: res.MinSequence,
+				Reason: helix.ResyncRetry}
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.launchRun(sessionID, runID, workflowID)
+}
+
+// messagesBeforeFirstAnswer counts the messages before the first assistant
+// message: the session's original input.
+func messagesBeforeFirstAnswer(ctx context.Context, s *postgres.Store, sessionID string) (int, error) {
+	page, err := s.GetMessages(ctx, sessionID, &store.GetMessagesOptions{Limit: store.MaxPageSize})
+	if err != nil {
+		return 0, err
+	}
+	for i, m := range page.Messages {
+		if m.Role == helix.RoleAssistant {
+			return i, nil
+		}
+	}
+	return len(page.Messages), nil
+}
+
+// Abort stops a running session now: its workflow is cancelled (it stops
+// at its next step boundary) and the session and run are failed with
+// reason (error code "aborted"). An aborted session can be retried.
+func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
+	if err := e.requireLaunched(); err != nil {
+		return err
+	}
+	if reason == "" {
+		reason = "aborted"
+	}
+	st, err := e.store.LoadState(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	if st.Status != helix.SessionActive {
+		return fmt.Errorf("engine: session %s is %s: only a running session can be aborted", sessionID, st.Status)
+	}
+	run, err := e.store.GetCurrentRun(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	if run.WorkflowID != "" {
+		if err := dbos.CancelWorkflow(e.dbos, run.WorkflowID); err != nil {
+			return fmt.Errorf("engine: cancel workflow %s: %w", run.WorkflowID, err)
+		}
+	}
+	msg := "aborted: " + reason
+	return e.inTx(ctx, func(s *postgres.Store) error {
+		if err := s.UpdateStatus(ctx, sessionID, helix.SessionFailed, &store.StatusUpdate{Error: msg}); err != nil {
+			return err
+		}
+		if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{Error: msg}); err != nil {
+			return err
+		}
+		if _, err := s.Append(ctx, st.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.ErrorChunk{
+			Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount}, Error: msg, Code: helix.CodeAborted,
+		}}}); err != nil {
+			return err
+		}
+		if st.IsRoot() {
+			return s.FailStream(ctx, st.StreamID, msg)
+		}
+		return nil
+	})
+}
+
+// Session returns a session's stored state.
+func (e *Engine) Session(ctx context.Context, sessionID string) (*store.SessionState, error) {
+	return e.store.LoadState(ctx, sessionID)
+}
+
+// Messages returns one page of a session's messages, oldest first.
+func (e *Engine) Messages(ctx context.Context, sessionID string, opts *store.GetMessagesOptions) (*store.MessagePage, error) {
+	return e.store.GetMessages(ctx, sessionID, opts)
+}
+
+// Runs returns a session's runs by turn.
+func (e *Engine) Runs(ctx context.Context, sessionID string) ([]store.Run, error) {
+	return e.store.ListRuns(ctx, sessionID)
+}
+
+// Checkpoints returns one page of a session's checkpoints, oldest first.
+func (e *Engine) Checkpoints(ctx context.Context, sessionID string, opts *store.ListOptions) (*store.CheckpointPage, error) {
+	return e.store.ListCheckpoints(ctx, sessionID, opts)
+}
+
+// Sessions lists sessions, newest first.
+func (e *Engine) Sessions(ctx context.Context, opts store.ListSessionsOptions) ([]store.SessionSummary, error) {
+	return e.store.ListSessions(ctx, opts)
+}

@@ -1,0 +1,238 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/rs/zerolog"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/migrations"
+	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+	"github.com/helix-agents/helix-dbos/workflows"
+)
+
+// Engine runs agents as durable workflows. Create it with New, register
+// agents, Launch it, and Shutdown when done. An Engine is safe for
+// concurrent use.
+type Engine struct {
+	cfg   Config
+	log   zerolog.Logger
+	pool  *pgxpool.Pool
+	dbos  dbos.Context
+	store *postgres.Store
+	env   *steps.Env
+	turn  dbos.Workflow[workflows.TurnInput, steps.Outcome]
+
+	mu       sync.Mutex
+	launched bool
+	closed   bool
+}
+
+// New builds an engine: it connects to the database and prepares DBOS, but
+// runs nothing until Launch.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	pool := cfg.Pool
+	if pool == nil {
+		var err error
+		if pool, err = pgxpool.New(ctx, cfg.DatabaseURL); err != nil {
+			return nil, fmt.Errorf("engine: open database: %w (check Config.DatabaseURL)", err)
+		}
+	}
+	fail := func(err error) (*Engine, error) {
+		if cfg.Pool == nil {
+			pool.Close()
+		}
+		return nil, err
+	}
+	dctx, err := dbos.NewContext(ctx, dbos.Config{
+		AppName:            cfg.AppName,
+		SystemDBPool:       pool,
+		Logger:             slog.New(zerolog.NewSlogHandler(log.With().Str("component", "dbos").Logger())),
+		ExecutorID:         cfg.ExecutorID,
+		ApplicationVersion: cfg.ApplicationVersion,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("engine: initialize DBOS: %w", err))
+	}
+	st, err := postgres.New(pool, append([]postgres.Option{postgres.WithLogger(log)}, cfg.StoreOptions...)...)
+	if err != nil {
+		return fail(err)
+	}
+	ds, err := dbos.NewDataSource(dctx, pool)
+	if err != nil {
+		return fail(fmt.Errorf("engine: DBOS data source: %w", err))
+	}
+	env := steps.NewEnv(st, log)
+	env.DataSource = ds
+	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env)}
+	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))
+	return e, nil
+}
+
+// Register makes agents runnable and recoverable by this engine. Register
+// every agent before Launch: recovery resumes sessions by agent type, and a
+// session whose type is not registered fails with a clear error. Registering
+// the same *helix.Agent again is a no-op; another definition under a used
+// name is an error.
+func (e *Engine) Register(agents ...*helix.Agent) error {
+	for _, a := range agents {
+		def, err := compile(a)
+		if err != nil {
+			return err
+		}
+		if err := e.env.Register(def); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func compile(a *helix.Agent) (*steps.AgentDef, error) {
+	def, err := steps.NewAgentDef(a)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range def.Tools {
+		if t.ExecutesOnClient() || t.NeedsApprovalCheck() {
+			return nil, &helix.DefinitionError{Kind: "agent", Name: a.Name, Field: "Tools",
+				Reason: fmt.Sprintf("tool %q is client-executed or approval-gated; human-in-the-loop tools are not supported by this version of the engine", t.Name())}
+		}
+	}
+	return def, nil
+}
+
+// Launch runs the helix migrations (unless Config.SkipMigrations), launches
+// DBOS, which recovers this executor's pending workflows, and starts the
+// runs whose workflow was never started (a process that died between
+// recording a run and starting it).
+func (e *Engine) Launch(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errors.New("engine: Launch after Shutdown: build a new engine")
+	}
+	if e.launched {
+		return nil
+	}
+	if !e.cfg.SkipMigrations {
+		db := stdlib.OpenDBFromPool(e.pool)
+		_, err := migrations.Up(ctx, db)
+		_ = db.Close()
+		if err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
+	}
+	if err := dbos.Launch(e.dbos); err != nil {
+		return fmt.Errorf("engine: launch DBOS: %w", err)
+	}
+	e.launched = true
+	if err := e.startOrphans(ctx); err != nil {
+		return fmt.Errorf("engine: start recorded runs: %w", err)
+	}
+	e.log.Info().Str("event", "engine.launched").Str("executorId", e.cfg.ExecutorID).
+		Str("applicationVersion", e.cfg.ApplicationVersion).Msg("engine launched")
+	return nil
+}
+
+// startOrphans starts the workflow of every running run that has none. Safe
+// to run from several processes: workflow IDs are deterministic and DBOS
+// starts a workflow ID once.
+func (e *Engine) startOrphans(ctx context.Context) error {
+	rows, err := e.pool.Query(ctx, `
+SELECT r.session_id, r.run_id, r.workflow_id FROM helix.runs r
+WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
+  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`)
+	if err != nil {
+		return err
+	}
+	type orphan struct{ session, run, wf string }
+	var orphans []orphan
+	for rows.Next() {
+		var o orphan
+		if err := rows.Scan(&o.session, &o.run, &o.wf); err != nil {
+			rows.Close()
+			return err
+		}
+		orphans = append(orphans, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, o := range orphans {
+		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.session).Str("runId", o.run).
+			Msg("starting a recorded run whose workflow was never started")
+		if err := e.start(o.session, o.run, o.wf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start starts (or joins, when it exists) a run's workflow.
+func (e *Engine) start(sessionID, runID, workflowID string) error {
+	_, err := dbos.RunWorkflow(e.dbos, e.turn, workflows.TurnInput{SessionID: sessionID, RunID: runID}, dbos.WithWorkflowID(workflowID))
+	if err != nil {
+		return fmt.Errorf("engine: start workflow %s: %w", workflowID, err)
+	}
+	return nil
+}
+
+// Shutdown stops DBOS (running workflows stop at their next step and are
+// recovered by the next process with this executor ID), closes the store
+// and the pool. Idempotent.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	timeout := e.cfg.ShutdownTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, max(0, time.Until(d)))
+	}
+	err := dbos.Shutdown(e.dbos, timeout)
+	if cerr := e.store.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if e.cfg.Pool == nil {
+		e.pool.Close()
+	}
+	return err
+}
+
+// Store returns the engine's store, for queries beyond the engine's own.
+func (e *Engine) Store() *postgres.Store { return e.store }
+
+// DBOS returns the engine's DBOS context, for applications that run their
+// own workflows beside the agents.
+func (e *Engine) DBOS() dbos.Context { return e.dbos }
+
+func (e *Engine) requireLaunched() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return errors.New("engine: the engine is shut down")
+	case !e.launched:
+		return errors.New("engine: call Launch before running agents")
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// Input is what a run starts from: a user message and/or, for a new
+// session, its initial custom state.
+type Input struct {
+	// Message is a user message appended before the first step.
+	Message string
+	// Messages are appended as they are (after Message), for callers that
+	// need other roles or metadata.
+	Messages []helix.Message
+	// State is the initial custom state of a new session (a JSON object);
+	// it overrides Agent.InitialState. Not allowed when continuing a
+	// session.
+	State json.RawMessage
+}
+
+func (in Input) messages() []helix.Message {
+	var msgs []helix.Message
+	if in.Message != "" {
+		msgs = append(msgs, helix.UserMessage(in.Message))
+	}
+	return append(msgs, in.Messages...)
+}
+
+// ExecuteOptions refine Execute. The zero value starts a new session with a
+// generated ID.
+type ExecuteOptions struct {
+	// SessionID names the session. A new ID creates the session; the ID of
+	// a completed session starts its next turn (multi-turn continuation).
+	SessionID string
+	// Branch creates the new session from a checkpoint of another session.
+	Branch *Branch
+	// UserID, Tags and Metadata are stored on a new session.
+	UserID   string
+	Tags     []string
+	Metadata map[string]string
+}
+
+// Branch names the checkpoint a new session starts from.
+type Branch struct {
+	FromSessionID string
+	// CheckpointID defaults to the source session's latest checkpoint.
+	CheckpointID string
+}
+
+// Execute starts a run of agent and returns its handle without waiting.
+//
+// With a new session ID (or none) it creates the session. With the ID of a
+// completed session it starts the next turn: a new run record, a fresh
+// MaxSteps budget, the step counter from 0 and the whole prior conversation.
+// A session that is running (or interrupted, or failed) is refused with
+// *helix.AgentAlreadyRunningError (or an error naming Resume or Retry); of
+// two processes racing to continue one session, exactly one wins.
+//
+// The session, the run record and the input messages are written in one
+// transaction before the workflow starts; a process that dies in between
+// leaves a recorded run that the next Launch starts.
+func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (*Handle, error) {
+	if err := e.requireLaunched(); err != nil {
+		return nil, err
+	}
+	if err := e.Register(agent); err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &ExecuteOptions{}
+	}
+	msgs := in.messages()
+	for i, m := range msgs {
+		if err := m.Validate(); err != nil {
+			return nil, fmt.Errorf("engine: input message %d: %w", i, err)
+		}
+	}
+	sessionID := opts.SessionID
+	if sessionID == "" {
+		sessionID = uuid.Must(uuid.NewV7()).String()
+	}
+	var runID, workflowID string
+	err := e.inTx(ctx, func(s *postgres.Store) error {
+		st, err := s.LoadState(ctx, sessionID)
+		switch {
+		case errors.Is(err, helix.ErrNotFound):
+			if err := e.createSession(ctx, s, agent, in, opts, sessionID, len(msgs)); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case opts.Branch != nil:
+			return fmt.Errorf("engine: session %s already exists: a branch needs a new session ID", sessionID)
+		default:
+			if err := e.continueSession(ctx, s, agent, in, st, len(msgs)); err != nil {
+				return err
+			}
+		}
+		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "turn", "", msgs, nil)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.launchRun(sessionID, runID, workflowID)
+}
+
+func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, opts *ExecuteOptions, sessionID string, inputs int) error {
+	if b := opts.Branch; b != nil {
+		if len(in.State) > 0 {
+			return errors.New("engine: Input.State is not allowed with a branch: the branch starts from the checkpoint's state")
+		}
+		src, err := s.LoadState(ctx, b.FromSessionID)
+		if err != nil {
+			return fmt.Errorf("engine: branch source: %w", err)
+		}
+		if src.AgentType != agent.Name {
+			return fmt.Errorf("engine: cannot branch session %s of agent %q with agent %q", b.FromSessionID, src.AgentType, agent.Name)
+		}
+		_, err = s.CloneSession(ctx, store.CloneParams{FromSessionID: b.FromSessionID, CheckpointID: b.CheckpointID, ToSessionID: sessionID})
+		return err
+	}
+	if inputs == 0 && len(in.State) == 0 {
+		return errors.New("engine: empty input: give a message (Input.Message or Input.Messages) or an initial state")
+	}
+	state := in.State
+	if len(state) == 0 {
+		state = agent.InitialState
+	}
+	_, err := s.CreateSession(ctx, store.CreateSessionParams{
+		SessionID: sessionID, AgentType: agent.Name, CustomState: state, Mode: helix.SessionModeStandard,
+		UserID: opts.UserID, Tags: opts.Tags, Metadata: opts.Metadata,
+	})
+	var exists *helix.SessionExistsError
+	if errors.As(err, &exists) {
+		return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(helix.SessionActive)}
+	}
+	return err
+}
+
+// continueSession reopens a completed session for its next turn.
+func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, st *store.SessionState, inputs int) error {
+	if st.AgentType != agent.Name {
+		return fmt.Errorf("engine: session %s belongs to agent %q, not %q", st.SessionID, st.AgentType, agent.Name)
+	}
+	switch st.Status {
+	case helix.SessionCompleted:
+	case helix.SessionActive:
+		return &helix.AgentAlreadyRunningError{SessionID: st.SessionID, CurrentStatus: string(st.Status)}
+	case helix.SessionInterrupted:
+		return fmt.Errorf("engine: session %s is interrupted: continue it with Resume, or start over with Retry", st.SessionID)
+	default:
+		return fmt.Errorf("engine: session %s is %s: only a completed session takes a new turn; use Retry to run it again", st.SessionID, st.Status)
+	}
+	if len(in.State) > 0 {
+		return fmt.Errorf("engine: session %s exists: Input.State only seeds new sessions", st.SessionID)
+	}
+	if inputs == 0 {
+		return fmt.Errorf("engine: continuing session %s needs a message", st.SessionID)
+	}
+	if err := healFinish(ctx, s, st); err != nil {
+		return err
+	}
+	version := st.Version
+	st.Status, st.StepCount, st.Output, st.Error, st.FailureReason = helix.SessionActive, 0, nil, "", ""
+	if _, err := s.SaveState(ctx, st, version); err != nil {
+		var stale *helix.StaleStateError
+		if errors.As(err, &stale) {
+			return &helix.AgentAlreadyRunningError{SessionID: st.SessionID, CurrentStatus: string(helix.SessionActive)}
+		}
+		return err
+	}
+	return s.ReactivateStream(ctx, st.StreamID)
+}
+
+// healFinish appends the missing result of a dangling __finish__ call (the
+// legacy reopen heal: sessions completed before the eager heal existed).
+func healFinish(ctx context.Context, s *postgres.Store, st *store.SessionState) error {
+	if st.MessageCount == 0 {
+		return nil
+	}
+	page, err := s.GetMessages(ctx, st.SessionID, &store.GetMessagesOptions{Offset: st.MessageCount - 1, Limit: 1})
+	if err != nil || len(page.Messages) == 0 {
+		return err
+	}
+	last := page.Messages[0]
+	if last.Role != helix.RoleAssistant {
+		return nil
+	}
+	var heal []helix.Message
+	for _, c := range last.ToolCalls {
+		if helix.IsFinishTool(c.Name) {
+			heal = append(heal, helix.ToolResultMessage(c.ID, c.Name, steps.FinishAck))
+		}
+	}
+	if len(heal) == 0 {
+		return nil
+	}
+	n, err := s.AppendMessages(ctx, st.SessionID, heal)
+	st.MessageCount = n
+	return err
+}
+
+// beginRun records a run (kind: turn, resume or retry) with its
+// deterministic workflow ID and appends the input messages.
+func (e *Engine) beginRun(ctx context.Context, s *postgres.Store, sessionID, kind, previousRunID string, msgs []helix.Message, first func(runID string) helix.Chunk) (runID, workflowID string, err error) {
+	st, err := s.LoadState(ctx, sessionID)
+	if err != nil {
+		return "", "", err
+	}
+	turn := 1
+	if cur, err := s.GetCurrentRun(ctx, sessionID); err == nil {
+		turn = cur.Turn + 1
+	} else if !errors.Is(err, helix.ErrNotFound) {
+		return "", "", err
+	}
+	latest, err := s.LatestSequence(ctx, st.StreamID)
+	if err != nil {
+		return "", "", err
+	}
+	n := turn
+	if kind == "resume" {
+		if n, err = s.IncrementResumeCount(ctx, sessionID); err != nil {
+			return "", "", err
+		}
+	}
+	runID = uuid.Must(uuid.NewV7()).String()
+	workflowID = fmt.Sprintf("%s-%s-%d", sessionID, kind, n)
+	if _, err := s.CreateRun(ctx, store.CreateRunParams{RunID: runID, SessionID: sessionID, Turn: turn,
+		StartSequence: latest, WorkflowID: workflowID, PreviousRunID: previousRunID}); err != nil {
+		return "", "", err
+	}
+	if len(msgs) > 0 {
+		if _, err := s.AppendMessages(ctx, sessionID, msgs); err != nil {
+			return "", "", err
+		}
+	}
+	if first != nil {
+		if _, err := s.Append(ctx, st.StreamID, []store.ChunkWrite{{RunID: runID, Chunk: first(runID)}}); err != nil {
+			return "", "", err
+		}
+	}
+	return runID, workflowID, nil
+}
+
+func (e *Engine) launchRun(sessionID, runID, workflowID string) (*Handle, error) {
+	if err := e.start(sessionID, runID, workflowID); err != nil {
+		// The run is recorded: the next Launch (here or elsewhere) starts it.
+		return nil, fmt.Errorf("%w (the run is recorded and starts at the next Launch)", err)
+	}
+	return &Handle{SessionID: sessionID, RunID: runID, WorkflowID: workflowID, e: e}, nil
+}
+
+// inTx runs fn on a store view inside one transaction.
+func (e *Engine) inTx(ctx context.Context, fn func(s *postgres.Store) error) error {
+	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		return fn(e.store.WithQuerier(postgres.PgxQuerier(tx)))
+	})
+}

@@ -1,0 +1,172 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// Handle observes and controls one run. Handles are cheap values: Engine.Run
+// rebuilds one from IDs in any process.
+type Handle struct {
+	SessionID  string
+	RunID      string
+	WorkflowID string
+	e          *Engine
+}
+
+// Run returns a handle on an existing run of a session (the latest when
+// runID is empty).
+func (e *Engine) Run(ctx context.Context, sessionID, runID string) (*Handle, error) {
+	var run *store.Run
+	var err error
+	if runID == "" {
+		run, err = e.store.GetCurrentRun(ctx, sessionID)
+	} else {
+		run, err = e.store.GetRun(ctx, runID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if run.SessionID != sessionID {
+		return nil, fmt.Errorf("engine: run %s belongs to session %s, not %s", run.RunID, run.SessionID, sessionID)
+	}
+	return &Handle{SessionID: sessionID, RunID: run.RunID, WorkflowID: run.WorkflowID, e: e}, nil
+}
+
+// Result waits until the run ends (completed, failed or interrupted) and
+// returns its outcome, or returns ctx's error. It reads the durable run
+// record, so it works from any process and after restarts.
+func (h *Handle) Result(ctx context.Context) (helix.AgentResult, error) {
+	wait := 2 * time.Millisecond
+	for {
+		run, err := h.e.store.GetRun(ctx, h.RunID)
+		if err != nil {
+			return helix.AgentResult{}, err
+		}
+		if run.Status.Final() || run.Status.Suspended() {
+			return h.result(ctx, run)
+		}
+		select {
+		case <-ctx.Done():
+			return helix.AgentResult{}, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*3/2, 100*time.Millisecond)
+	}
+}
+
+func (h *Handle) result(ctx context.Context, run *store.Run) (helix.AgentResult, error) {
+	res := helix.AgentResult{SessionID: h.SessionID, RunID: h.RunID, Status: helix.RunStatusToAgentStatus(run.Status), Error: run.Error}
+	switch run.Status {
+	case helix.RunCompleted:
+		st, err := h.e.store.LoadState(ctx, h.SessionID)
+		if err != nil {
+			return res, err
+		}
+		res.Output = st.Output
+	case helix.RunFailed:
+		// The classified code is in the workflow's outcome.
+		wh, err := dbos.RetrieveWorkflow[steps.Outcome](h.e.dbos, h.WorkflowID)
+		if err == nil {
+			if out, err := wh.GetResult(dbos.WithHandleTimeout(5*time.Second), dbos.WithHandlePollingInterval(20*time.Millisecond)); err == nil {
+				res.ErrorCode = out.Code
+			}
+		}
+	}
+	return res, nil
+}
+
+// Stream returns the run's chunks live, from the run's first chunk, ending
+// after the chunk that ends the run: stream_end, the error chunk of a failed
+// run, or run_interrupted. The iterator yields an error once and stops when
+// reading fails or ctx ends. Chunks are read from Postgres: any process can
+// stream any run.
+func (h *Handle) Stream(ctx context.Context) iter.Seq2[store.StoredChunk, error] {
+	return func(yield func(store.StoredChunk, error) bool) {
+		run, err := h.e.store.GetRun(ctx, h.RunID)
+		if err != nil {
+			yield(store.StoredChunk{}, err)
+			return
+		}
+		st, err := h.e.store.LoadState(ctx, h.SessionID)
+		if err != nil {
+			yield(store.StoredChunk{}, err)
+			return
+		}
+		r, err := h.e.store.NewReader(ctx, st.StreamID, &store.ReaderOptions{FromSequence: run.StartSequence})
+		if err != nil {
+			yield(store.StoredChunk{}, err)
+			return
+		}
+		defer func() { _ = r.Close() }()
+		for {
+			c, err := r.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			var failed *helix.StreamFailedError
+			if errors.As(err, &failed) {
+				return // the error chunk was the last one yielded
+			}
+			if err != nil {
+				yield(store.StoredChunk{}, err)
+				return
+			}
+			if !yield(c, nil) {
+				return
+			}
+			if ends(c, h.RunID) {
+				return
+			}
+		}
+	}
+}
+
+// ends reports whether c is the last chunk of the run.
+func ends(c store.StoredChunk, runID string) bool {
+	switch ch := c.Chunk.(type) {
+	case *helix.StreamEnd:
+		return true
+	case *helix.RunInterruptedChunk:
+		return ch.RunID == runID
+	case *helix.ErrorChunk:
+		return c.RunID == runID
+	}
+	return false
+}
+
+// State returns the session's stored state.
+func (h *Handle) State(ctx context.Context) (*store.SessionState, error) {
+	return h.e.store.LoadState(ctx, h.SessionID)
+}
+
+// Abort stops the run now and fails it with reason (see Engine.Abort).
+func (h *Handle) Abort(ctx context.Context, reason string) error {
+	return h.e.Abort(ctx, h.SessionID, reason)
+}
+
+// CanResume reports whether the session can be resumed.
+func (h *Handle) CanResume(ctx context.Context) (helix.CanResumeResult, error) {
+	return h.e.CanResume(ctx, h.SessionID)
+}
+
+// Resume continues the interrupted session (see Engine.Resume).
+func (h *Handle) Resume(ctx context.Context, opts *ResumeOptions) (*Handle, error) {
+	return h.e.Resume(ctx, h.SessionID, opts)
+}
+
+// Retry runs the session again from a checkpoint or from the start (see
+// Engine.Retry).
+func (h *Handle) Retry(ctx context.Context, opts *RetryOptions) (*Handle, error) {
+	return h.e.Retry(ctx, h.SessionID, opts)
+}

@@ -1,0 +1,131 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// newEngine returns a launched engine on a fresh database.
+func newEngine(t *testing.T, agents ...*helix.Agent) *engine.Engine {
+	t.Helper()
+	return newEngineOn(t, pgtest.NewURL(t), agents...)
+}
+
+func newEngineOn(t *testing.T, url string, agents ...*helix.Agent) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url})
+	require.NoError(t, err)
+	require.NoError(t, e.Register(agents...))
+	require.NoError(t, e.Launch(t.Context()))
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e
+}
+
+// script is a deterministic test model: the step to play is the number of
+// assistant messages in the request, so it survives re-execution.
+func script(steps ...func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error)) helix.Model {
+	return helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		n := 0
+		for _, m := range req.Messages {
+			if m.Role == helix.RoleAssistant {
+				n++
+			}
+		}
+		if n >= len(steps) {
+			return helix.StepResult{}, fmt.Errorf("test script has %d steps, asked for step %d", len(steps), n)
+		}
+		return steps[n](req, cb)
+	})
+}
+
+func text(s string) func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+	return func(_ helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		for _, w := range []string{s[:len(s)/2], s[len(s)/2:]} {
+			cb.TextDelta(w)
+		}
+		return helix.StepResult{Type: helix.StepText, Content: s, StopReason: helix.StopEndTurn, Usage: helix.Usage{InputTokens: 10, OutputTokens: 5}}, nil
+	}
+}
+
+func calls(cs ...helix.ToolCall) func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+	return func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+		return helix.StepResult{Type: helix.StepToolCalls, ToolCalls: cs, StopReason: helix.StopToolUse}, nil
+	}
+}
+
+func call(id, name, args string) helix.ToolCall {
+	return helix.ToolCall{ID: id, Name: name, Arguments: json.RawMessage(args)}
+}
+
+func result(t *testing.T, h *engine.Handle) helix.AgentResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := h.Result(ctx)
+	require.NoError(t, err)
+	return res
+}
+
+// chunks returns the run's chunk types as streamed.
+func chunkTypes(t *testing.T, h *engine.Handle) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var types []string
+	for c, err := range h.Stream(ctx) {
+		require.NoError(t, err)
+		types = append(types, string(c.Chunk.ChunkType()))
+	}
+	return types
+}
+
+func allMessages(t *testing.T, e *engine.Engine, sessionID string) []helix.Message {
+	t.Helper()
+	page, err := e.Messages(t.Context(), sessionID, &store.GetMessagesOptions{Limit: store.MaxPageSize})
+	require.NoError(t, err)
+	return page.Messages
+}
+
+type notes struct {
+	Notes []string `json:"notes"`
+}
+
+// noteTool appends its text to the custom state's notes and counts its
+// executions by idempotency key.
+type executions struct {
+	mu   sync.Mutex
+	keys map[string]int
+}
+
+func (x *executions) record(key string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.keys == nil {
+		x.keys = map[string]int{}
+	}
+	x.keys[key]++
+}
+
+func noteTool(x *executions) *helix.Tool {
+	type in struct {
+		Text string `json:"text"`
+	}
+	return helix.MustNewTool("note", "Record a note", func(ctx context.Context, i in, tc helix.ToolContext) (map[string]string, error) {
+		x.record(tc.IdempotencyKey())
+		err := helix.UpdateState(tc, func(s *notes) error { s.Notes = append(s.Notes, i.Text); return nil })
+		return map[string]string{"saved": i.Text}, err
+	})
+}

@@ -1,0 +1,272 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// FinishAck is the tool-result content appended for an accepted __finish__
+// call (the eager __finish__ heal: the transcript never ends on a tool call
+// without its result, so the next turn's request is valid).
+const FinishAck = `{"status":"output accepted"}`
+
+// BeginInput is the input of the begin step.
+type BeginInput struct {
+	SessionID  string `json:"sessionId"`
+	RunID      string `json:"runId"`
+	WorkflowID string `json:"workflowId"`
+}
+
+// BeginRun returns the transaction that starts executing a run: it reads the
+// run and its session and performs the durable interrupt check of the first
+// step (a set flag ends the run interrupted before any step).
+func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
+	return func(ctx context.Context, tx dbos.Tx) (RunInfo, error) {
+		s := e.InTx(tx)
+		run, err := s.GetRun(ctx, in.RunID)
+		if err != nil {
+			return RunInfo{}, err
+		}
+		st, err := s.LoadState(ctx, in.SessionID)
+		if err != nil {
+			return RunInfo{}, err
+		}
+		info := RunInfo{
+			SessionID: st.SessionID, RunID: run.RunID, AgentType: st.AgentType, StreamID: st.StreamID,
+			RootSessionID: st.RootSessionID, WorkflowID: in.WorkflowID, Turn: run.Turn,
+			PreviousRunID: run.PreviousRunID, StartSequence: run.StartSequence, StartStep: st.StepCount,
+		}
+		if run.Status.Final() {
+			info.Done = &Outcome{Status: run.Status, Error: run.Error, Output: st.Output, Steps: run.StepCount}
+			return info, nil
+		}
+		interrupted, err := e.interruptIfRequested(ctx, s, info, st.StepCount, st.CheckpointID)
+		info.Interrupted = interrupted
+		return info, err
+	}
+}
+
+// interruptIfRequested atomically consumes the durable interrupt flag and,
+// when it was set, ends the run interrupted.
+func (e *Env) interruptIfRequested(ctx context.Context, s *postgres.Store, run RunInfo, step int, checkpointID string) (bool, error) {
+	req, err := s.CheckInterruptFlag(ctx, run.SessionID)
+	if err != nil || !req.Requested {
+		return false, err
+	}
+	if err := s.UpdateStatus(ctx, run.SessionID, helix.SessionInterrupted, &store.StatusUpdate{
+		InterruptContext: &store.InterruptContext{Reason: req.Reason, StepCount: step, Timestamp: nowMS()},
+	}); err != nil {
+		return false, err
+	}
+	if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunInterrupted, &store.RunUpdate{StepCount: &step, Error: req.Reason}); err != nil {
+		return false, err
+	}
+	var cp *string
+	if checkpointID != "" {
+		cp = &checkpointID
+	}
+	_, err = s.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.RunInterruptedChunk{
+		Base: base(run, step), RunID: run.RunID, CheckpointID: cp, Reason: req.Reason,
+	}}})
+	return true, err
+}
+
+// CommitInput is everything one agent step produced.
+type CommitInput struct {
+	Run   RunInfo          `json:"run"`
+	Step  int              `json:"step"`
+	Model helix.StepResult `json:"model"`
+	// Tools are the results of the step's tool calls in the model's order
+	// (__finish__ included, as the runtime answered it).
+	Tools []ToolResult `json:"tools,omitempty"`
+	// Complete ends the turn with this step; Output is the structured output
+	// (nil without one) and Text the final assistant text.
+	Complete bool            `json:"complete,omitempty"`
+	Output   json.RawMessage `json:"output,omitempty"`
+	Text     string          `json:"text,omitempty"`
+	// Nudge, when set, is appended as a user message after the step (the
+	// reminder to call __finish__ when the model answered in text only).
+	Nudge string `json:"nudge,omitempty"`
+}
+
+// CommitOutput reports what the commit wrote.
+type CommitOutput struct {
+	CheckpointID string `json:"checkpointId"`
+	MessageCount int    `json:"messageCount"`
+	// Interrupted is set when the interrupt flag was found set after the
+	// step: the run ended interrupted in the same transaction.
+	Interrupted bool `json:"interrupted,omitempty"`
+}
+
+// CommitStep returns the per-step commit: in one transaction (which also
+// records the DBOS step, so a replay never applies it twice) it appends the
+// step's messages, promotes the tools' staged state changes, writes the
+// checkpoint and counters, records usage, appends the step's closing chunks
+// (tool_end, state_patch, step_end, output, checkpoint_created,
+// step_committed, and stream_end when a root session completes) and checks
+// the interrupt flag for the next step.
+func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
+	return func(ctx context.Context, tx dbos.Tx) (CommitOutput, error) {
+		s := e.InTx(tx)
+		run, step := in.Run, in.Step
+		st, err := s.LoadState(ctx, run.SessionID)
+		if err != nil {
+			return CommitOutput{}, err
+		}
+		if st.Status != helix.SessionActive {
+			// Aborted (or otherwise ended) while this step ran: write nothing.
+			return CommitOutput{}, fmt.Errorf("session %s is %s: step %d discarded", run.SessionID, st.Status, step)
+		}
+		msgs := StepMessages(in)
+		var chunks []store.ChunkWrite
+		add := func(c helix.Chunk) { chunks = append(chunks, store.ChunkWrite{RunID: run.RunID, Chunk: c}) }
+		executed := true
+		var patches []helix.PatchOp
+		usage := []store.UsageRecord{{
+			SessionID: run.SessionID, RunID: run.RunID, Step: step, SourceType: store.UsageModel,
+			SourceName: firstNonEmpty(in.Model.Model, run.AgentType), InputTokens: in.Model.Usage.InputTokens,
+			OutputTokens: in.Model.Usage.OutputTokens, CachedTokens: in.Model.Usage.CachedTokens,
+			CacheWriteTokens: in.Model.Usage.CacheWriteTokens, Success: true, Key: "model:" + StepID(run.RunID, step),
+		}}
+		for _, r := range in.Tools {
+			if helix.IsFinishTool(r.ToolName) {
+				continue
+			}
+			result := r.Result
+			if r.Error != "" || len(result) == 0 {
+				result = json.RawMessage("null")
+			}
+			add(&helix.ToolEndChunk{Base: base(run, step), ToolCallID: r.ToolCallID, ToolName: r.ToolName,
+				Result: result, Error: r.Error, ErrorCode: r.ErrorCode, ProviderExecuted: &executed})
+			patches = append(patches, r.Patches...)
+			d := r.DurationMS
+			usage = append(usage, store.UsageRecord{SessionID: run.SessionID, RunID: run.RunID, Step: step,
+				SourceType: store.UsageTool, SourceName: r.ToolName, DurationMS: &d, Success: r.Error == "",
+				Key: "tool:" + r.ToolCallID})
+		}
+		if len(patches) > 0 {
+			add(&helix.StatePatchChunk{Base: base(run, step), Patches: patches})
+		}
+		u := in.Model.Usage
+		add(&helix.StepEndChunk{Base: base(run, step), StepID: StepID(run.RunID, step), Usage: &u,
+			FinishReason: in.Model.StopReason.FinishReason()})
+		seq, err := s.Append(ctx, run.StreamID, chunks)
+		if err != nil {
+			return CommitOutput{}, err
+		}
+
+		st.StepCount = step
+		if in.Complete {
+			st.Status = helix.SessionCompleted
+			st.Output = in.Output
+			st.Error, st.FailureReason = "", ""
+		}
+		cpID := helix.GenerateCheckpointID(run.SessionID, step)
+		p := store.CommitParams{
+			State: st, ExpectedVersion: st.Version, AppendMessages: msgs,
+			Checkpoint: &store.CheckpointParams{ID: cpID, RunID: run.RunID, StepCount: step, MessageCount: -1,
+				StreamSequence: &seq, Source: "step"},
+		}
+		if len(patches) > 0 {
+			p.PromoteStepID = StepID(run.RunID, step)
+		}
+		res, err := s.SaveStateAndPromoteStaging(ctx, p)
+		if err != nil {
+			return CommitOutput{}, err
+		}
+		for _, w := range res.Warnings {
+			e.Log.Warn().Str("event", "state.patch_skipped").Str("sessionId", run.SessionID).Int("step", step).Msg(w)
+		}
+		if err := s.RecordUsage(ctx, usage); err != nil {
+			return CommitOutput{}, err
+		}
+		runStatus := helix.RunRunning
+		if in.Complete {
+			runStatus = helix.RunCompleted
+		}
+		if err := s.UpdateRunStatus(ctx, run.RunID, runStatus, &store.RunUpdate{StepCount: &step}); err != nil {
+			return CommitOutput{}, err
+		}
+		chunks = chunks[:0]
+		add(&helix.CheckpointCreatedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: res.CheckpointID, StepCount: step})
+		add(&helix.StepCommittedChunk{Base: base(run, step), RunID: run.RunID, StepID: StepID(run.RunID, step), CheckpointID: res.CheckpointID})
+		if in.Complete && len(in.Output) > 0 {
+			add(&helix.OutputChunk{Base: base(run, step), Output: in.Output})
+		}
+		if _, err := s.Append(ctx, run.StreamID, chunks); err != nil {
+			return CommitOutput{}, err
+		}
+		out := CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.State.MessageCount}
+		if in.Complete {
+			if run.IsRoot() {
+				if err := s.EndStream(ctx, run.StreamID, in.Output); err != nil {
+					return CommitOutput{}, err
+				}
+			}
+			return out, nil
+		}
+		out.Interrupted, err = e.interruptIfRequested(ctx, s, run, step, res.CheckpointID)
+		return out, err
+	}
+}
+
+// StepMessages returns the messages a step appends: the assistant message,
+// one tool-result message per call in the model's order, and the nudge.
+func StepMessages(in CommitInput) []helix.Message {
+	m := in.Model
+	assistant := helix.AssistantMessage(m.Content, m.ToolCalls...)
+	assistant.Thinking = m.Thinking
+	msgs := []helix.Message{assistant}
+	for _, r := range in.Tools {
+		content := r.Content()
+		if helix.IsFinishTool(r.ToolName) && r.Error == "" {
+			content = FinishAck
+		}
+		msgs = append(msgs, helix.ToolResultMessage(r.ToolCallID, r.ToolName, content))
+	}
+	if in.Nudge != "" {
+		msgs = append(msgs, helix.UserMessage(in.Nudge))
+	}
+	return msgs
+}
+
+// EndInput ends a run without a committed step (a failure).
+type EndInput struct {
+	Run     RunInfo `json:"run"`
+	Step    int     `json:"step"`
+	Failure Failure `json:"failure"`
+}
+
+// FailRun returns the transaction that fails a run: session and run marked
+// failed with the error, an error chunk, and the root stream failed.
+func (e *Env) FailRun(in EndInput) dbos.Txn[bool] {
+	return func(ctx context.Context, tx dbos.Tx) (bool, error) {
+		s := e.InTx(tx)
+		run, f := in.Run, in.Failure
+		if err := s.UpdateStatus(ctx, run.SessionID, helix.SessionFailed, &store.StatusUpdate{Error: f.Message}); err != nil {
+			return false, err
+		}
+		step := in.Step
+		if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{StepCount: &step, Error: f.Message}); err != nil {
+			return false, err
+		}
+		if _, err := s.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.ErrorChunk{
+			Base: base(run, in.Step), Error: f.Message, Code: f.Code, Recoverable: f.Recoverable,
+		}}}); err != nil {
+			return false, err
+		}
+		if run.IsRoot() {
+			if err := s.FailStream(ctx, run.StreamID, f.Message); err != nil {
+				return false, fmt.Errorf("fail stream: %w", err)
+			}
+		}
+		return true, nil
+	}
+}

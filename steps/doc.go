@@ -1,0 +1,14 @@
+// Package steps holds the bodies of the durable steps of the agent loop: the
+// model call, a tool call, the per-step commit transaction, the terminal
+// transitions and the hook firing. Workflow bodies (package workflows) run
+// them through DBOS under the constant names declared here, so a replay
+// finds every step under the same name whatever the Go symbols are called.
+//
+// Step inputs and outputs are plain JSON-round-trippable values: DBOS
+// checkpoints them. A domain outcome (a model error, a tool error) is data in
+// the output, never a Go error: Go errors are reserved for infrastructure
+// failures, which DBOS retries or which fail the workflow.
+//
+// Import rule: helix, store, store/postgres, internal packages and DBOS;
+// never engine or workflows.
+package steps

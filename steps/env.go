@@ -1,0 +1,187 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/rs/zerolog"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// Step names: explicit constants, stable across refactors (design §4).
+const (
+	NameBeginRun   = "helix.begin_run"
+	NameCallModel  = "helix.call_model"
+	NameRunTool    = "helix.run_tool"
+	NameCommitStep = "helix.commit_step"
+	NameEndRun     = "helix.end_run"
+	NameFireHooks  = "helix.fire_hooks"
+)
+
+// Env is what step bodies need: the store, the registered agents and a
+// logger. DataSource is the DBOS data source on the store's pool, through
+// which commits run as DBOS transactions.
+type Env struct {
+	Store      *postgres.Store
+	DataSource *dbos.DataSource
+	Log        zerolog.Logger
+
+	mu     sync.RWMutex
+	agents map[string]*AgentDef
+	cache  messageCache
+}
+
+// NewEnv returns an Env on st.
+func NewEnv(st *postgres.Store, log zerolog.Logger) *Env {
+	return &Env{Store: st, Log: log, agents: map[string]*AgentDef{}, cache: messageCache{m: map[string]*cachedLog{}}}
+}
+
+// AgentDef is a registered agent with its effective tools compiled.
+type AgentDef struct {
+	Agent  *helix.Agent
+	Tools  map[string]*helix.Tool
+	Specs  []helix.ToolSpec
+	Output *helix.Schema
+}
+
+// NewAgentDef validates a and compiles its tools.
+func NewAgentDef(a *helix.Agent) (*AgentDef, error) {
+	tools, err := a.EffectiveTools()
+	if err != nil {
+		return nil, err
+	}
+	d := &AgentDef{Agent: a, Tools: make(map[string]*helix.Tool, len(tools))}
+	for _, t := range tools {
+		d.Tools[t.Name()] = t
+		d.Specs = append(d.Specs, t.Spec())
+	}
+	if len(a.OutputSchema) > 0 {
+		if d.Output, err = helix.CompileSchema(a.OutputSchema); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Register adds agent definitions. Registering a name twice with a different
+// definition is an error; the same *helix.Agent again is a no-op.
+func (e *Env) Register(defs ...*AgentDef) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range defs {
+		if old, ok := e.agents[d.Agent.Name]; ok && old.Agent != d.Agent {
+			return fmt.Errorf("engine: agent type %q is already registered with a different definition; agent names must be unique", d.Agent.Name)
+		}
+		e.agents[d.Agent.Name] = d
+	}
+	return nil
+}
+
+// Agent returns the registered agent of the given type.
+func (e *Env) Agent(agentType string) (*AgentDef, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	d, ok := e.agents[agentType]
+	if !ok {
+		known := make([]string, 0, len(e.agents))
+		for k := range e.agents {
+			known = append(known, k)
+		}
+		sort.Strings(known)
+		return nil, fmt.Errorf("engine: agent type %q is not registered in this process (registered: %v); register every agent with Engine.Register before Launch, in every process that may recover its sessions", agentType, known)
+	}
+	return d, nil
+}
+
+// RunInfo describes the run a workflow executes. It is the output of the
+// begin step and part of every later step's input.
+type RunInfo struct {
+	SessionID     string `json:"sessionId"`
+	RunID         string `json:"runId"`
+	AgentType     string `json:"agentType"`
+	StreamID      string `json:"streamId"`
+	RootSessionID string `json:"rootSessionId"`
+	WorkflowID    string `json:"workflowId"`
+	Turn          int    `json:"turn"`
+	PreviousRunID string `json:"previousRunId,omitempty"`
+	StartSequence int64  `json:"startSequence"`
+	// StartStep is the session's step count when the run began (non-zero
+	// for a resume in the middle of a turn).
+	StartStep int `json:"startStep"`
+	// Done is set when the run had already ended before this execution
+	// began (a replay of a finished run's workflow): the workflow returns
+	// its recorded outcome.
+	Done *Outcome `json:"done,omitempty"`
+	// Interrupted is set when the durable interrupt flag was found set at
+	// the start: the run ended interrupted without a step.
+	Interrupted bool `json:"interrupted,omitempty"`
+}
+
+// IsRoot reports whether the run's session is a root session.
+func (r RunInfo) IsRoot() bool { return r.RootSessionID == r.SessionID }
+
+// Outcome is how a run ended; it is the turn workflow's result.
+type Outcome struct {
+	Status helix.RunStatus `json:"status"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Text   string          `json:"text,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Code   string          `json:"code,omitempty"`
+	Steps  int             `json:"steps"`
+}
+
+// Failure is a classified error carried as step output.
+type Failure struct {
+	Message     string `json:"message"`
+	Code        string `json:"code,omitempty"`
+	Recoverable bool   `json:"recoverable,omitempty"`
+}
+
+func nowMS() int64 { return time.Now().UnixMilli() }
+
+func base(run RunInfo, step int) helix.Base {
+	return helix.Base{AgentID: run.SessionID, AgentType: run.AgentType, Timestamp: nowMS(), Step: step}
+}
+
+// StepID names a step of a run in chunks and staging: "{runId}:{step}".
+func StepID(runID string, step int) string { return fmt.Sprintf("%s:%d", runID, step) }
+
+// txQuerier adapts a DBOS transaction to the store's Querier.
+type txQuerier struct{ tx dbos.Tx }
+
+func (q txQuerier) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	res, err := q.tx.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (q txQuerier) Query(ctx context.Context, sql string, args ...any) (postgres.Rows, error) {
+	rows, err := q.tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return rowsAdapter{rows}, nil
+}
+
+func (q txQuerier) QueryRow(ctx context.Context, sql string, args ...any) postgres.Row {
+	return q.tx.QueryRow(ctx, sql, args...)
+}
+
+type rowsAdapter struct{ dbos.Rows }
+
+func (r rowsAdapter) Close() { _ = r.Rows.Close() }
+
+// InTx returns a view of the store running on a DBOS transaction.
+func (e *Env) InTx(tx dbos.Tx) *postgres.Store { return e.Store.WithQuerier(txQuerier{tx}) }
+
+// skillsFragment is the agent's skills catalog for the system prompt.
+func (d *AgentDef) skillsFragment() string { return "" }

@@ -1,0 +1,211 @@
+package steps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// ModelInput is the input of the model step.
+type ModelInput struct {
+	Run  RunInfo `json:"run"`
+	Step int     `json:"step"`
+}
+
+// ModelOutput is the checkpointed result of the model step: the model's
+// step result, or the classified failure that ends the run.
+type ModelOutput struct {
+	Result     helix.StepResult `json:"result"`
+	Failure    *Failure         `json:"failure,omitempty"`
+	DurationMS int64            `json:"durationMs"`
+}
+
+// CallModel returns the model step: it builds the request from the
+// session's memory, streams the model's deltas live into the session's
+// stream and returns the step result. A re-execution after a crash first
+// removes the chunks of the lost attempt and emits stream_resync.
+func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
+	return func(ctx context.Context) (ModelOutput, error) {
+		def, err := e.Agent(in.Run.AgentType)
+		if err != nil {
+			return ModelOutput{Failure: &Failure{Message: err.Error(), Code: helix.CodeInternal}}, nil
+		}
+		st, err := e.Store.LoadState(ctx, in.Run.SessionID)
+		if err != nil {
+			return ModelOutput{}, err
+		}
+		if err := e.resync(ctx, in.Run, in.Step, st); err != nil {
+			return ModelOutput{}, err
+		}
+		if h := def.Agent.Hooks; h != nil && h.OnStepStart != nil {
+			hc := helix.HookContext{SessionID: in.Run.SessionID, RunID: in.Run.RunID, AgentType: in.Run.AgentType, Step: in.Step}
+			e.hook(ctx, "stepStart", hc, func() error { return h.OnStepStart(ctx, hc) })
+		}
+		history, err := e.Messages(ctx, in.Run.SessionID, st.MessageCount)
+		if err != nil {
+			return ModelOutput{}, err
+		}
+		prompt, failure := systemPrompt(ctx, def, st)
+		if failure != nil {
+			return ModelOutput{Failure: failure}, nil
+		}
+		req := helix.ModelRequest{
+			Tools:     def.Specs,
+			Config:    def.Agent.LLMConfig,
+			AgentID:   in.Run.SessionID,
+			AgentType: in.Run.AgentType,
+			Step:      in.Step,
+		}
+		req.Messages = make([]helix.Message, 0, len(history)+1)
+		if prompt != "" {
+			req.Messages = append(req.Messages, helix.SystemMessage(prompt))
+		}
+		req.Messages = append(req.Messages, history...)
+
+		w := e.Store.NewWriter(in.Run.StreamID, &store.WriterOptions{RunID: in.Run.RunID})
+		defer func() { _ = w.Close(context.WithoutCancel(ctx)) }()
+		if err := w.Write(ctx, &helix.StepStartChunk{Base: base(in.Run, in.Step), StepID: StepID(in.Run.RunID, in.Step)}); err != nil {
+			return ModelOutput{}, err
+		}
+		var writeErr error
+		write := func(c helix.Chunk) {
+			if writeErr == nil {
+				writeErr = w.Write(ctx, c)
+			}
+		}
+		cb := helix.StreamCallbacks{
+			OnTextDelta: func(d string) { write(&helix.TextDeltaChunk{Base: base(in.Run, in.Step), Delta: d}) },
+			OnThinking: func(c string, complete bool) {
+				write(&helix.ThinkingChunk{Base: base(in.Run, in.Step), Content: c, IsComplete: complete})
+			},
+			OnToolArgStart: func(id, name string) {
+				write(&helix.ToolArgStreamStartChunk{Base: base(in.Run, in.Step), ToolCallID: id, ToolName: name})
+			},
+			OnToolArgDelta: func(id, d string) {
+				write(&helix.ToolArgStreamDeltaChunk{Base: base(in.Run, in.Step), ToolCallID: id, Delta: d})
+			},
+			OnToolArgEnd: func(id string) { write(&helix.ToolArgStreamEndChunk{Base: base(in.Run, in.Step), ToolCallID: id}) },
+		}
+		began := time.Now()
+		res, err := generate(ctx, def.Agent.Model, req, cb)
+		out := ModelOutput{Result: res, DurationMS: time.Since(began).Milliseconds()}
+		if err != nil {
+			if ctx.Err() != nil {
+				// Shutdown or cancellation: not an outcome of the model.
+				// Leave the step unrecorded so recovery runs it again.
+				return ModelOutput{}, fmt.Errorf("model call interrupted: %w", context.Cause(ctx))
+			}
+			out.Failure = classify(err)
+			return out, w.Flush(ctx)
+		}
+		if res.Type == helix.StepError {
+			out.Failure = &Failure{Message: res.Error, Code: firstNonEmpty(res.ErrorCode, helix.CodeModelError)}
+			return out, w.Flush(ctx)
+		}
+		if len(res.ToolCalls) == 0 && res.Content == "" && helix.IsErrorStopReason(res.StopReason) {
+			out.Failure = &Failure{Message: fmt.Sprintf("the model stopped with %s and produced nothing", res.StopReason), Code: helix.CodeModelError}
+			return out, w.Flush(ctx)
+		}
+		if writeErr != nil {
+			return ModelOutput{}, writeErr
+		}
+		// tool_start for every call, in the model's order; checkpointed with
+		// this step, so emitted once per committed model call.
+		for _, call := range res.ToolCalls {
+			if helix.IsFinishTool(call.Name) {
+				continue
+			}
+			args := call.Arguments
+			if len(args) == 0 {
+				args = []byte("{}")
+			}
+			if err := w.Write(ctx, &helix.ToolStartChunk{Base: base(in.Run, in.Step), ToolCallID: call.ID, ToolName: call.Name, Arguments: args}); err != nil {
+				return ModelOutput{}, err
+			}
+		}
+		return out, w.Flush(ctx)
+	}
+}
+
+// resync removes the chunks a crashed attempt of this step (or a later one)
+// left in the stream and tells readers with stream_resync.
+func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.SessionState) error {
+	stale, err := e.Store.HasChunksAfterStep(ctx, run.StreamID, step-1, run.StartSequence)
+	if err != nil || !stale {
+		return err
+	}
+	res, err := e.Store.CleanupToStep(ctx, run.StreamID, step-1, run.StartSequence)
+	if err != nil || res.Removed == 0 {
+		return err
+	}
+	e.Log.Warn().Str("event", "stream.resync").Str("sessionId", run.SessionID).Str("runId", run.RunID).
+		Int("step", step).Int("removed", res.Removed).Msg("removed the chunks of an attempt lost in a crash")
+	_, err = e.Store.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.StreamResyncChunk{
+		Base:         base(run, step-1),
+		CheckpointID: st.CheckpointID,
+		StepCount:    st.StepCount,
+		MessageCount: st.MessageCount,
+		FromSequence: res.MinSequence,
+		Reason:       helix.ResyncCrashRecovery,
+	}}})
+	return err
+}
+
+func systemPrompt(ctx context.Context, def *AgentDef, st *store.SessionState) (prompt string, failure *Failure) {
+	prompt = def.Agent.SystemPrompt
+	if f := def.Agent.SystemPromptFunc; f != nil {
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			prompt, err = f(ctx, st.CustomState)
+		}()
+		if err != nil {
+			return "", &Failure{Message: fmt.Sprintf("agent %q: SystemPromptFunc failed: %v", def.Agent.Name, err), Code: helix.CodeInternal}
+		}
+	}
+	if frag := def.skillsFragment(); frag != "" {
+		if prompt != "" {
+			prompt += "\n\n"
+		}
+		prompt += frag
+	}
+	return prompt, nil
+}
+
+// generate calls the model, turning a panic into an error.
+func generate(ctx context.Context, m helix.Model, req helix.ModelRequest, cb helix.StreamCallbacks) (res helix.StepResult, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the model panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return m.GenerateStep(ctx, req, cb)
+}
+
+func classify(err error) *Failure {
+	var me *helix.ModelError
+	if errors.As(err, &me) {
+		return &Failure{Message: me.Error(), Code: firstNonEmpty(me.Code, helix.CodeModelError), Recoverable: me.Recoverable}
+	}
+	return &Failure{Message: err.Error(), Code: helix.CodeModelError}
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,243 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/internal/statepatch"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// Tool error codes carried in tool_end chunks.
+const (
+	CodeInvalidArguments = "invalid_arguments"
+	CodeUnknownTool      = "unknown_tool"
+	CodeToolError        = "tool_error"
+	CodeToolPanic        = "tool_panic"
+)
+
+// ToolInput is the input of one tool step.
+type ToolInput struct {
+	Run  RunInfo        `json:"run"`
+	Step int            `json:"step"`
+	Call helix.ToolCall `json:"call"`
+	// SeesStaged makes the tool see the changes staged earlier in the step
+	// (phase 2: finishWith tools see phase 1's state).
+	SeesStaged bool `json:"seesStaged,omitempty"`
+}
+
+// ToolResult is the checkpointed outcome of one tool call.
+type ToolResult struct {
+	ToolCallID string          `json:"toolCallId"`
+	ToolName   string          `json:"toolName"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	ErrorCode  string          `json:"errorCode,omitempty"`
+	Patches    []helix.PatchOp `json:"patches,omitempty"`
+	DurationMS int64           `json:"durationMs"`
+	// FinishWith is set when a successful finishWith tool ends the turn.
+	FinishWith bool `json:"finishWith,omitempty"`
+}
+
+// Content is the tool-result message content the model reads.
+func (r ToolResult) Content() string {
+	if r.Error != "" {
+		b, _ := json.Marshal(map[string]string{"error": r.Error})
+		return string(b)
+	}
+	if len(r.Result) == 0 {
+		return "null"
+	}
+	return string(r.Result)
+}
+
+// RunTool returns the step that executes one server tool call: it validates
+// the arguments, fires BeforeTool, runs the tool with a ToolContext over the
+// session's custom state, fires OnStateChange and stages the state changes
+// for the step's commit. Tool errors and panics are results the model sees.
+func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
+	return func(ctx context.Context) (ToolResult, error) {
+		res := ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name}
+		def, err := e.Agent(in.Run.AgentType)
+		if err != nil {
+			res.Error, res.ErrorCode = err.Error(), helix.CodeInternal
+			return res, nil
+		}
+		tool, ok := def.Tools[in.Call.Name]
+		if !ok || helix.IsFinishTool(in.Call.Name) {
+			names := make([]string, 0, len(def.Tools))
+			for n := range def.Tools {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			res.Error = fmt.Sprintf("unknown tool %q: the available tools are %v", in.Call.Name, names)
+			res.ErrorCode = CodeUnknownTool
+			return res, nil
+		}
+		args := in.Call.Arguments
+		if len(args) == 0 {
+			args = json.RawMessage(`{}`)
+		}
+		if err := tool.ValidateArguments(args); err != nil {
+			res.Error, res.ErrorCode = err.Error(), CodeInvalidArguments
+			return res, nil
+		}
+		st, err := e.Store.LoadState(ctx, in.Run.SessionID)
+		if err != nil {
+			return res, err
+		}
+		state := st.CustomState
+		if in.SeesStaged {
+			if state, err = e.stagedView(ctx, in.Run, in.Step, state); err != nil {
+				return res, err
+			}
+		}
+		tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: in.Call, state: state}
+		hc := helix.HookContext{SessionID: in.Run.SessionID, RunID: in.Run.RunID, AgentType: in.Run.AgentType, Step: in.Step}
+		hooks := def.Agent.Hooks
+		if hooks != nil && hooks.BeforeTool != nil {
+			e.hook(ctx, "beforeTool", hc, func() error { return hooks.BeforeTool(ctx, hc, in.Call) })
+		}
+		began := time.Now()
+		out, err := tool.Execute(ctx, args, tc)
+		res.DurationMS = time.Since(began).Milliseconds()
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, fmt.Errorf("tool %q interrupted: %w", in.Call.Name, context.Cause(ctx))
+			}
+			var panicErr *helix.ToolPanicError
+			res.Error, res.ErrorCode = err.Error(), CodeToolError
+			if errors.As(err, &panicErr) {
+				res.ErrorCode = CodeToolPanic
+				e.Log.Error().Str("event", "tool.panic").Str("sessionId", in.Run.SessionID).Str("tool", in.Call.Name).
+					Str("stack", panicErr.Stack).Msg(panicErr.Error())
+			}
+			return res, nil // a failed tool's state changes are dropped
+		}
+		res.Result = out
+		res.FinishWith = tool.IsFinishWith()
+		if tc.changed {
+			if res.Patches, err = statepatch.Diff(state, tc.state); err != nil {
+				return res, err
+			}
+		}
+		if len(res.Patches) > 0 {
+			if hooks != nil && hooks.OnStateChange != nil {
+				e.hook(ctx, "onStateChange", hc, func() error { return hooks.OnStateChange(ctx, hc, res.Patches) })
+			}
+			if err := e.Store.StageChanges(ctx, in.Run.SessionID, StepID(in.Run.RunID, in.Step), in.Call.ID, res.Patches); err != nil {
+				return res, err
+			}
+		}
+		return res, nil
+	}
+}
+
+// stagedView applies the step's staged changes to state.
+func (e *Env) stagedView(ctx context.Context, run RunInfo, step int, state json.RawMessage) (json.RawMessage, error) {
+	changes, err := e.Store.GetStagedChanges(ctx, run.SessionID, StepID(run.RunID, step))
+	if err != nil {
+		return nil, err
+	}
+	var ops []helix.PatchOp
+	for _, c := range changes {
+		ops = append(ops, c.Patches...)
+	}
+	if len(ops) == 0 {
+		return state, nil
+	}
+	view, _, err := statepatch.Apply(state, ops)
+	return view, err
+}
+
+// hook runs one user hook, logging (never propagating) its error or panic.
+func (e *Env) hook(ctx context.Context, name string, hc helix.HookContext, fn func() error) {
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		err = fn()
+	}()
+	if err != nil {
+		e.Log.Warn().Str("event", "hook.failed").Str("hook", name).Str("sessionId", hc.SessionID).
+			Str("runId", hc.RunID).Int("step", hc.Step).Err(err).Msg("hook failed; the run continues")
+	}
+}
+
+// toolContext implements helix.ToolContext for one tool call.
+type toolContext struct {
+	env  *Env
+	ctx  context.Context
+	run  RunInfo
+	step int
+	call helix.ToolCall
+
+	mu      sync.Mutex
+	state   json.RawMessage
+	changed bool
+}
+
+func (t *toolContext) SessionID() string  { return t.run.SessionID }
+func (t *toolContext) RunID() string      { return t.run.RunID }
+func (t *toolContext) AgentType() string  { return t.run.AgentType }
+func (t *toolContext) ToolCallID() string { return t.call.ID }
+func (t *toolContext) ToolName() string   { return t.call.Name }
+func (t *toolContext) Step() int          { return t.step }
+
+// IdempotencyKey is the workflow ID and the tool call ID: the same on every
+// re-execution of this call, distinct for every other call.
+func (t *toolContext) IdempotencyKey() string { return t.run.WorkflowID + "/" + t.call.ID }
+
+func (t *toolContext) GetState(into any) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := json.Unmarshal(t.state, into); err != nil {
+		return fmt.Errorf("decode custom state: %w", err)
+	}
+	return nil
+}
+
+func (t *toolContext) SetState(state any) error {
+	b, err := json.Marshal(state)
+	if err != nil {
+		return fmt.Errorf("encode custom state: %w", err)
+	}
+	if !statepatch.IsObject(b) {
+		return fmt.Errorf("custom state must be a JSON object, got %s", truncate(b, 60))
+	}
+	t.mu.Lock()
+	t.state, t.changed = b, true
+	t.mu.Unlock()
+	return nil
+}
+
+func (t *toolContext) Emit(eventName string, data any) error {
+	if eventName == "" {
+		return errors.New("emit: the event name is empty")
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("emit %q: encode data: %w", eventName, err)
+	}
+	_, err = t.env.Store.Append(t.ctx, t.run.StreamID, []store.ChunkWrite{{RunID: t.run.RunID,
+		Chunk: &helix.CustomEventChunk{Base: base(t.run, t.step), EventName: eventName, Data: b}}})
+	return err
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}

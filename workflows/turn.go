@@ -1,0 +1,254 @@
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/steps"
+)
+
+// TurnName is the registered name of the agent-turn workflow. The version
+// suffix changes only with an incompatible change of the body.
+const TurnName = "helix.agent_turn.v1"
+
+// NudgeFinish is appended as a user message when an agent with an output
+// schema answers in text only.
+const NudgeFinish = "Deliver your final answer by calling the " + helix.FinishToolName + " tool with arguments matching its schema."
+
+// TurnInput identifies the run a turn workflow executes; everything else is
+// read from the run record in the first step, so a run can be started (or
+// restarted after a crash) from its record alone.
+type TurnInput struct {
+	SessionID string `json:"sessionId"`
+	RunID     string `json:"runId"`
+}
+
+// Register registers the workflows on a DBOS context (before Launch).
+func Register(ctx dbos.Context, env *steps.Env) {
+	dbos.RegisterWorkflow(ctx, Turn(env), dbos.WithWorkflowName(TurnName))
+}
+
+// Turn returns the agent-turn workflow: one run of a session, step after
+// step, until the agent completes, fails, is interrupted or exhausts its
+// step budget.
+func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
+	return func(ctx dbos.Context, in TurnInput) (steps.Outcome, error) {
+		wfID, err := dbos.GetWorkflowID(ctx)
+		if err != nil {
+			return steps.Outcome{}, err
+		}
+		run, err := dbos.RunAsTransaction(ctx, env.DataSource,
+			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: wfID}),
+			dbos.WithStepName(steps.NameBeginRun))
+		if err != nil {
+			return steps.Outcome{}, err
+		}
+		defer env.Forget(run.SessionID)
+		if run.Done != nil {
+			return *run.Done, nil
+		}
+		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType)}
+		if run.Interrupted {
+			return t.interrupted(run.StartStep, "interrupted before the first step")
+		}
+		def, err := env.Agent(run.AgentType)
+		if err != nil {
+			return t.fail(run.StartStep, steps.Failure{Message: err.Error(), Code: helix.CodeInternal})
+		}
+		t.def = def
+		if err := t.fire(run.StartStep, steps.HookEvent{Kind: steps.HookAgentStart}); err != nil {
+			return steps.Outcome{}, err
+		}
+		maxSteps := def.Agent.EffectiveMaxSteps()
+		for step := run.StartStep + 1; ; step++ {
+			if step > maxSteps {
+				return t.fail(step-1, steps.Failure{Code: helix.CodeMaxStepsExceeded, Message: fmt.Sprintf(
+					"agent %q used all %d steps of this turn without finishing; raise Agent.MaxSteps, or check that its prompt and tools let it finish",
+					def.Agent.Name, maxSteps)})
+			}
+			out, done, err := t.step(step)
+			if err != nil || done {
+				return out, err
+			}
+		}
+	}
+}
+
+// turn is the state of one workflow execution.
+type turn struct {
+	ctx   dbos.Context
+	env   *steps.Env
+	run   steps.RunInfo
+	def   *steps.AgentDef
+	hooks bool
+}
+
+// step runs one agent step; done reports that the run ended.
+func (t *turn) step(step int) (steps.Outcome, bool, error) {
+	ctx, env, run := t.ctx, t.env, t.run
+	m, err := dbos.RunAsStep(ctx, env.CallModel(steps.ModelInput{Run: run, Step: step}), dbos.WithStepName(steps.NameCallModel))
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if m.Failure != nil {
+		out, err := t.fail(step-1, *m.Failure)
+		return out, true, err
+	}
+	res := m.Result
+	in := steps.CommitInput{Run: run, Step: step, Model: res}
+	results := make([]steps.ToolResult, len(res.ToolCalls))
+
+	// Phase 1: regular tools in parallel, each a step with a deterministic ID.
+	type pending struct {
+		i  int
+		ch <-chan dbos.StepOutcome[steps.ToolResult]
+	}
+	var phase1 []pending
+	var phase2 []int
+	finish := -1
+	for i, call := range res.ToolCalls {
+		switch tool, known := t.def.Tools[call.Name]; {
+		case helix.IsFinishTool(call.Name):
+			finish = i
+		case known && tool.IsFinishWith():
+			phase2 = append(phase2, i)
+		default:
+			ch, err := dbos.Go(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: call}), dbos.WithStepName(steps.NameRunTool))
+			if err != nil {
+				return steps.Outcome{}, true, err
+			}
+			phase1 = append(phase1, pending{i, ch})
+		}
+	}
+	for _, p := range phase1 {
+		o := <-p.ch
+		if o.Err != nil {
+			return steps.Outcome{}, true, o.Err
+		}
+		results[p.i] = o.Result
+	}
+	// Phase 2: finishWith tools, sequentially, seeing phase 1's state.
+	for _, i := range phase2 {
+		r, err := dbos.RunAsStep(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], SeesStaged: true}),
+			dbos.WithStepName(steps.NameRunTool))
+		if err != nil {
+			return steps.Outcome{}, true, err
+		}
+		results[i] = r
+		if r.FinishWith && r.Error == "" && !in.Complete {
+			in.Complete, in.Output = true, r.Result
+		}
+	}
+	// __finish__: structured output validated against the output schema;
+	// an invalid output goes back to the model as a tool error.
+	if finish >= 0 {
+		call := res.ToolCalls[finish]
+		r := steps.ToolResult{ToolCallID: call.ID, ToolName: call.Name}
+		if err := t.validateOutput(call.Arguments); err != nil {
+			r.Error, r.ErrorCode = err.Error(), steps.CodeInvalidArguments
+		} else if !in.Complete {
+			in.Complete, in.Output = true, call.Arguments
+		}
+		results[finish] = r
+	}
+	in.Tools = results
+	if len(res.ToolCalls) == 0 {
+		if t.def.Output != nil {
+			in.Nudge = NudgeFinish
+		} else {
+			in.Complete = true
+		}
+	}
+	if !in.Complete && t.def.Agent.StopWhen != nil && t.def.Agent.StopWhen(res) {
+		in.Complete = true
+	}
+	in.Text = res.Content
+	if in.Complete && len(in.Output) == 0 && t.def.Output == nil {
+		in.Output, _ = json.Marshal(res.Content)
+	}
+	c, err := dbos.RunAsTransaction(ctx, env.DataSource, env.CommitStep(in), dbos.WithStepName(steps.NameCommitStep))
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if err := t.fire(step, stepEvents(in)...); err != nil {
+		return steps.Outcome{}, true, err
+	}
+	switch {
+	case in.Complete:
+		out := steps.Outcome{Status: helix.RunCompleted, Output: in.Output, Text: in.Text, Steps: step}
+		result := helix.AgentResult{SessionID: run.SessionID, RunID: run.RunID, Status: helix.AgentCompleted, Output: in.Output}
+		return out, true, t.fire(step, steps.HookEvent{Kind: steps.HookAgentComplete, Result: &result})
+	case c.Interrupted:
+		out, err := t.interrupted(step, "")
+		return out, true, err
+	}
+	return steps.Outcome{}, false, nil
+}
+
+func (t *turn) validateOutput(args json.RawMessage) error {
+	if t.def.Output == nil {
+		return fmt.Errorf("agent %q has no output schema: %s is not available", t.def.Agent.Name, helix.FinishToolName)
+	}
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	return t.def.Output.Validate("output of "+helix.FinishToolName, args)
+}
+
+// fail ends the run failed.
+func (t *turn) fail(step int, f steps.Failure) (steps.Outcome, error) {
+	if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.FailRun(steps.EndInput{Run: t.run, Step: step, Failure: f}),
+		dbos.WithStepName(steps.NameEndRun)); err != nil {
+		return steps.Outcome{}, err
+	}
+	if err := t.fire(step, steps.HookEvent{Kind: steps.HookAgentFail, Reason: f.Message}); err != nil {
+		return steps.Outcome{}, err
+	}
+	return steps.Outcome{Status: helix.RunFailed, Error: f.Message, Code: f.Code, Steps: step}, nil
+}
+
+// interrupted reports a run ended by the interrupt flag (already written).
+func (t *turn) interrupted(step int, reason string) (steps.Outcome, error) {
+	if t.def != nil || t.hooks {
+		if err := t.fire(step, steps.HookEvent{Kind: steps.HookAgentInterrupted, Reason: reason}); err != nil {
+			return steps.Outcome{}, err
+		}
+	}
+	return steps.Outcome{Status: helix.RunInterrupted, Error: reason, Steps: step}, nil
+}
+
+// fire runs the hook step when the agent has hooks.
+func (t *turn) fire(step int, events ...steps.HookEvent) error {
+	if !t.hooks || len(events) == 0 {
+		return nil
+	}
+	_, err := dbos.RunAsStep(t.ctx, t.env.FireHooks(steps.HooksInput{Run: t.run, Step: step, Events: events}),
+		dbos.WithStepName(steps.NameFireHooks))
+	return err
+}
+
+// stepEvents lists a committed step's hooks in the canonical order:
+// onMessage for the assistant message, then for each tool call its
+// onMessage and afterTool (beforeTool and onStateChange fired inside the
+// tool's step), then onStepEnd.
+func stepEvents(in steps.CommitInput) []steps.HookEvent {
+	msgs := steps.StepMessages(in)
+	events := []steps.HookEvent{{Kind: steps.HookMessage, Message: &msgs[0]}}
+	for i, r := range in.Tools {
+		call := in.Model.ToolCalls[i]
+		events = append(events, steps.HookEvent{Kind: steps.HookMessage, Message: &msgs[i+1]})
+		if helix.IsFinishTool(r.ToolName) {
+			continue
+		}
+		outcome := helix.ToolOutcome{Result: r.Result, Error: r.Error, Duration: msDuration(r.DurationMS)}
+		events = append(events, steps.HookEvent{Kind: steps.HookAfterTool, Call: &call, Outcome: &outcome})
+	}
+	res := in.Model
+	return append(events, steps.HookEvent{Kind: steps.HookStepEnd, Step: &res})
+}
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
