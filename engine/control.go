@@ -186,11 +186,21 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 				return err
 			}
 		}
-		version := st.Version
+		// The status CAS is the single-writer gate: of concurrent retries,
+		// exactly one moves the session to active.
+		cas, err := s.CompareAndSetStatus(ctx, sessionID, []helix.SessionStatus{st.Status}, helix.SessionActive,
+			&store.CASOptions{ExpectedVersion: st.Version})
+		if err != nil {
+			return err
+		}
+		if !cas.OK {
+			return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(cas.CurrentStatus)}
+		}
 		var keep int
 		var fromSeq int64
+		state, step := st.CustomState, 0
 		if cp != nil {
-			keep, st.CustomState, st.StepCount = cp.MessageCount, cp.CustomState, cp.StepCount
+			keep, state, step = cp.MessageCount, cp.CustomState, cp.StepCount
 			if cp.StreamSequence != nil {
 				fromSeq = *cp.StreamSequence
 			}
@@ -198,20 +208,20 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 			if keep, err = messagesBeforeFirstAnswer(ctx, s, sessionID); err != nil {
 				return err
 			}
-			st.CustomState, st.StepCount = def.Agent.InitialState, 0
-			if len(st.CustomState) == 0 {
-				st.CustomState = []byte("{}")
+			state = def.Agent.InitialState
+			if len(state) == 0 {
+				state = []byte("{}")
 			}
 		}
 		if err := s.TruncateMessages(ctx, sessionID, keep); err != nil {
 			return err
 		}
-		st.Status, st.Output, st.Error, st.FailureReason, st.InterruptContext = helix.SessionActive, nil, "", "", nil
-		if _, err := s.SaveState(ctx, st, version); err != nil {
-			var stale *helix.StaleStateError
-			if errors.As(err, &stale) {
-				return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(helix.SessionActive)}
-			}
+		if st, err = s.LoadState(ctx, sessionID); err != nil {
+			return err
+		}
+		st.CustomState, st.StepCount = state, step
+		st.Output, st.Error, st.FailureReason, st.InterruptContext = nil, "", "", nil
+		if _, err := s.SaveState(ctx, st, st.Version); err != nil {
 			return err
 		}
 		if err := s.ClearInterruptFlag(ctx, sessionID); err != nil {

@@ -245,11 +245,20 @@ type EndInput struct {
 }
 
 // FailRun returns the transaction that fails a run: session and run marked
-// failed with the error, an error chunk, and the root stream failed.
+// failed with the error, an error chunk, and the root stream failed. A
+// session that is no longer active (aborted meanwhile) is left as it is and
+// the result is false.
 func (e *Env) FailRun(in EndInput) dbos.Txn[bool] {
 	return func(ctx context.Context, tx dbos.Tx) (bool, error) {
 		s := e.InTx(tx)
 		run, f := in.Run, in.Failure
+		st, err := s.LoadState(ctx, run.SessionID)
+		if err != nil {
+			return false, err
+		}
+		if st.Status != helix.SessionActive {
+			return false, nil // already ended (aborted): keep that outcome
+		}
 		if err := s.UpdateStatus(ctx, run.SessionID, helix.SessionFailed, &store.StatusUpdate{Error: f.Message}); err != nil {
 			return false, err
 		}

@@ -25,6 +25,12 @@ const (
 	NameFireHooks  = "helix.fire_hooks"
 )
 
+// InfraRetries is how many times a step is retried (with DBOS's backoff,
+// 100 ms doubling to 5 s) after an infrastructure error — a lost
+// connection, a failed write. Domain outcomes (model and tool errors) are
+// step outputs and never retried this way.
+const InfraRetries = 5
+
 // Env is what step bodies need: the store, the registered agents and a
 // logger. DataSource is the DBOS data source on the store's pool, through
 // which commits run as DBOS transactions.

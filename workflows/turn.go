@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,6 +19,10 @@ const TurnName = "helix.agent_turn.v1"
 // NudgeFinish is appended as a user message when an agent with an output
 // schema answers in text only.
 const NudgeFinish = "Deliver your final answer by calling the " + helix.FinishToolName + " tool with arguments matching its schema."
+
+// retries makes model, tool and hook steps ride out short infrastructure
+// outages.
+var retries = dbos.WithStepMaxRetries(steps.InfraRetries)
 
 // TurnInput identifies the run a turn workflow executes; everything else is
 // read from the run record in the first step, so a run can be started (or
@@ -71,8 +76,11 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 					def.Agent.Name, maxSteps)})
 			}
 			out, done, err := t.step(step)
-			if err != nil || done {
-				return out, err
+			if err != nil {
+				return t.infraFailure(step-1, err)
+			}
+			if done {
+				return out, nil
 			}
 		}
 	}
@@ -90,7 +98,7 @@ type turn struct {
 // step runs one agent step; done reports that the run ended.
 func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	ctx, env, run := t.ctx, t.env, t.run
-	m, err := dbos.RunAsStep(ctx, env.CallModel(steps.ModelInput{Run: run, Step: step}), dbos.WithStepName(steps.NameCallModel))
+	m, err := dbos.RunAsStep(ctx, env.CallModel(steps.ModelInput{Run: run, Step: step}), dbos.WithStepName(steps.NameCallModel), retries)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -117,7 +125,7 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		case known && tool.IsFinishWith():
 			phase2 = append(phase2, i)
 		default:
-			ch, err := dbos.Go(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: call}), dbos.WithStepName(steps.NameRunTool))
+			ch, err := dbos.Go(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: call}), dbos.WithStepName(steps.NameRunTool), retries)
 			if err != nil {
 				return steps.Outcome{}, true, err
 			}
@@ -134,7 +142,7 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	// Phase 2: finishWith tools, sequentially, seeing phase 1's state.
 	for _, i := range phase2 {
 		r, err := dbos.RunAsStep(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], SeesStaged: true}),
-			dbos.WithStepName(steps.NameRunTool))
+			dbos.WithStepName(steps.NameRunTool), retries)
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
@@ -199,6 +207,24 @@ func (t *turn) validateOutput(args json.RawMessage) error {
 	return t.def.Output.Validate("output of "+helix.FinishToolName, args)
 }
 
+// infraFailure ends the run failed after a step failed for good (its
+// retries exhausted), so the session does not stay active with no workflow:
+// it can be retried. A cancelled workflow (shutdown, abort) returns the
+// error instead: its steps are not recorded and recovery re-runs them.
+func (t *turn) infraFailure(step int, cause error) (steps.Outcome, error) {
+	if t.ctx.Err() != nil {
+		return steps.Outcome{}, cause
+	}
+	t.env.Log.Error().Str("event", "run.step_failed").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
+		Int("step", step+1).Err(cause).Msg("a step failed after its retries; failing the run")
+	out, err := t.fail(step, steps.Failure{Code: helix.CodeInternal, Message: fmt.Sprintf(
+		"step %d failed: %v; the session can be run again with Retry", step+1, cause)})
+	if err != nil {
+		return steps.Outcome{}, errors.Join(cause, err)
+	}
+	return out, nil
+}
+
 // fail ends the run failed.
 func (t *turn) fail(step int, f steps.Failure) (steps.Outcome, error) {
 	if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.FailRun(steps.EndInput{Run: t.run, Step: step, Failure: f}),
@@ -227,7 +253,7 @@ func (t *turn) fire(step int, events ...steps.HookEvent) error {
 		return nil
 	}
 	_, err := dbos.RunAsStep(t.ctx, t.env.FireHooks(steps.HooksInput{Run: t.run, Step: step, Events: events}),
-		dbos.WithStepName(steps.NameFireHooks))
+		dbos.WithStepName(steps.NameFireHooks), retries)
 	return err
 }
 

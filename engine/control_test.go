@@ -1,0 +1,153 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+)
+
+// gateTool blocks until released, so a test can act while a step runs.
+func gateTool(started chan<- string, release <-chan struct{}) *helix.Tool {
+	return helix.MustNewTool("wait", "waits", func(ctx context.Context, in struct{}, tc helix.ToolContext) (string, error) {
+		started <- tc.ToolCallID()
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return "done", nil
+	})
+}
+
+// Interrupt is durable and observed before the next step; Resume continues
+// in a new run from the last committed step; Retry restores a checkpoint.
+func TestInterruptResumeRetry(t *testing.T) {
+	t.Parallel()
+	started := make(chan string, 10)
+	release := make(chan struct{})
+	agent := &helix.Agent{Name: "interruptible", Tools: []*helix.Tool{gateTool(started, release)}, Model: script(
+		calls(call("w1", "wait", `{}`)),
+		text("after resume"),
+		text("after retry"),
+	)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "start"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "w1", <-started)
+
+	can, err := h.CanResume(t.Context())
+	require.NoError(t, err)
+	require.False(t, can.CanResume)
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "user pressed stop"))
+	_, err = e.Execute(t.Context(), agent, engine.Input{Message: "again"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	var running *helix.AgentAlreadyRunningError
+	require.True(t, errors.As(err, &running), "a running session refuses a new turn: %v", err)
+	close(release) // the step commits, then the flag is seen
+
+	res := result(t, h)
+	require.Equal(t, helix.AgentInterrupted, res.Status)
+	types := chunkTypes(t, h)
+	require.Equal(t, "run_interrupted", types[len(types)-1])
+
+	can, err = h.CanResume(t.Context())
+	require.NoError(t, err)
+	require.True(t, can.CanResume)
+	h2, err := h.Resume(t.Context(), nil)
+	require.NoError(t, err)
+	require.NotEqual(t, h.RunID, h2.RunID)
+	require.Equal(t, h.SessionID+"-resume-1", h2.WorkflowID)
+	res2 := result(t, h2)
+	require.Equal(t, helix.AgentCompleted, res2.Status, res2.Error)
+	require.JSONEq(t, `"after resume"`, string(res2.Output))
+	types = chunkTypes(t, h2)
+	require.Equal(t, "run_resumed", types[0])
+
+	_, err = e.Resume(t.Context(), h.SessionID, nil)
+	var notResumable *helix.AgentNotResumableError
+	require.True(t, errors.As(err, &notResumable), "a completed session is not resumable: %v", err)
+
+	runs, err := e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	require.Equal(t, helix.RunInterrupted, runs[0].Status)
+	require.Equal(t, h.RunID, runs[1].PreviousRunID)
+	require.Equal(t, 2, runs[1].Turn)
+}
+
+func TestRetryAfterFailureAndBranch(t *testing.T) {
+	t.Parallel()
+	fail := true
+	var x executions
+	agent := &helix.Agent{Name: "flaky", Tools: []*helix.Tool{noteTool(&x)}, Model: script(
+		calls(call("n1", "note", `{"text":"kept"}`)),
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			if fail {
+				return helix.StepResult{}, &helix.ModelError{Code: helix.CodeProviderOverloaded, Message: "busy", Recoverable: true}
+			}
+			return text("recovered")(req, cb)
+		},
+	)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go", State: json.RawMessage(`{"notes":[]}`)}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentFailed, res.Status)
+	require.Equal(t, helix.CodeProviderOverloaded, res.ErrorCode)
+
+	fail = false
+	h2, err := h.Retry(t.Context(), nil) // from the latest checkpoint: step 1 kept
+	require.NoError(t, err)
+	res2 := result(t, h2)
+	require.Equal(t, helix.AgentCompleted, res2.Status, res2.Error)
+	require.Equal(t, 1, x.keys[h.WorkflowID+"/n1"], "the committed tool did not run again")
+	require.Len(t, x.keys, 1)
+	st, err := h2.State(t.Context())
+	require.NoError(t, err)
+	require.JSONEq(t, `{"notes":["kept"]}`, string(st.CustomState))
+	require.Equal(t, 2, st.StepCount)
+	require.Len(t, allMessages(t, e, h.SessionID), 4) // user, assistant+call, tool result, final answer
+
+	// Branch from the first checkpoint: a new session with step 1's state.
+	cps, err := e.Checkpoints(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, cps.Items)
+	b, err := e.Execute(t.Context(), agent, engine.Input{}, &engine.ExecuteOptions{
+		SessionID: h.SessionID + "-branch", Branch: &engine.Branch{FromSessionID: h.SessionID, CheckpointID: cps.Items[0].ID}})
+	require.NoError(t, err)
+	resB := result(t, b)
+	require.Equal(t, helix.AgentCompleted, resB.Status, resB.Error)
+	bst, err := b.State(t.Context())
+	require.NoError(t, err)
+	require.JSONEq(t, `{"notes":["kept"]}`, string(bst.CustomState))
+}
+
+// Abort stops a running session at once and fails it.
+func TestAbort(t *testing.T) {
+	t.Parallel()
+	started := make(chan string, 1)
+	release := make(chan struct{})
+	defer close(release)
+	agent := &helix.Agent{Name: "abortable", Tools: []*helix.Tool{gateTool(started, release)}, Model: script(
+		calls(call("w1", "wait", `{}`)), text("never"))}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "start"}, nil)
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, h.Abort(t.Context(), "operator"))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := h.Result(ctx)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentFailed, res.Status)
+	require.Contains(t, res.Error, "aborted: operator")
+	st, err := h.State(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionFailed, st.Status)
+}
