@@ -151,3 +151,25 @@ func TestAbort(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, helix.SessionFailed, st.Status)
 }
+
+// An interrupt that races with the final step does not stop the next turn.
+func TestInterruptRacingCompletion(t *testing.T) {
+	t.Parallel()
+	var e *engine.Engine
+	agent := &helix.Agent{Name: "racer", Model: helix.ModelFunc(
+		func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			if len(req.Messages) == 1 { // first turn: the interrupt lands during the last step
+				if err := e.Interrupt(ctx, req.AgentID, "late"); err != nil {
+					return helix.StepResult{}, err
+				}
+			}
+			return helix.StepResult{Type: helix.StepText, Content: "ok"}, nil
+		})}
+	e = newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "one"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "two"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
+}

@@ -205,6 +205,11 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		}
 		out := CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.State.MessageCount}
 		if in.Complete {
+			// An interrupt that raced with the final step has nothing left to
+			// stop; it must not stop the session's next turn.
+			if err := s.ClearInterruptFlag(ctx, run.SessionID); err != nil {
+				return CommitOutput{}, err
+			}
 			if run.IsRoot() {
 				if err := s.EndStream(ctx, run.StreamID, in.Output); err != nil {
 					return CommitOutput{}, err
@@ -260,6 +265,9 @@ func (e *Env) FailRun(in EndInput) dbos.Txn[bool] {
 			return false, nil // already ended (aborted): keep that outcome
 		}
 		if err := s.UpdateStatus(ctx, run.SessionID, helix.SessionFailed, &store.StatusUpdate{Error: f.Message}); err != nil {
+			return false, err
+		}
+		if err := s.ClearInterruptFlag(ctx, run.SessionID); err != nil {
 			return false, err
 		}
 		step := in.Step
