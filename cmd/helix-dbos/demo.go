@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,14 +9,18 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgprovision"
 	"github.com/helix-agents/helix-dbos/migrations"
 	"github.com/helix-agents/helix-dbos/store"
@@ -25,32 +30,71 @@ import (
 // demoDatabase is the database the demo creates on a provisioned server.
 const demoDatabase = "helix_demo"
 
+// Demo time limits: generous, so a slow machine still finishes, but a
+// demo that is stuck says so instead of hanging.
+const (
+	demoPhaseTimeout = 2 * time.Minute
+	demoWorkerStart  = time.Minute
+)
+
 func newDemoCmd(g *globals) *cobra.Command {
 	var delay time.Duration
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run the demo: provisions Postgres and shows a durable session and its live stream",
+		Short: "Run the demo: provisions Postgres, runs a durable agent, kills it mid-run and recovers it",
 		Long: "Runs with no configuration: finds or starts PostgreSQL (HELIX_DATABASE_URL, a Docker\n" +
-			"container, or the local cluster), migrates a demo database, then plays a two-step\n" +
-			"session through the store while a live reader prints its stream. Step 2 is\n" +
-			"interrupted half-way, as by a crash, and recovered: the orphaned chunks are\n" +
-			"cleaned up, a stream_resync is emitted, and the step runs again.",
+			"container, or the local cluster) and creates a database " + demoDatabase + ", or uses --database-url\n" +
+			"as it is. Then:\n\n" +
+			"  phase 1  a scripted research agent (parallel tools that update its state, then a\n" +
+			"           structured output) runs to completion while its live stream is printed;\n" +
+			"  phase 2  a worker process (this binary, re-executed) runs the same agent and is killed\n" +
+			"           with SIGKILL in the middle of step 2's model call; an engine with the worker's\n" +
+			"           executor ID recovers the run, which continues from step 1's checkpoint.\n\n" +
+			"Every model call and tool execution is also recorded in helix_demo.executions, outside the\n" +
+			"engine, to show that no completed tool ran twice. Exit status 0 means every check passed.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), g, delay)
 		},
 	}
-	cmd.Flags().DurationVar(&delay, "delay", 25*time.Millisecond, "pause between streamed tokens")
+	cmd.Flags().DurationVar(&delay, "delay", 25*time.Millisecond, "pause between streamed words")
 	return cmd
 }
 
-func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration) (err error) {
-	say := func(format string, args ...any) { fmt.Fprintf(out, "• "+format+"\n", args...) }
-	start := time.Now()
+// demo is the state of one demo run.
+type demo struct {
+	g     *globals
+	out   io.Writer
+	delay time.Duration
+	dbURL string
+	st    *postgres.Store
+	rec   *recorder
+	p     *chunkPrinter
+	id    string // unique suffix of this run's sessions and executor IDs
+}
 
-	dbURL := g.databaseURL
-	if dbURL == "" {
-		srv, err := pgprovision.Provision(ctx, pgprovision.Options{Logf: func(f string, a ...any) { say(f, a...) }})
+func (d *demo) phase(format string, args ...any) {
+	d.p.endLine()
+	fmt.Fprintf(d.out, "==> "+format+"\n", args...)
+}
+
+func (d *demo) say(format string, args ...any) {
+	d.p.endLine()
+	fmt.Fprintf(d.out, "    "+format+"\n", args...)
+}
+
+func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration) (err error) {
+	start := time.Now()
+	d := &demo{g: g, out: out, delay: delay, id: time.Now().UTC().Format("20060102-150405.000")}
+	d.id = strings.ReplaceAll(d.id, ".", "-")
+	d.p = &chunkPrinter{w: out, prefix: "    ", maxValue: 72, width: 110}
+
+	d.phase("provisioning Postgres")
+	inspect := "helix-dbos sessions list --database-url <the same URL>"
+	if d.dbURL = g.databaseURL; d.dbURL != "" {
+		d.say("using the database given by --database-url / HELIX_DATABASE_URL (%s)", redactURL(d.dbURL))
+	} else {
+		srv, err := pgprovision.Provision(ctx, pgprovision.Options{Logf: d.say})
 		if err != nil {
 			return err
 		}
@@ -59,88 +103,489 @@ func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration
 			defer cancel()
 			_ = srv.Close(cctx)
 		}()
-		if dbURL, err = createDatabase(ctx, srv.URL, demoDatabase); err != nil {
+		if d.dbURL, err = createDatabase(ctx, srv.URL, demoDatabase); err != nil {
 			return err
 		}
-		say("created database %s", demoDatabase)
+		d.say("created database %s", demoDatabase)
+		switch srv.Source {
+		case pgprovision.SourceLocal:
+			// The local cluster outlives the demo; its demo role's
+			// password is a fixed development one.
+			inspect = fmt.Sprintf("helix-dbos sessions list --database-url '%s'", d.dbURL)
+		case pgprovision.SourceContainer:
+			inspect = "" // the container is removed when the demo exits
+		}
 	}
-	db, err := sql.Open("pgx", dbURL)
+	db, err := sql.Open("pgx", d.dbURL)
 	if err != nil {
 		return err
 	}
 	applied, err := migrations.Up(ctx, db)
 	_ = db.Close()
 	if err != nil {
+		return fmt.Errorf("prepare the demo database %s: %w", redactURL(d.dbURL), err)
+	}
+	d.say("helix schema ready (%d new migration(s) applied)", len(applied))
+	if d.rec, err = newRecorder(ctx, d.dbURL, true); err != nil {
 		return err
 	}
-	say("migrations: %d applied", len(applied))
+	defer d.rec.close()
+	st, closeStore, err := openStoreURL(ctx, d.dbURL)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	d.st = st
 
-	pool, err := pgxpool.New(ctx, dbURL)
+	if err := d.phase1(ctx); err != nil {
+		return fmt.Errorf("phase 1: %w", err)
+	}
+	sessionID, err := d.phase2(ctx)
 	if err != nil {
+		return fmt.Errorf("phase 2: %w", err)
+	}
+	if err := d.summary(ctx, sessionID); err != nil {
 		return err
 	}
-	defer pool.Close()
-	st, err := postgres.New(pool)
-	if err != nil {
-		return err
+	d.phase("done in %s: both sessions completed, the crashed one from its last checkpoint", time.Since(start).Round(100*time.Millisecond))
+	if inspect != "" {
+		d.say("inspect them: %s", inspect)
 	}
-	defer st.Close()
-
-	sessionID := fmt.Sprintf("demo-%s", time.Now().UTC().Format("20060102-150405.000"))
-	if _, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: sessionID, AgentType: "weather-assistant",
-		CustomState: json.RawMessage(`{"lookups":[]}`)}); err != nil {
-		return err
-	}
-	if _, err := st.AppendMessages(ctx, sessionID, []helix.Message{helix.UserMessage("What's the weather in Oslo?")}); err != nil {
-		return err
-	}
-	say("session %s created; live stream follows", sessionID)
-	fmt.Fprintln(out)
-
-	reader, err := st.NewReader(ctx, sessionID, nil)
-	if err != nil {
-		return err
-	}
-	printed := make(chan error, 1)
-	go func() { printed <- printStream(ctx, out, reader) }()
-
-	p := &player{st: st, sessionID: sessionID, delay: delay, w: st.NewWriter(sessionID, &store.WriterOptions{RunID: "run-1"})}
-	if err := p.step1(ctx); err != nil {
-		return err
-	}
-	if err := p.step2(ctx); err != nil {
-		return err
-	}
-	final := json.RawMessage(`{"forecast":"sunny, 21°C"}`)
-	if err := st.UpdateStatus(ctx, sessionID, helix.SessionCompleted, &store.StatusUpdate{Output: final}); err != nil {
-		return err
-	}
-	if err := st.EndStream(ctx, sessionID, final); err != nil {
-		return err
-	}
-	if err := <-printed; err != nil {
-		return err
-	}
-	_ = reader.Close()
-
-	fmt.Fprintln(out)
-	state, err := st.LoadState(ctx, sessionID)
-	if err != nil {
-		return err
-	}
-	info, err := st.GetStreamInfo(ctx, sessionID)
-	if err != nil {
-		return err
-	}
-	page, err := st.ListCheckpoints(ctx, sessionID, nil)
-	if err != nil {
-		return err
-	}
-	say("session %s: %d messages, step %d, custom state %s", state.Status, state.MessageCount, state.StepCount, state.CustomState)
-	say("stream %s: %d chunks kept (latest sequence %d; the crashed attempt's chunks were removed)", info.Status, info.ChunkCount, info.LatestSequence)
-	say("%d checkpoints, latest %s", page.Total, state.CheckpointID)
-	say("done in %s", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// newEngine starts an engine with the demo agent.
+func (d *demo) newEngine(ctx context.Context, executorID string, agent *helix.Agent) (*engine.Engine, func(), error) {
+	e, err := engine.New(ctx, engine.Config{DatabaseURL: d.dbURL, ExecutorID: executorID, SkipMigrations: true, Logger: d.g.logger()})
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		_ = e.Shutdown(sctx)
+	}
+	if err := e.Register(agent); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if err := e.Launch(ctx); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return e, stop, nil
+}
+
+func (d *demo) phase1(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, demoPhaseTimeout)
+	defer cancel()
+	sessionID := "demo-" + d.id + "-a"
+	d.phase("phase 1: a research agent runs to completion (session %s)", sessionID)
+	d.say("agent %s: step 1 calls %s and %s in parallel (both update its custom state),", researchAgentName, toolSearchWeb, toolSearchDocs)
+	d.say("step 2 calls %s, step 3 answers through %s with a structured output", toolSaveNote, helix.FinishToolName)
+	agent := newResearchAgent(researchOpts{delay: d.delay, rec: d.rec})
+	e, stop, err := d.newEngine(ctx, "helix-demo-"+d.id, agent)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	began := time.Now()
+	h, err := e.Execute(ctx, agent,
+		engine.Input{Message: researchQuestion}, &engine.ExecuteOptions{SessionID: sessionID})
+	if err != nil {
+		return err
+	}
+	d.say("user: %s", researchQuestion)
+	d.say("live stream (sequence, chunk type, detail):")
+	for c, err := range h.Stream(ctx) {
+		if err != nil {
+			return err
+		}
+		d.p.chunk(c)
+	}
+	res, err := h.Result(ctx)
+	if err != nil {
+		return err
+	}
+	if res.Status != helix.AgentCompleted {
+		return fmt.Errorf("session %s ended %s: %s", sessionID, res.Status, res.Error)
+	}
+	s, err := d.st.LoadState(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	d.say("✓ completed in %s: %d steps, %d messages, output delivered through %s",
+		time.Since(began).Round(10*time.Millisecond), s.StepCount, s.MessageCount, helix.FinishToolName)
+	return nil
+}
+
+// worker is the demo's child process.
+type worker struct {
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	output syncBuffer
+	exited chan struct{}
+	err    error // set when exited is closed
+}
+
+// startWorker re-executes this binary as `demo-worker`.
+func (d *demo) startWorker(sessionID, executorID string) (*worker, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this program to re-execute it: %w", err)
+	}
+	args := []string{demoWorkerName, "--session", sessionID, "--executor-id", executorID, "--delay", d.delay.String()}
+	if d.g.verbose {
+		args = append(args, "--verbose")
+	}
+	w := &worker{cmd: exec.Command(exe, args...), exited: make(chan struct{})}
+	// The URL goes through the environment, not the command line, which
+	// other users of the machine can read.
+	w.cmd.Env = append(os.Environ(), pgprovision.EnvDatabaseURL+"="+d.dbURL)
+	w.cmd.Stdout = &w.output
+	w.cmd.Stderr = &w.output
+	if d.g.verbose {
+		w.cmd.Stderr = io.MultiWriter(&w.output, os.Stderr)
+	}
+	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := w.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the worker process: %w", err)
+	}
+	go func() {
+		w.err = w.cmd.Wait()
+		close(w.exited)
+	}()
+	return w, nil
+}
+
+// kill kills the worker with SIGKILL and waits for it to exit.
+func (w *worker) kill() {
+	_ = w.cmd.Process.Kill()
+	<-w.exited
+	_ = w.stdin.Close()
+}
+
+// died describes an unexpected exit of the worker.
+func (w *worker) died() error {
+	out := strings.TrimSpace(w.output.String())
+	if out == "" {
+		out = "(no output)"
+	}
+	return fmt.Errorf("the worker process exited unexpectedly (%v); its output:\n%s", w.err, out)
+}
+
+func (d *demo) phase2(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, demoPhaseTimeout)
+	defer cancel()
+	sessionID := "demo-" + d.id + "-b"
+	executorID := "helix-demo-worker-" + d.id
+	d.phase("phase 2: a worker process runs the agent and is killed mid-run (session %s)", sessionID)
+	w, err := d.startWorker(sessionID, executorID)
+	if err != nil {
+		return "", err
+	}
+	defer w.kill() // on every path: never leave the worker behind
+	d.say("started worker pid %d (DBOS executor ID %s)", w.cmd.Process.Pid, executorID)
+
+	// Until the kill, stop reading as soon as the worker exits on its own.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go func() {
+		select {
+		case <-w.exited:
+			wcancel()
+		case <-wctx.Done():
+		}
+	}()
+	failed := func(err error) (string, error) {
+		select {
+		case <-w.exited:
+			return "", w.died()
+		default:
+			return "", err
+		}
+	}
+	if err := waitSession(wctx, d.st, sessionID); err != nil {
+		return failed(err)
+	}
+	f := &follower{st: d.st, streamID: sessionID, p: d.p}
+	defer f.close()
+	words := strings.SplitAfter(step2Text, " ")
+	half := strings.Join(words[:len(words)/2], "")
+	var step1 *helix.StepCommittedChunk
+	var step2 strings.Builder
+	ended, err := f.follow(wctx, func(c store.StoredChunk) bool {
+		switch v := c.Chunk.(type) {
+		case *helix.StepCommittedChunk:
+			if v.Step == 1 {
+				step1 = v
+			}
+		case *helix.TextDeltaChunk:
+			if v.Step == 2 {
+				step2.WriteString(v.Delta)
+			}
+		}
+		return step1 != nil && step2.Len() >= len(half)
+	})
+	if err != nil {
+		return failed(err)
+	}
+	if ended {
+		return "", errors.New("the worker's run ended before the crash point")
+	}
+	pid := w.cmd.Process.Pid
+	w.kill()
+	d.p.line("💥 killed worker pid %d with SIGKILL in the middle of step 2's model call", pid)
+
+	s, err := d.st.LoadState(ctx, sessionID)
+	if err != nil {
+		return "", err
+	}
+	run, err := d.st.GetCurrentRun(ctx, sessionID)
+	if err != nil {
+		return "", err
+	}
+	var wfStatus, wfExecutor string
+	if err := d.rec.pool.QueryRow(ctx, `SELECT status, executor_id FROM dbos.workflow_status WHERE workflow_uuid = $1`,
+		run.WorkflowID).Scan(&wfStatus, &wfExecutor); err != nil {
+		return "", fmt.Errorf("read workflow %s: %w", run.WorkflowID, err)
+	}
+	d.say("Postgres after the crash:")
+	d.say("  session %s is %s with %d step committed (checkpoint %s)", sessionID, s.Status, s.StepCount, s.CheckpointID)
+	d.say("  workflow %s is %s on executor %s, which no longer runs", run.WorkflowID, wfStatus, wfExecutor)
+
+	d.phase("recovery: an engine with executor ID %s launches in this process (pid %d)", executorID, os.Getpid())
+	d.say("DBOS recovers the executor's pending workflow; step 1's model call and tools replay from their checkpoints")
+	e, stop, err := d.newEngine(ctx, executorID, newResearchAgent(researchOpts{delay: d.delay, rec: d.rec}))
+	if err != nil {
+		return "", err
+	}
+	defer stop()
+	if _, err = f.follow(ctx, func(store.StoredChunk) bool { return false }); err != nil {
+		return "", err
+	}
+	if !f.resynced {
+		return "", errors.New("check failed: the recovered run emitted no stream_resync chunk")
+	}
+	h, err := e.Run(ctx, sessionID, "")
+	if err != nil {
+		return "", err
+	}
+	res, err := h.Result(ctx)
+	if err != nil {
+		return "", err
+	}
+	if res.Status != helix.AgentCompleted {
+		return "", fmt.Errorf("the recovered session ended %s: %s", res.Status, res.Error)
+	}
+	d.say("✓ the recovered run completed (run %s, the same one the worker started)", shortID(h.RunID))
+	return sessionID, nil
+}
+
+// waitSession waits until the worker has created the session.
+func waitSession(ctx context.Context, st *postgres.Store, sessionID string) error {
+	ctx, cancel := context.WithTimeout(ctx, demoWorkerStart)
+	defer cancel()
+	for {
+		ok, err := st.SessionExists(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("waiting for the worker to start session %s: %w", sessionID, err)
+		}
+	}
+}
+
+// follower prints a stream across a crash: it keeps its position, and
+// re-attaches when a cleanup removed chunks it had not read.
+type follower struct {
+	st       *postgres.Store
+	streamID string
+	p        *chunkPrinter
+	r        store.Reader
+	seq      int64
+	resynced bool
+}
+
+// follow prints chunks until stop returns true for one (false, nil), the
+// stream ends (true, nil) or reading fails.
+func (f *follower) follow(ctx context.Context, stop func(store.StoredChunk) bool) (ended bool, err error) {
+	for {
+		if f.r == nil {
+			if f.r, err = f.st.NewReader(ctx, f.streamID, &store.ReaderOptions{FromSequence: f.seq}); err != nil {
+				return false, err
+			}
+		}
+		c, err := f.r.Next(ctx)
+		var truncated *helix.StreamTruncatedError
+		switch {
+		case errors.Is(err, io.EOF):
+			return true, nil
+		case errors.As(err, &truncated):
+			f.close()
+			continue
+		case err != nil:
+			return false, err
+		}
+		f.seq = c.Sequence
+		if v, ok := c.Chunk.(*helix.StreamResyncChunk); ok && v.Reason == helix.ResyncCrashRecovery {
+			f.resynced = true
+		}
+		f.p.chunk(c)
+		if stop(c) {
+			return false, nil
+		}
+	}
+}
+
+func (f *follower) close() {
+	if f.r != nil {
+		_ = f.r.Close()
+		f.r = nil
+	}
+}
+
+// summary prints the crashed session's result and proves from the
+// recorder's table that no completed tool ran twice.
+func (d *demo) summary(ctx context.Context, sessionID string) error {
+	d.phase("result of the crashed session %s", sessionID)
+	s, err := d.st.LoadState(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	runs, err := d.st.ListRuns(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	cps, err := d.st.ListCheckpoints(ctx, sessionID, nil)
+	if err != nil {
+		return err
+	}
+	d.say("status        %s after %d steps · %d messages · %d run(s) · %d checkpoints", s.Status, s.StepCount, s.MessageCount, len(runs), cps.Total)
+	d.say("output        %s", indentJSON(s.Output, "                  "))
+	d.say("custom state  %s", indentJSON(s.CustomState, "                  "))
+
+	xs, err := d.rec.executions(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	who := func(pid int) string {
+		if pid == self {
+			return "recovery"
+		}
+		return "worker"
+	}
+	type tally struct {
+		name  string
+		step  int
+		count int
+		by    []string
+	}
+	var models, tools []*tally
+	byKey := map[string]*tally{}
+	for _, x := range xs {
+		key := x.Kind + "/" + x.Name + "/" + x.Key
+		t := byKey[key]
+		if t == nil {
+			t = &tally{name: x.Name, step: x.Step}
+			byKey[key] = t
+			if x.Kind == "model" {
+				models = append(models, t)
+			} else {
+				tools = append(tools, t)
+			}
+		}
+		t.count++
+		t.by = append(t.by, who(x.PID))
+	}
+	line := func(ts []*tally) string {
+		parts := make([]string, len(ts))
+		for i, t := range ts {
+			parts[i] = fmt.Sprintf("%s ×%d (%s)", t.name, t.count, strings.Join(t.by, ", "))
+		}
+		return strings.Join(parts, " · ")
+	}
+	d.say("model calls   %s", line(models))
+	d.say("tool runs     %s", line(tools))
+
+	// The checks behind exit status 0.
+	var problems []string
+	if s.Status != helix.SessionCompleted || s.StepCount != 3 {
+		problems = append(problems, fmt.Sprintf("the session is %s after %d steps, want completed after 3", s.Status, s.StepCount))
+	}
+	var st researchState
+	if err := json.Unmarshal(s.CustomState, &st); err != nil || len(st.Sources) != 3 || len(st.Notes) != 1 {
+		problems = append(problems, fmt.Sprintf("custom state %s: want 3 sources and 1 note", s.CustomState))
+	}
+	names := make([]string, 0, len(tools))
+	for _, t := range tools {
+		names = append(names, t.name)
+		if t.count != 1 {
+			problems = append(problems, fmt.Sprintf("tool %s ran %d times", t.name, t.count))
+		}
+	}
+	slices.Sort(names)
+	if want := []string{toolSaveNote, toolSearchDocs, toolSearchWeb}; !slices.Equal(names, want) {
+		problems = append(problems, fmt.Sprintf("tools run: %v, want %v", names, want))
+	}
+	retried := false
+	for _, m := range models {
+		if m.step == 2 && m.count >= 2 {
+			retried = true
+		}
+	}
+	if !retried {
+		problems = append(problems, "step 2's model call was not re-run after the crash")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("demo check failed: %s", strings.Join(problems, "; "))
+	}
+	d.say("✓ each tool ran exactly once: the tools of committed step 1 were not run again after the crash;")
+	d.say("  only the interrupted model call of step 2 ran twice, and its lost chunks were replaced (stream_resync)")
+	return nil
+}
+
+func indentJSON(raw json.RawMessage, indent string) string {
+	var b bytes.Buffer
+	if json.Indent(&b, raw, indent, "  ") != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a child
+// process's stdout and stderr.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// redactURL hides a URL's password.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
 }
 
 // createDatabase (re)creates a database on a server and returns its URL.
@@ -152,10 +597,10 @@ func createDatabase(ctx context.Context, serverURL, name string) (string, error)
 	defer conn.Close(context.WithoutCancel(ctx))
 	ident := pgx.Identifier{name}.Sanitize()
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
-		return "", fmt.Errorf("drop demo database: %w", err)
+		return "", fmt.Errorf("drop database %s: %w", name, err)
 	}
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
-		return "", fmt.Errorf("create demo database: %w", err)
+		return "", fmt.Errorf("create database %s: %w", name, err)
 	}
 	u, err := url.Parse(serverURL)
 	if err != nil {
@@ -163,161 +608,4 @@ func createDatabase(ctx context.Context, serverURL, name string) (string, error)
 	}
 	u.Path = "/" + name
 	return u.String(), nil
-}
-
-// player writes the demo session's steps the way the engine will.
-type player struct {
-	st        *postgres.Store
-	sessionID string
-	delay     time.Duration
-	w         store.Writer
-}
-
-func (p *player) base(step int) helix.Base {
-	return helix.Base{AgentID: p.sessionID, AgentType: "weather-assistant", Step: step}
-}
-
-func (p *player) stream(ctx context.Context, step int, text string) error {
-	for _, tok := range strings.SplitAfter(text, " ") {
-		if err := p.w.Write(ctx, &helix.TextDeltaChunk{Base: p.base(step), Delta: tok}); err != nil {
-			return err
-		}
-		time.Sleep(p.delay)
-	}
-	return nil
-}
-
-// commit appends the step's messages, promotes its staged state and writes a
-// checkpoint atomically, then announces it on the stream.
-func (p *player) commit(ctx context.Context, step int, msgs []helix.Message) error {
-	if err := p.w.Flush(ctx); err != nil {
-		return err
-	}
-	state, err := p.st.LoadState(ctx, p.sessionID)
-	if err != nil {
-		return err
-	}
-	state.StepCount = step
-	stepID := fmt.Sprintf("%s-s%d", p.sessionID, step)
-	res, err := p.st.SaveStateAndPromoteStaging(ctx, store.CommitParams{
-		State: state, ExpectedVersion: state.Version, AppendMessages: msgs, PromoteStepID: stepID,
-		Checkpoint: &store.CheckpointParams{RunID: "run-1", StepCount: step, MessageCount: -1},
-	})
-	if err != nil {
-		return err
-	}
-	return p.w.Write(ctx, &helix.StepCommittedChunk{Base: p.base(step), RunID: "run-1", StepID: stepID, CheckpointID: res.CheckpointID})
-}
-
-func (p *player) step1(ctx context.Context) error {
-	if err := p.w.Write(ctx, &helix.StepStartChunk{Base: p.base(1)}); err != nil {
-		return err
-	}
-	if err := p.stream(ctx, 1, "Let me look that up for you."); err != nil {
-		return err
-	}
-	args := json.RawMessage(`{"city":"Oslo"}`)
-	if err := p.w.Write(ctx, &helix.ToolStartChunk{Base: p.base(1), ToolCallID: "call_1", ToolName: "get_weather", Arguments: args}); err != nil {
-		return err
-	}
-	if err := p.st.StageChanges(ctx, p.sessionID, p.sessionID+"-s1", "call_1",
-		[]helix.PatchOp{{Op: "add", Path: "/lookups/-", Value: json.RawMessage(`"Oslo"`)}}); err != nil {
-		return err
-	}
-	yes := true
-	if err := p.w.Write(ctx, &helix.ToolEndChunk{Base: p.base(1), ToolCallID: "call_1", ToolName: "get_weather",
-		Result: json.RawMessage(`{"forecast":"sunny, 21°C"}`), ProviderExecuted: &yes}); err != nil {
-		return err
-	}
-	return p.commit(ctx, 1, []helix.Message{
-		helix.AssistantMessage("Let me look that up for you.", helix.ToolCall{ID: "call_1", Name: "get_weather", Arguments: args}),
-		helix.ToolResultMessage("call_1", "get_weather", `{"forecast":"sunny, 21°C"}`),
-	})
-}
-
-func (p *player) step2(ctx context.Context) error {
-	run, err := p.st.GetStreamInfo(ctx, p.sessionID)
-	if err != nil {
-		return err
-	}
-	attemptFloor := run.LatestSequence
-	// First attempt: the process "dies" half-way through the answer.
-	if err := p.w.Write(ctx, &helix.StepStartChunk{Base: p.base(2)}); err != nil {
-		return err
-	}
-	if err := p.stream(ctx, 2, "It is sunny in"); err != nil {
-		return err
-	}
-	if err := p.w.Flush(ctx); err != nil {
-		return err
-	}
-	// Recovery: remove the uncommitted attempt's chunks and tell readers.
-	cp, err := p.st.GetLatestCheckpoint(ctx, p.sessionID)
-	if err != nil {
-		return err
-	}
-	res, err := p.st.CleanupToStep(ctx, p.sessionID, cp.StepCount, attemptFloor)
-	if err != nil {
-		return err
-	}
-	if err := p.w.Write(ctx, &helix.StreamResyncChunk{Base: p.base(2), CheckpointID: cp.ID, StepCount: cp.StepCount,
-		MessageCount: cp.MessageCount, FromSequence: res.AtSequence, Reason: helix.ResyncCrashRecovery}); err != nil {
-		return err
-	}
-	// Second attempt completes.
-	if err := p.w.Write(ctx, &helix.StepStartChunk{Base: p.base(2)}); err != nil {
-		return err
-	}
-	answer := "It is sunny in Oslo today, around 21°C."
-	if err := p.stream(ctx, 2, answer); err != nil {
-		return err
-	}
-	if err := p.w.Write(ctx, &helix.StepEndChunk{Base: p.base(2), FinishReason: "stop"}); err != nil {
-		return err
-	}
-	if err := p.w.Write(ctx, &helix.OutputChunk{Base: p.base(2), Output: json.RawMessage(`{"forecast":"sunny, 21°C"}`)}); err != nil {
-		return err
-	}
-	return p.commit(ctx, 2, []helix.Message{helix.AssistantMessage(answer)})
-}
-
-// printStream prints a stream readably until it ends. A truncation (the
-// crashed attempt's chunks removed under the reader) is reported and the
-// reader re-attached after the chunks it already printed, as a client would.
-func printStream(ctx context.Context, out io.Writer, r store.Reader) error {
-	for {
-		c, err := r.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		var tr *helix.StreamTruncatedError
-		if errors.As(err, &tr) {
-			fmt.Fprintf(out, "\n  ⟲ stream truncated after step %d: the reader reloads\n", tr.TruncatedAtStep)
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		switch v := c.Chunk.(type) {
-		case *helix.StepStartChunk:
-			fmt.Fprintf(out, "  [%3d] step %d ▸ ", c.Sequence, v.Step)
-		case *helix.TextDeltaChunk:
-			fmt.Fprint(out, v.Delta)
-		case *helix.ToolStartChunk:
-			fmt.Fprintf(out, "\n  [%3d] tool %s(%s)", c.Sequence, v.ToolName, v.Arguments)
-		case *helix.ToolEndChunk:
-			fmt.Fprintf(out, " → %s\n", v.Result)
-		case *helix.StepCommittedChunk:
-			fmt.Fprintf(out, "  [%3d] step %d committed (%s)\n", c.Sequence, v.Step, v.CheckpointID)
-		case *helix.StreamResyncChunk:
-			fmt.Fprintf(out, "\n  [%3d] ⚠ crash recovery: chunks after checkpoint step %d removed, resync from sequence %d\n",
-				c.Sequence, v.StepCount, v.FromSequence)
-		case *helix.StepEndChunk:
-			fmt.Fprintf(out, "\n  [%3d] step %d end (%s)\n", c.Sequence, v.Step, v.FinishReason)
-		case *helix.OutputChunk:
-			fmt.Fprintf(out, "  [%3d] output %s\n", c.Sequence, v.Output)
-		case *helix.StreamEnd:
-			fmt.Fprintf(out, "  [%3d] stream end\n", c.Sequence)
-		}
-	}
 }

@@ -2,18 +2,29 @@ package main
 
 import (
 	"bytes"
-	"strings"
+	"context"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The demo re-executes its own binary as its worker: under `go test`
+	// that binary is this test binary.
+	if len(os.Args) > 1 && os.Args[1] == demoWorkerName {
+		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	pgtest.Main(m)
+}
 
-// run executes the CLI in-process and returns its output.
-func run(t *testing.T, args ...string) (string, error) {
+// runCLI executes the CLI in-process and returns its output.
+func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := newRootCmd()
 	var out bytes.Buffer
@@ -24,38 +35,74 @@ func run(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// mustCLI executes the CLI and fails the test on an error.
+func mustCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := runCLI(t, args...)
+	require.NoError(t, err, out)
+	return out
+}
+
+// newTestEngine returns a launched engine on url running agent.
+func newTestEngine(t *testing.T, url string, agent *helix.Agent) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: "cli-test"})
+	require.NoError(t, err)
+	require.NoError(t, e.Register(agent))
+	require.NoError(t, e.Launch(t.Context()))
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e
+}
+
+// waitResult waits for a run's outcome.
+func waitResult(t *testing.T, h *engine.Handle) helix.AgentResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	res, err := h.Result(ctx)
+	require.NoError(t, err)
+	return res
+}
+
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmptyURL(t)
-	out, err := run(t, "migrate", "status", "--database-url", url)
-	require.NoError(t, err)
+	out := mustCLI(t, "migrate", "status", "--database-url", url)
 	require.Contains(t, out, "pending")
-	out, err = run(t, "migrate", "up", "--database-url", url)
-	require.NoError(t, err)
+	out = mustCLI(t, "migrate", "up", "--database-url", url)
 	require.Contains(t, out, "applied 00001_initial.sql")
-	out, err = run(t, "migrate", "up", "--database-url", url)
-	require.NoError(t, err)
+	out = mustCLI(t, "migrate", "up", "--database-url", url)
 	require.Contains(t, out, "up to date")
-	out, err = run(t, "migrate", "status", "--json", "--database-url", url)
-	require.NoError(t, err)
+	out = mustCLI(t, "migrate", "status", "--json", "--database-url", url)
 	require.Contains(t, out, `"Applied": true`)
-	out, err = run(t, "migrate", "down", "--database-url", url)
-	require.NoError(t, err)
+	out = mustCLI(t, "migrate", "down", "--database-url", url)
 	require.Contains(t, out, "rolled back 00001_initial.sql")
 }
 
-func TestMigrateNeedsADatabase(t *testing.T) {
+// Every operator command says how to give it a database.
+func TestCommandsNeedADatabase(t *testing.T) {
 	t.Setenv("HELIX_DATABASE_URL", "")
-	_, err := run(t, "migrate", "up")
-	require.ErrorContains(t, err, "--database-url")
+	for _, args := range [][]string{
+		{"migrate", "up"}, {"sessions", "list"}, {"sessions", "show", "s"}, {"sessions", "messages", "s"},
+		{"sessions", "runs", "s"}, {"stream", "s"}, {"interrupt", "s"}, {"resume", "s"},
+	} {
+		_, err := runCLI(t, args...)
+		require.ErrorContains(t, err, "--database-url", "%v", args)
+	}
 }
 
-func TestDemo(t *testing.T) {
+// On a database without the helix schema the error says to migrate.
+func TestMissingSchemaHint(t *testing.T) {
 	t.Parallel()
-	out, err := run(t, "demo", "--delay", "0s", "--database-url", pgtest.NewURL(t))
-	require.NoError(t, err)
-	for _, want := range []string{"step 1 committed", "crash recovery", "It is sunny in Oslo today", "stream end", "session completed: 4 messages"} {
-		require.Contains(t, out, want)
-	}
-	require.Equal(t, 1, strings.Count(out, "output {"), "the recovered step's output appears once")
+	_, err := runCLI(t, "sessions", "list", "--database-url", pgtest.NewEmptyURL(t))
+	require.ErrorContains(t, err, "helix-dbos migrate up")
+}
+
+// The exit status reflects failure, with the error on stderr.
+func TestExitStatus(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := execute([]string{"sessions", "show", "no-such-session", "--database-url", pgtest.NewURL(t)}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr.String(), `helix-dbos: store: load state no-such-session: helix: session "no-such-session" not found`)
 }

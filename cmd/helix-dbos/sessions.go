@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+func newSessionsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "Inspect sessions: list, show, messages, runs",
+		Long: "Read sessions from the helix tables (--database-url or HELIX_DATABASE_URL). These commands\n" +
+			"only read: they need no engine and work while agents run in other processes.",
+	}
+	cmd.AddCommand(newSessionsListCmd(g), newSessionsShowCmd(g), newSessionsMessagesCmd(g), newSessionsRunsCmd(g))
+	return cmd
+}
+
+// withStore runs fn on a store connected to the configured database.
+func withStore(ctx context.Context, g *globals, fn func(st *postgres.Store) error) error {
+	st, done, err := g.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return explain(fn(st))
+}
+
+func newSessionsListCmd(g *globals) *cobra.Command {
+	var (
+		status, agent string
+		limit, offset int
+		asJSON        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List sessions, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := store.ListSessionsOptions{AgentType: agent, Limit: limit, Offset: offset}
+			if status != "" {
+				s, err := helix.ParseSessionStatus(status)
+				if err != nil {
+					return fmt.Errorf("--status: %w", err)
+				}
+				opts.Status = s
+			}
+			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
+				list, err := st.ListSessions(cmd.Context(), opts)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					if list == nil {
+						list = []store.SessionSummary{}
+					}
+					return printJSON(out, list)
+				}
+				if len(list) == 0 {
+					fmt.Fprintln(out, "no sessions")
+					return nil
+				}
+				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "SESSION\tAGENT\tSTATUS\tSTEPS\tMESSAGES\tUPDATED")
+				for _, s := range list {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", s.SessionID, s.AgentType, s.Status, s.StepCount, s.MessageCount, fmtTime(s.UpdatedAt))
+				}
+				return w.Flush()
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&status, "status", "", "only sessions with this status (active, completed, failed, interrupted, paused)")
+	f.StringVar(&agent, "agent", "", "only sessions of this agent type")
+	f.IntVar(&limit, "limit", 50, fmt.Sprintf("at most this many sessions (max %d)", store.MaxPageSize))
+	f.IntVar(&offset, "offset", 0, "skip this many sessions")
+	f.BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+// sessionDetail is what `sessions show --json` prints.
+type sessionDetail struct {
+	Session    *store.SessionState `json:"session"`
+	Checkpoint *store.Checkpoint   `json:"checkpoint,omitempty"`
+	CurrentRun *store.Run          `json:"currentRun,omitempty"`
+	Stream     *store.StreamInfo   `json:"stream,omitempty"`
+}
+
+func loadDetail(ctx context.Context, st *postgres.Store, sessionID string) (*sessionDetail, error) {
+	s, err := st.LoadState(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	d := &sessionDetail{Session: s}
+	if s.CheckpointID != "" {
+		if d.Checkpoint, err = st.GetCheckpoint(ctx, s.CheckpointID); err != nil && !errors.Is(err, helix.ErrNotFound) {
+			return nil, err
+		}
+	}
+	if d.CurrentRun, err = st.GetCurrentRun(ctx, sessionID); err != nil && !errors.Is(err, helix.ErrNotFound) {
+		return nil, err
+	}
+	if d.Stream, err = st.GetStreamInfo(ctx, s.StreamID); err != nil && !errors.Is(err, helix.ErrNotFound) {
+		return nil, err
+	}
+	return d, nil
+}
+
+func newSessionsShowCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show <session>",
+		Short: "Show a session: status, counters, checkpoint, current run, custom state, output, error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
+				d, err := loadDetail(cmd.Context(), st, args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), d)
+				}
+				printDetail(cmd.OutOrStdout(), d)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+func printDetail(out io.Writer, d *sessionDetail) {
+	s := d.Session
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(w, "%s\t"+format+"\n", append([]any{k}, args...)...) }
+	row("session", "%s", s.SessionID)
+	row("agent", "%s", s.AgentType)
+	row("status", "%s", s.Status)
+	if s.ParentSessionID != "" {
+		row("parent", "%s (root %s)", s.ParentSessionID, s.RootSessionID)
+	}
+	row("steps", "%d (this turn)", s.StepCount)
+	row("messages", "%d", s.MessageCount)
+	if s.ResumeCount > 0 {
+		row("resumes", "%d", s.ResumeCount)
+	}
+	switch {
+	case d.Checkpoint != nil:
+		row("checkpoint", "%s (step %d, %d messages, %s)", d.Checkpoint.ID, d.Checkpoint.StepCount, d.Checkpoint.MessageCount, fmtTime(d.Checkpoint.CreatedAt))
+	case s.CheckpointID != "":
+		row("checkpoint", "%s", s.CheckpointID)
+	default:
+		row("checkpoint", "none yet")
+	}
+	if r := d.CurrentRun; r != nil {
+		row("current run", "turn %d · %s · %s · %d steps · workflow %s", r.Turn, r.RunID, r.Status, r.StepCount, r.WorkflowID)
+	}
+	if d.Stream != nil {
+		row("stream", "%s · %d chunks · latest sequence %d", d.Stream.Status, d.Stream.ChunkCount, d.Stream.LatestSequence)
+	}
+	if s.InterruptRequested {
+		row("interrupt", "requested (%s): the run stops before its next step", s.InterruptReason)
+	}
+	if ic := s.InterruptContext; ic != nil && s.Status == helix.SessionInterrupted {
+		row("interrupted", "after step %d%s", ic.StepCount, paren(ic.Reason))
+	}
+	if s.Error != "" {
+		row("error", "%s", s.Error)
+	}
+	if s.FailureReason != "" {
+		row("failure", "%s", s.FailureReason)
+	}
+	if s.UserID != "" {
+		row("user", "%s", s.UserID)
+	}
+	if len(s.Tags) > 0 {
+		row("tags", "%s", strings.Join(s.Tags, ", "))
+	}
+	row("created", "%s", fmtTime(s.CreatedAt))
+	row("updated", "%s", fmtTime(s.UpdatedAt))
+	_ = w.Flush()
+	block := func(title string, raw json.RawMessage) {
+		if len(raw) == 0 {
+			return
+		}
+		fmt.Fprintf(out, "%s:\n", title)
+		var b bytes.Buffer
+		if json.Indent(&b, raw, "  ", "  ") != nil {
+			b.Reset()
+			b.Write(raw)
+		}
+		fmt.Fprintf(out, "  %s\n", b.String())
+	}
+	block("custom state", s.CustomState)
+	block("output", s.Output)
+}
+
+func newSessionsMessagesCmd(g *globals) *cobra.Command {
+	var (
+		offset, limit int
+		asJSON        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "messages <session>",
+		Short: "Print a session's messages, oldest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
+				page, err := st.GetMessages(cmd.Context(), args[0], &store.GetMessagesOptions{Offset: offset, Limit: limit})
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					if page.Messages == nil {
+						page.Messages = []helix.Message{}
+					}
+					return printJSON(out, page)
+				}
+				printMessages(out, page)
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&offset, "offset", 0, "skip this many messages")
+	f.IntVar(&limit, "limit", store.DefaultMessagePageSize, fmt.Sprintf("at most this many messages (max %d)", store.MaxPageSize))
+	f.BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+func printMessages(out io.Writer, page *store.MessagePage) {
+	const width = 10 // "assistant" and a space
+	pad := strings.Repeat(" ", 6+width)
+	for i, m := range page.Messages {
+		head := fmt.Sprintf("#%-4d %-*s", page.Offset+i, width, m.Role)
+		var lines []string
+		switch m.Role {
+		case helix.RoleTool:
+			lines = append(lines, fmt.Sprintf("%s (%s) → %s", m.ToolName, m.ToolCallID, compactJSONOrText(m.Content)))
+		default:
+			if m.Thinking != nil && m.Thinking.Content != "" {
+				lines = append(lines, "(thinking) "+m.Thinking.Content)
+			}
+			if m.Content != "" {
+				lines = append(lines, m.Content)
+			}
+			for _, c := range m.ToolCalls {
+				lines = append(lines, fmt.Sprintf("→ call %s %s (%s)", c.Name, compactJSON(c.Arguments, 0), c.ID))
+			}
+		}
+		if len(lines) == 0 {
+			lines = []string{"(empty)"}
+		}
+		text := strings.ReplaceAll(strings.Join(lines, "\n"), "\n", "\n"+pad)
+		fmt.Fprintf(out, "%s%s\n", head, text)
+	}
+	switch {
+	case page.Total == 0:
+		fmt.Fprintln(out, "no messages")
+	case len(page.Messages) == 0:
+		fmt.Fprintf(out, "no messages at offset %d (%d in total)\n", page.Offset, page.Total)
+	default:
+		fmt.Fprintf(out, "messages %d–%d of %d", page.Offset, page.Offset+len(page.Messages)-1, page.Total)
+		if page.HasMore {
+			fmt.Fprintf(out, " (more: --offset %d)", page.Offset+len(page.Messages))
+		}
+		fmt.Fprintln(out)
+	}
+}
+
+// compactJSONOrText prints a tool result compactly when it is JSON.
+func compactJSONOrText(s string) string {
+	if json.Valid([]byte(s)) {
+		return compactJSON(json.RawMessage(s), 0)
+	}
+	return s
+}
+
+func newSessionsRunsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "runs <session>",
+		Short: "List a session's runs (turns, resumes, retries) with their workflows",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
+				if _, err := st.LoadState(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				runs, err := st.ListRuns(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					if runs == nil {
+						runs = []store.Run{}
+					}
+					return printJSON(out, runs)
+				}
+				if len(runs) == 0 {
+					fmt.Fprintln(out, "no runs")
+					return nil
+				}
+				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "TURN\tRUN\tSTATUS\tSTEPS\tWORKFLOW\tSTARTED\tENDED\tERROR")
+				for _, r := range runs {
+					ended := "-"
+					if r.CompletedAt != nil {
+						ended = fmtTime(*r.CompletedAt)
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Turn, r.RunID, r.Status, r.StepCount,
+						cmp.Or(r.WorkflowID, "-"), fmtTime(r.StartedAt), ended, truncate(r.Error, 60))
+				}
+				return w.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
