@@ -94,6 +94,9 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		if !cas.OK {
 			return &helix.AgentAlreadyRunningError{SessionID: sessionID, CurrentStatus: string(cas.CurrentStatus)}
 		}
+		if err := s.ClearInterruptFlag(ctx, sessionID); err != nil { // a stale request must not stop the resumed run
+			return err
+		}
 		prev, err := s.GetCurrentRun(ctx, sessionID)
 		if err != nil {
 			return err

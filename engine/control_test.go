@@ -173,3 +173,21 @@ func TestInterruptRacingCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
 }
+
+// A flag written after the turn ended (Interrupt racing the end) does not
+// stop the next turn.
+func TestStaleInterruptFlagDoesNotStopNextTurn(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "stale", Model: helix.ModelFunc(
+		func(context.Context, helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+			return helix.StepResult{Type: helix.StepText, Content: "ok"}, nil
+		})}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "one"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	require.NoError(t, e.Store().SetInterruptFlag(t.Context(), h.SessionID, "late"))
+	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "two"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
+}

@@ -181,6 +181,11 @@ func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *
 		}
 		return err
 	}
+	// An Interrupt that raced with the previous turn's end must not stop
+	// this one.
+	if err := s.ClearInterruptFlag(ctx, st.SessionID); err != nil {
+		return err
+	}
 	return s.ReactivateStream(ctx, st.StreamID)
 }
 
