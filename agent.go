@@ -31,6 +31,15 @@ type Agent struct {
 	LLMConfig LLMConfig
 	// Tools the model may call. Sub-agent tools (SubAgentTool) go here too.
 	Tools []*Tool
+	// Skills the model may load on demand (see [Skill]). When set, the
+	// catalog of skills goes into the system prompt (see
+	// [Agent.SkillsPromptFragment]) and the load_skill and read_skill_file
+	// tools are added. Sub-agents do not inherit them.
+	Skills []Skill
+	// PreloadSkills names skills whose bodies are always in the system
+	// prompt, with no load_skill call needed. A name that matches no skill
+	// is skipped, not an error (see [Agent.UnknownPreloadSkills]).
+	PreloadSkills []string
 	// OutputSchema, when set, makes the agent deliver a structured output
 	// through the auto-injected __finish__ tool; it must describe a JSON
 	// object.
@@ -86,6 +95,8 @@ func (a *Agent) Validate() error {
 		switch {
 		case IsFinishTool(t.Name()):
 			return fail(field, "%s is added automatically from OutputSchema; do not list it", FinishToolName)
+		case t.Name() == LoadSkillToolName || t.Name() == ReadSkillFileToolName:
+			return fail(field, "%s is added automatically from Skills; do not list it", t.Name())
 		case IsCompanionTool(t.Name()):
 			return fail(field, "companion tools are injected from PersistentAgents; do not list %q", t.Name())
 		}
@@ -93,6 +104,9 @@ func (a *Agent) Validate() error {
 			return fail(field, "duplicate tool name %q (also Tools[%d])", t.Name(), j)
 		}
 		seen[t.Name()] = i
+	}
+	if field, err := validateSkills(a.Skills); err != nil {
+		return fail(field, "%v", err)
 	}
 	if len(a.OutputSchema) > 0 {
 		s, err := CompileSchema(a.OutputSchema)
@@ -114,13 +128,21 @@ func (a *Agent) Validate() error {
 }
 
 // EffectiveTools returns the tools the model is offered: the agent's tools,
-// then __finish__ when it has an OutputSchema. It validates the agent first.
+// then load_skill and read_skill_file when it has Skills, then __finish__
+// when it has an OutputSchema. It validates the agent first.
 // The engine calls it once, at registration.
 func (a *Agent) EffectiveTools() ([]*Tool, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
 	tools := append([]*Tool(nil), a.Tools...)
+	if len(a.Skills) > 0 {
+		skillTools, err := newSkillTools(a.Skills)
+		if err != nil {
+			return nil, err
+		}
+		tools = append(tools, skillTools...)
+	}
 	if len(a.OutputSchema) > 0 {
 		finish, err := NewFinishTool(a.OutputSchema)
 		if err != nil {
