@@ -99,6 +99,10 @@ func (e *Engine) Register(agents ...*helix.Agent) error {
 		if err := e.env.Register(def); err != nil {
 			return err
 		}
+		if unknown := a.UnknownPreloadSkills(); len(unknown) > 0 {
+			e.log.Warn().Str("event", "skills.unknown_preload").Str("agent", a.Name).Strs("skills", unknown).
+				Msg("PreloadSkills names skills the agent does not define; they are skipped")
+		}
 	}
 	return nil
 }

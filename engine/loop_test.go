@@ -115,3 +115,30 @@ func normalize(ss []string) []string {
 	}
 	return out
 }
+
+// In-code skills: the catalog is in the system prompt and load_skill returns
+// the body as a tool result the model reads.
+func TestSkills(t *testing.T) {
+	t.Parallel()
+	var prompts []string
+	agent := &helix.Agent{Name: "skilled", SystemPrompt: "Base.",
+		Skills: []helix.Skill{{Name: "deploy-runbook", Description: "How to deploy", Body: "Step 1: ship it."}},
+		Model: script(
+			calls(call("l1", helix.LoadSkillToolName, `{"name":"deploy-runbook"}`)),
+			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+				last := req.Messages[len(req.Messages)-1]
+				return text("saw: " + last.Content)(req, cb)
+			},
+		)}
+	agent.Model = recordPrompts(agent.Model, &prompts)
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "deploy"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Contains(t, string(res.Output), "Step 1: ship it.")
+	require.Len(t, prompts, 2)
+	require.True(t, strings.HasPrefix(prompts[0], "Base.\n\n## Skills"), prompts[0])
+	require.Contains(t, prompts[0], "deploy-runbook")
+	require.Equal(t, prompts[0], prompts[1], "the catalog is byte-stable")
+}

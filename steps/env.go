@@ -189,5 +189,6 @@ func (r rowsAdapter) Close() { _ = r.Rows.Close() }
 // InTx returns a view of the store running on a DBOS transaction.
 func (e *Env) InTx(tx dbos.Tx) *postgres.Store { return e.Store.WithQuerier(txQuerier{tx}) }
 
-// skillsFragment is the agent's skills catalog for the system prompt.
-func (d *AgentDef) skillsFragment() string { return "" }
+// skillsFragment is the agent's skills catalog (and preloaded skill bodies)
+// for the system prompt: deterministic data of the definition.
+func (d *AgentDef) skillsFragment() string { return d.Agent.SkillsPromptFragment() }
