@@ -127,7 +127,7 @@ func TestSkills(t *testing.T) {
 			calls(call("l1", helix.LoadSkillToolName, `{"name":"deploy-runbook"}`)),
 			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
 				last := req.Messages[len(req.Messages)-1]
-				return text("saw: " + last.Content)(req, cb)
+				return text("saw: "+last.Content)(req, cb)
 			},
 		)}
 	agent.Model = recordPrompts(agent.Model, &prompts)
