@@ -67,23 +67,45 @@ func (h *Handle) Result(ctx context.Context) (helix.AgentResult, error) {
 
 func (h *Handle) result(ctx context.Context, run *store.Run) (helix.AgentResult, error) {
 	res := helix.AgentResult{SessionID: h.SessionID, RunID: h.RunID, Status: helix.RunStatusToAgentStatus(run.Status), Error: run.Error}
-	switch run.Status {
-	case helix.RunCompleted:
+	if run.Status.Final() && run.WorkflowID != "" {
+		// The run record is final once the last commit lands; the workflow
+		// still fires the closing hooks. Wait for it, so a caller that shuts
+		// down after Result does not leave them pending.
+		out, err := h.workflowOutcome(ctx, run.WorkflowID)
+		if err != nil {
+			return res, err
+		}
+		res.ErrorCode = out.Code
+	}
+	if run.Status == helix.RunCompleted {
 		st, err := h.e.store.LoadState(ctx, h.SessionID)
 		if err != nil {
 			return res, err
 		}
 		res.Output = st.Output
-	case helix.RunFailed:
-		// The classified code is in the workflow's outcome.
-		wh, err := dbos.RetrieveWorkflow[steps.Outcome](h.e.dbos, h.WorkflowID)
-		if err == nil {
-			if out, err := wh.GetResult(dbos.WithHandleTimeout(5*time.Second), dbos.WithHandlePollingInterval(20*time.Millisecond)); err == nil {
-				res.ErrorCode = out.Code
-			}
-		}
 	}
 	return res, nil
+}
+
+// workflowOutcome waits for the run's workflow to finish. A workflow that
+// ended in error or was cancelled (abort) yields a zero outcome: the run
+// record already says how the run ended.
+func (h *Handle) workflowOutcome(ctx context.Context, workflowID string) (steps.Outcome, error) {
+	wh, err := dbos.RetrieveWorkflow[steps.Outcome](h.e.dbos, workflowID)
+	if err != nil {
+		return steps.Outcome{}, nil // not started here (e.g. an orphan started elsewhere): nothing to wait for
+	}
+	done := make(chan steps.Outcome, 1)
+	go func() {
+		out, _ := wh.GetResult(dbos.WithHandlePollingInterval(10 * time.Millisecond))
+		done <- out
+	}()
+	select {
+	case out := <-done:
+		return out, nil
+	case <-ctx.Done():
+		return steps.Outcome{}, ctx.Err()
+	}
 }
 
 // Stream returns the run's chunks live, from the run's first chunk, ending

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -141,4 +143,22 @@ func TestSkills(t *testing.T) {
 	require.True(t, strings.HasPrefix(prompts[0], "Base.\n\n## Skills"), prompts[0])
 	require.Contains(t, prompts[0], "deploy-runbook")
 	require.Equal(t, prompts[0], prompts[1], "the catalog is byte-stable")
+}
+
+// Result returns after the workflow's closing hooks ran, so a caller may
+// shut down right after it.
+func TestResultWaitsForClosingHooks(t *testing.T) {
+	t.Parallel()
+	var fired atomic.Bool
+	agent := &helix.Agent{Name: "hooked", Model: script(text("done")), Hooks: &helix.Hooks{
+		OnAgentComplete: func(context.Context, helix.HookContext, helix.AgentResult) error {
+			time.Sleep(300 * time.Millisecond) // a slow hook, not an assertion
+			fired.Store(true)
+			return nil
+		}}}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	require.True(t, fired.Load(), "OnAgentComplete ran before Result returned")
 }
