@@ -82,6 +82,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newStreamCmd(g))
 	root.AddCommand(newInterruptCmd(g))
 	root.AddCommand(newResumeCmd(g))
+	root.AddCommand(newBenchCmd(g))
 	return root
 }
 

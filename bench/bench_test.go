@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+)
+
+// TestRunSmall runs every phase at a tiny size and checks that the report
+// is complete and consistent with what the database holds. It asserts no
+// timing.
+func TestRunSmall(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var lines []string
+	cfg := Config{DatabaseURL: url, Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5, WarmupSteps: 3,
+		Progress: func(s string) { lines = append(lines, s) }}
+	r, err := Run(t.Context(), cfg)
+	require.NoError(t, err)
+
+	require.Equal(t, ReportConfig{Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5}, r.Config)
+	require.Equal(t, 11, r.Sequential.Overhead.Count, "one sample between each pair of steps")
+	require.Equal(t, 12, r.Concurrent.Steps)
+	require.Equal(t, 3*3, r.Concurrent.Overhead.Count)
+	require.Equal(t, 5, r.Floors.Commit.Count)
+	require.Equal(t, 5, r.Floors.RoundTrip.Count)
+	require.Equal(t, 4, r.Floors.DBOSStep.Count)
+	require.Equal(t, 4, r.Floors.DBOSAgentStep.Count)
+	for name, d := range map[string]Distribution{
+		"sequential": r.Sequential.Overhead, "concurrent": r.Concurrent.Overhead, "commit": r.Floors.Commit.Distribution, "round trip": r.Floors.RoundTrip.Distribution,
+		"dbos step": r.Floors.DBOSStep.Distribution, "skeleton": r.Floors.DBOSAgentStep.Distribution,
+	} {
+		require.Positive(t, d.P50MS, name)
+		require.LessOrEqual(t, d.P50MS, d.P95MS, name)
+		require.LessOrEqual(t, d.P95MS, d.P99MS, name)
+		require.LessOrEqual(t, d.P99MS, d.MaxMS, name)
+	}
+	require.Positive(t, r.Concurrent.StepsPerSecond)
+	require.Positive(t, r.Sequential.LateEarlyRatio)
+	// An agent step runs its DBOS skeleton's statements and more.
+	require.Greater(t, r.Sequential.SQL.StatementsPerStep, r.Floors.DBOSAgentStep.SQL.StatementsPerStep)
+	require.NotEmpty(t, r.Sequential.SQL.Top)
+	require.InDelta(t, 1, r.Floors.Commit.SQL.StatementsPerStep, 0.01, "one statement per commit")
+	require.Len(t, r.Targets, 4)
+	require.NotEmpty(t, r.Machine.Postgres)
+	require.Positive(t, r.Machine.PoolMaxConns)
+	require.Contains(t, lines, "sequential: one session of 12 steps")
+
+	// The sessions are in the database, completed with every step; the
+	// probe table is gone.
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var sessions, steps int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*), coalesce(sum(step_count), 0) FROM helix.sessions
+		WHERE agent_type = $1 AND status = 'completed'`, AgentName).Scan(&sessions, &steps))
+	require.Equal(t, 1+1+3, sessions, "warm-up, sequential and concurrent sessions")
+	require.Equal(t, 3+12+3*4, steps)
+	var probe *string
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT to_regclass($1)::text`, ProbeTable).Scan(&probe))
+	require.Nil(t, probe)
+
+	b, err := json.Marshal(r)
+	require.NoError(t, err)
+	var back Report
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, r.Sequential.Overhead, back.Sequential.Overhead)
+	require.Equal(t, r.Targets, back.Targets)
+
+	var text bytes.Buffer
+	require.NoError(t, r.WriteText(&text))
+	for _, want := range []string{"floor: round trip", "floor: single-row commit", "floor: DBOS agent-step skeleton", "engine: sequential, 12 steps",
+		"engine: 3 sessions × 4 steps", "aggregate steps/s, 3 concurrent sessions", "statements per agent step"} {
+		require.Contains(t, text.String(), want)
+	}
+}
+
+// newHarness returns a launched bench harness on a fresh database.
+func benchHarness(b *testing.B, maxSteps int) *harness {
+	b.Helper()
+	cfg := Config{DatabaseURL: pgtest.NewURL(b)}
+	require.NoError(b, cfg.withDefaults())
+	h, err := newHarness(b.Context(), cfg, maxSteps)
+	require.NoError(b, err)
+	b.Cleanup(func() { h.close(context.Background()) })
+	return h
+}
+
+func reportDistribution(b *testing.B, d Distribution) {
+	b.ReportMetric(d.P50MS, "p50-ms")
+	b.ReportMetric(d.P95MS, "p95-ms")
+	b.ReportMetric(d.P99MS, "p99-ms")
+}
+
+// BenchmarkAgentStep measures the engine overhead per agent step of one
+// session of b.N+1 steps (b.N samples); use -benchtime=1000x. With 200
+// steps or more it also reports the late/early overhead ratio.
+func BenchmarkAgentStep(b *testing.B) {
+	h := benchHarness(b, b.N+1)
+	b.ResetTimer()
+	s, err := h.sequential(b.Context(), b.N+1)
+	b.StopTimer()
+	require.NoError(b, err)
+	reportDistribution(b, s.Overhead)
+	b.ReportMetric(s.SQL.StatementsPerStep, "statements/step")
+	if b.N >= 200 {
+		b.ReportMetric(s.LateEarlyRatio, "late/early")
+	}
+}
+
+// BenchmarkAgentStepConcurrent runs 32 sessions of b.N/32 steps together
+// (use -benchtime=3200x) and reports the aggregate steps/s and the
+// per-step overhead under that load.
+func BenchmarkAgentStepConcurrent(b *testing.B) {
+	const sessions = 32
+	per := max(2, b.N/sessions)
+	h := benchHarness(b, per)
+	b.ResetTimer()
+	c, err := h.concurrent(b.Context(), sessions, per)
+	b.StopTimer()
+	require.NoError(b, err)
+	reportDistribution(b, c.Overhead)
+	b.ReportMetric(c.StepsPerSecond, "steps/s")
+}
+
+// BenchmarkDBOSStep is the floor of one no-op DBOS step.
+func BenchmarkDBOSStep(b *testing.B) {
+	h := benchHarness(b, 2)
+	b.ResetTimer()
+	f, err := h.workflowFloor(b.Context(), h.floors.noop, b.N+1)
+	b.StopTimer()
+	require.NoError(b, err)
+	reportDistribution(b, f.Distribution)
+}
+
+// BenchmarkDBOSAgentStepSkeleton is the floor of the DBOS operations of one
+// agent step with no work in them.
+func BenchmarkDBOSAgentStepSkeleton(b *testing.B) {
+	h := benchHarness(b, 2)
+	b.ResetTimer()
+	f, err := h.workflowFloor(b.Context(), h.floors.skeleton, b.N+1)
+	b.StopTimer()
+	require.NoError(b, err)
+	reportDistribution(b, f.Distribution)
+}
+
+// BenchmarkRoundTrip is the floor of one statement on the pool.
+func BenchmarkRoundTrip(b *testing.B) {
+	h := benchHarness(b, 2)
+	b.ResetTimer()
+	f, err := h.roundTripFloor(b.Context(), b.N)
+	b.StopTimer()
+	require.NoError(b, err)
+	reportDistribution(b, f.Distribution)
+}
+
+// BenchmarkCommit is the floor of one single-row INSERT commit on the pool.
+func BenchmarkCommit(b *testing.B) {
+	h := benchHarness(b, 2)
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Minute)
+	defer cancel()
+	b.ResetTimer()
+	f, err := h.commitFloor(ctx, b.N)
+	b.StopTimer()
+	require.NoError(b, err)
+	reportDistribution(b, f.Distribution)
+}

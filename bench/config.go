@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSteps is the length of the sequential session: long enough
+	// that a per-step cost growing with history shows.
+	DefaultSteps = 1000
+	// DefaultSessions is the number of concurrent sessions.
+	DefaultSessions = 32
+	// DefaultStepsPerSession is the length of each concurrent session.
+	DefaultStepsPerSession = 100
+	// DefaultFloorSteps is the number of no-op DBOS steps, skeleton
+	// iterations and single-row commits measured for the floors.
+	DefaultFloorSteps = 1000
+	// DefaultWarmupSteps is the length of the unreported warm-up session.
+	DefaultWarmupSteps = 20
+)
+
+// Config configures Run. Only DatabaseURL is required.
+type Config struct {
+	// DatabaseURL is the Postgres database to measure against. Run migrates
+	// it and writes bench sessions (agent type AgentName) and DBOS
+	// workflows into it, and creates then drops a one-column probe table
+	// (ProbeTable): use a scratch database.
+	DatabaseURL string
+	// Steps is the length of the sequential session (default DefaultSteps,
+	// at least 2).
+	Steps int
+	// Sessions is the number of concurrent sessions (default
+	// DefaultSessions).
+	Sessions int
+	// StepsPerSession is the length of each concurrent session (default
+	// DefaultStepsPerSession, at least 2).
+	StepsPerSession int
+	// FloorSteps is the sample count of each floor measurement (default
+	// DefaultFloorSteps, at least 2).
+	FloorSteps int
+	// WarmupSteps is the length of the warm-up session; default
+	// DefaultWarmupSteps, negative for none.
+	WarmupSteps int
+	// MaxConns overrides the pool size; 0 keeps pgx's default (or the URL's
+	// pool_max_conns), which is what an engine built from a URL gets.
+	MaxConns int
+	// KeepSamples keeps the sequential session's every overhead sample in
+	// the report (Sequential.SamplesMS), for plots.
+	KeepSamples bool
+	// Progress receives a line now and then while Run works, from more
+	// than one goroutine but never concurrently; nil is silent.
+	Progress func(string)
+}
+
+func (c *Config) withDefaults() error {
+	c.Steps = cmp.Or(c.Steps, DefaultSteps)
+	c.Sessions = cmp.Or(c.Sessions, DefaultSessions)
+	c.StepsPerSession = cmp.Or(c.StepsPerSession, DefaultStepsPerSession)
+	c.FloorSteps = cmp.Or(c.FloorSteps, DefaultFloorSteps)
+	c.WarmupSteps = cmp.Or(c.WarmupSteps, DefaultWarmupSteps)
+	if c.Progress == nil {
+		c.Progress = func(string) {}
+	} else {
+		progress, mu := c.Progress, &sync.Mutex{}
+		c.Progress = func(s string) {
+			mu.Lock()
+			defer mu.Unlock()
+			progress(s)
+		}
+	}
+	return c.validate()
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.DatabaseURL == "":
+		return errors.New("bench: Config.DatabaseURL is empty: give the URL of a scratch database")
+	case c.Steps < 2:
+		return fmt.Errorf("bench: Steps must be >= 2 (one overhead sample needs two steps), got %d", c.Steps)
+	case c.Sessions < 1:
+		return fmt.Errorf("bench: Sessions must be >= 1, got %d", c.Sessions)
+	case c.StepsPerSession < 2:
+		return fmt.Errorf("bench: StepsPerSession must be >= 2, got %d", c.StepsPerSession)
+	case c.FloorSteps < 2:
+		return fmt.Errorf("bench: FloorSteps must be >= 2, got %d", c.FloorSteps)
+	case c.MaxConns < 0:
+		return fmt.Errorf("bench: MaxConns must be >= 0 (0 for the pool's default), got %d", c.MaxConns)
+	}
+	return nil
+}

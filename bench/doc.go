@@ -1,0 +1,46 @@
+// Package bench measures the engine's own cost per agent step against a
+// real Postgres, beside the floors it is built on: a bare DBOS step and a
+// single-row commit on the same pool. `helix-dbos bench` prints its report;
+// the benchmarks in this package (`go test -bench . ./bench/`) report the
+// same figures as benchmark metrics. Nothing here asserts a timing: targets
+// are evaluated in the [Report] and written down in docs/performance.md.
+//
+// # Method
+//
+// The agent under test has a scripted model that answers instantly and one
+// no-op tool. Every step but the last calls the tool once (call ID
+// "call-<step>"); the last step answers in text, which completes the run.
+// The model stamps the time it is entered and the time it returns, the tool
+// measures its own body, and the engine overhead of step i is
+//
+//	overhead(i) = enter(i+1) − return(i) − tool(i)
+//
+// the wall time from the model returning step i to the model being called
+// for step i+1, minus the tool's own work (microseconds for a no-op). That
+// interval holds everything the engine does per step: the model step's
+// checkpoint and tool_start chunks, the tool step, the commit transaction,
+// the next model step's DBOS bookkeeping, state load, resync check,
+// step_start chunk and request building. A session of N steps yields N−1
+// samples.
+//
+// Phases, in order, each on the same engine and pool:
+//
+//   - warm-up: a short session, not reported;
+//   - floors: N `SELECT 1` round trips and N single-row INSERT commits
+//     (autocommit) on the pool; a DBOS
+//     workflow of N no-op RunAsStep calls (time between consecutive step
+//     bodies); and a DBOS "agent-step skeleton", the DBOS operations an
+//     agent step performs with no helix work in them (RunAsStep, one step
+//     through dbos.Go, one RunAsTransaction);
+//   - sequential: one session of [Config.Steps] steps: the overhead
+//     distribution, and the overhead early in the session (steps 10–59)
+//     against the end of it (the last 50 steps), to show growth with
+//     history;
+//   - concurrent: [Config.Sessions] sessions of [Config.StepsPerSession]
+//     steps started together; steps per second is all their steps over the
+//     wall time from the first Execute to the last Result.
+//
+// Every statement on the pool is traced (count and client-side time, by
+// statement text), as is the time spent waiting for a pool connection, so a
+// report shows where an agent step's time goes.
+package bench
