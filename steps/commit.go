@@ -107,34 +107,29 @@ type CommitOutput struct {
 
 // CommitStep returns the per-step commit: in one transaction (which also
 // records the DBOS step, so a replay never applies it twice) it appends the
-// step's messages, promotes the tools' staged state changes, writes the
-// checkpoint and counters, records usage, appends the step's closing chunks
-// (tool_end, state_patch, step_end, output, checkpoint_created,
-// step_committed, and stream_end when a root session completes) and checks
-// the interrupt flag for the next step.
+// step's messages, applies the tools' state changes (StepPatches),
+// writes the checkpoint and counters, records usage, appends the step's
+// closing chunks (tool_end, state_patch, step_end, then checkpoint_created,
+// step_committed, output, run_interrupted, and stream_end when a root
+// session completes) and consumes the interrupt flag for the next step. The
+// store does it in two statements (store.StepStore.CommitStep).
 func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (CommitOutput, error) {
-		s := e.InTx(tx)
 		run, step := in.Run, in.Step
-		st, err := s.LoadState(ctx, run.SessionID)
-		if err != nil {
-			return CommitOutput{}, err
+		c := store.StepCommit{
+			SessionID: run.SessionID, RunID: run.RunID, Step: step,
+			Messages: StepMessages(in), Complete: in.Complete, EndStream: in.Complete && run.IsRoot(),
 		}
-		if st.Status != helix.SessionActive {
-			// Aborted (or otherwise ended) while this step ran: write nothing.
-			return CommitOutput{}, fmt.Errorf("session %s is %s: step %d discarded", run.SessionID, st.Status, step)
+		if in.Complete {
+			c.Output = in.Output
 		}
-		msgs := StepMessages(in)
-		var chunks []store.ChunkWrite
-		add := func(c helix.Chunk) { chunks = append(chunks, store.ChunkWrite{RunID: run.RunID, Chunk: c}) }
 		executed := true
-		var patches []helix.PatchOp
-		usage := []store.UsageRecord{{
-			SessionID: run.SessionID, RunID: run.RunID, Step: step, SourceType: store.UsageModel,
-			SourceName: firstNonEmpty(in.Model.Model, run.AgentType), InputTokens: in.Model.Usage.InputTokens,
-			OutputTokens: in.Model.Usage.OutputTokens, CachedTokens: in.Model.Usage.CachedTokens,
-			CacheWriteTokens: in.Model.Usage.CacheWriteTokens, Success: true, Key: "model:" + StepID(run.RunID, step),
-		}}
+		c.Usage = append(c.Usage, store.UsageRecord{
+			SourceType: store.UsageModel, SourceName: firstNonEmpty(in.Model.Model, run.AgentType),
+			InputTokens: in.Model.Usage.InputTokens, OutputTokens: in.Model.Usage.OutputTokens,
+			CachedTokens: in.Model.Usage.CachedTokens, CacheWriteTokens: in.Model.Usage.CacheWriteTokens,
+			Success: true, Key: "model:" + StepID(run.RunID, step),
+		})
 		for _, r := range in.Tools {
 			if helix.IsFinishTool(r.ToolName) {
 				continue
@@ -143,83 +138,57 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 			if r.Error != "" || len(result) == 0 {
 				result = json.RawMessage("null")
 			}
-			add(&helix.ToolEndChunk{Base: base(run, step), ToolCallID: r.ToolCallID, ToolName: r.ToolName,
+			c.Chunks = append(c.Chunks, &helix.ToolEndChunk{Base: base(run, step), ToolCallID: r.ToolCallID, ToolName: r.ToolName,
 				Result: result, Error: r.Error, ErrorCode: r.ErrorCode, ProviderExecuted: &executed})
-			patches = append(patches, r.Patches...)
 			d := r.DurationMS
-			usage = append(usage, store.UsageRecord{SessionID: run.SessionID, RunID: run.RunID, Step: step,
-				SourceType: store.UsageTool, SourceName: r.ToolName, DurationMS: &d, Success: r.Error == "",
-				Key: "tool:" + r.ToolCallID})
+			c.Usage = append(c.Usage, store.UsageRecord{SourceType: store.UsageTool, SourceName: r.ToolName,
+				DurationMS: &d, Success: r.Error == "", Key: "tool:" + r.ToolCallID})
 		}
-		if len(patches) > 0 {
-			add(&helix.StatePatchChunk{Base: base(run, step), Patches: patches})
+		c.Patches = StepPatches(in.Tools)
+		if len(c.Patches) > 0 {
+			c.Chunks = append(c.Chunks, &helix.StatePatchChunk{Base: base(run, step), Patches: c.Patches})
 		}
 		u := in.Model.Usage
-		add(&helix.StepEndChunk{Base: base(run, step), StepID: StepID(run.RunID, step), Usage: &u,
+		c.Chunks = append(c.Chunks, &helix.StepEndChunk{Base: base(run, step), StepID: StepID(run.RunID, step), Usage: &u,
 			FinishReason: in.Model.StopReason.FinishReason()})
-		seq, err := s.Append(ctx, run.StreamID, chunks)
-		if err != nil {
-			return CommitOutput{}, err
+		c.Closing = func(cl store.StepClosing) []helix.Chunk {
+			out := []helix.Chunk{
+				&helix.CheckpointCreatedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: cl.CheckpointID, StepCount: step},
+				&helix.StepCommittedChunk{Base: base(run, step), RunID: run.RunID, StepID: StepID(run.RunID, step), CheckpointID: cl.CheckpointID},
+			}
+			if in.Complete && len(in.Output) > 0 {
+				out = append(out, &helix.OutputChunk{Base: base(run, step), Output: in.Output})
+			}
+			if cl.Interrupted {
+				cp := cl.CheckpointID
+				out = append(out, &helix.RunInterruptedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: &cp, Reason: cl.InterruptReason})
+			}
+			return out
 		}
-
-		st.StepCount = step
-		if in.Complete {
-			st.Status = helix.SessionCompleted
-			st.Output = in.Output
-			st.Error, st.FailureReason = "", ""
-		}
-		cpID := helix.GenerateCheckpointID(run.SessionID, step)
-		p := store.CommitParams{
-			State: st, ExpectedVersion: st.Version, AppendMessages: msgs,
-			Checkpoint: &store.CheckpointParams{ID: cpID, RunID: run.RunID, StepCount: step, MessageCount: -1,
-				StreamSequence: &seq, Source: "step"},
-		}
-		if len(patches) > 0 {
-			p.PromoteStepID = StepID(run.RunID, step)
-		}
-		res, err := s.SaveStateAndPromoteStaging(ctx, p)
+		res, err := e.InTx(tx).CommitStep(ctx, c)
 		if err != nil {
 			return CommitOutput{}, err
 		}
 		for _, w := range res.Warnings {
 			e.Log.Warn().Str("event", "state.patch_skipped").Str("sessionId", run.SessionID).Int("step", step).Msg(w)
 		}
-		if err := s.RecordUsage(ctx, usage); err != nil {
-			return CommitOutput{}, err
-		}
-		runStatus := helix.RunRunning
-		if in.Complete {
-			runStatus = helix.RunCompleted
-		}
-		if err := s.UpdateRunStatus(ctx, run.RunID, runStatus, &store.RunUpdate{StepCount: &step}); err != nil {
-			return CommitOutput{}, err
-		}
-		chunks = chunks[:0]
-		add(&helix.CheckpointCreatedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: res.CheckpointID, StepCount: step})
-		add(&helix.StepCommittedChunk{Base: base(run, step), RunID: run.RunID, StepID: StepID(run.RunID, step), CheckpointID: res.CheckpointID})
-		if in.Complete && len(in.Output) > 0 {
-			add(&helix.OutputChunk{Base: base(run, step), Output: in.Output})
-		}
-		if _, err := s.Append(ctx, run.StreamID, chunks); err != nil {
-			return CommitOutput{}, err
-		}
-		out := CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.State.MessageCount}
-		if in.Complete {
-			// An interrupt that raced with the final step has nothing left to
-			// stop; it must not stop the session's next turn.
-			if err := s.ClearInterruptFlag(ctx, run.SessionID); err != nil {
-				return CommitOutput{}, err
-			}
-			if run.IsRoot() {
-				if err := s.EndStream(ctx, run.StreamID, in.Output); err != nil {
-					return CommitOutput{}, err
-				}
-			}
-			return out, nil
-		}
-		out.Interrupted, err = e.interruptIfRequested(ctx, s, run, step, res.CheckpointID)
-		return out, err
+		return CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.MessageCount, Interrupted: res.Interrupted}, nil
 	}
+}
+
+// StepPatches returns a step's state changes in the order the tools made
+// them: phase 1 (regular tools) in the model's order, then phase 2
+// (finishWith tools, which saw phase 1's changes). A failed tool has none.
+func StepPatches(results []ToolResult) []helix.PatchOp {
+	var out []helix.PatchOp
+	for _, phase2 := range []bool{false, true} {
+		for _, r := range results {
+			if r.FinishWith == phase2 {
+				out = append(out, r.Patches...)
+			}
+		}
+	}
+	return out
 }
 
 // StepMessages returns the messages a step appends: the assistant message,

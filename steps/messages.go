@@ -41,6 +41,23 @@ func (e *Env) Forget(sessionID string) {
 	e.cache.mu.Unlock()
 }
 
+// Remember records messages a commit appended, ending at position count, in
+// the session's cached log. A log that does not reach their first position
+// is left alone: the next step loads what it lacks.
+func (e *Env) Remember(sessionID string, count int, msgs []helix.Message) {
+	from := count - len(msgs)
+	if from < 0 {
+		return
+	}
+	l := e.cache.log(sessionID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.msgs) < from {
+		return
+	}
+	l.msgs = append(l.msgs[:from:from], msgs...)
+}
+
 // Messages returns the session's first count messages (count is the durable
 // message count read in the same step), loading only what the cache lacks.
 func (e *Env) Messages(ctx context.Context, sessionID string, count int) ([]helix.Message, error) {

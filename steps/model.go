@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -37,12 +38,16 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 		if err != nil {
 			return ModelOutput{Failure: &Failure{Message: err.Error(), Code: helix.CodeInternal}}, nil
 		}
-		st, err := e.Store.LoadState(ctx, in.Run.SessionID)
+		st, err := e.Store.ReadStep(ctx, store.ReadStepParams{
+			SessionID: in.Run.SessionID, RunID: in.Run.RunID, AfterStep: in.Step - 1, MinSequence: in.Run.StartSequence,
+		})
 		if err != nil {
 			return ModelOutput{}, err
 		}
-		if err := e.resync(ctx, in.Run, in.Step, st); err != nil {
-			return ModelOutput{}, err
+		if st.Stale {
+			if err := e.resync(ctx, in.Run, in.Step, st); err != nil {
+				return ModelOutput{}, err
+			}
 		}
 		if h := def.Agent.Hooks; h != nil && h.OnStepStart != nil {
 			hc := helix.HookContext{SessionID: in.Run.SessionID, RunID: in.Run.RunID, AgentType: in.Run.AgentType, Step: in.Step}
@@ -52,7 +57,7 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 		if err != nil {
 			return ModelOutput{}, err
 		}
-		prompt, failure := systemPrompt(ctx, def, st)
+		prompt, failure := systemPrompt(ctx, def, st.CustomState)
 		if failure != nil {
 			return ModelOutput{Failure: failure}, nil
 		}
@@ -71,7 +76,10 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 
 		w := e.Store.NewWriter(in.Run.StreamID, &store.WriterOptions{RunID: in.Run.RunID})
 		defer func() { _ = w.Close(context.WithoutCancel(ctx)) }()
-		if err := w.Write(ctx, &helix.StepStartChunk{Base: base(in.Run, in.Step), StepID: StepID(in.Run.RunID, in.Step)}); err != nil {
+		// step_start is queued, not awaited: it goes out with the model's
+		// first deltas (within the flush interval) or, for a model that
+		// answers at once, in one statement with the tool_start chunks.
+		if err := w.Queue(ctx, &helix.StepStartChunk{Base: base(in.Run, in.Step), StepID: StepID(in.Run.RunID, in.Step)}); err != nil {
 			return ModelOutput{}, err
 		}
 		var writeErr error
@@ -126,7 +134,7 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 			if len(args) == 0 {
 				args = []byte("{}")
 			}
-			if err := w.Write(ctx, &helix.ToolStartChunk{Base: base(in.Run, in.Step), ToolCallID: call.ID, ToolName: call.Name, Arguments: args}); err != nil {
+			if err := w.Queue(ctx, &helix.ToolStartChunk{Base: base(in.Run, in.Step), ToolCallID: call.ID, ToolName: call.Name, Arguments: args}); err != nil {
 				return ModelOutput{}, err
 			}
 		}
@@ -136,12 +144,8 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 
 // resync removes the chunks a crashed attempt of this step (or a later one)
 // left in the stream and tells readers with stream_resync.
-func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.SessionState) error {
-	stale, err := e.Store.HasChunksAfterStep(ctx, run.StreamID, step-1, run.StartSequence)
-	if err != nil || !stale {
-		return err
-	}
-	res, err := e.Store.CleanupToStep(ctx, run.StreamID, step-1, run.StartSequence)
+func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.StepView) error {
+	res, err := e.Store.CleanupAttempt(ctx, run.StreamID, run.RunID, step-1, st.StaleFrom)
 	if err != nil || res.Removed == 0 {
 		return err
 	}
@@ -158,7 +162,7 @@ func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.Sessi
 	return err
 }
 
-func systemPrompt(ctx context.Context, def *AgentDef, st *store.SessionState) (prompt string, failure *Failure) {
+func systemPrompt(ctx context.Context, def *AgentDef, customState json.RawMessage) (prompt string, failure *Failure) {
 	prompt = def.Agent.SystemPrompt
 	if f := def.Agent.SystemPromptFunc; f != nil {
 		var err error
@@ -168,7 +172,7 @@ func systemPrompt(ctx context.Context, def *AgentDef, st *store.SessionState) (p
 					err = fmt.Errorf("panic: %v", r)
 				}
 			}()
-			prompt, err = f(ctx, st.CustomState)
+			prompt, err = f(ctx, customState)
 		}()
 		if err != nil {
 			return "", &Failure{Message: fmt.Sprintf("agent %q: SystemPromptFunc failed: %v", def.Agent.Name, err), Code: helix.CodeInternal}

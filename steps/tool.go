@@ -29,9 +29,10 @@ type ToolInput struct {
 	Run  RunInfo        `json:"run"`
 	Step int            `json:"step"`
 	Call helix.ToolCall `json:"call"`
-	// SeesStaged makes the tool see the changes staged earlier in the step
-	// (phase 2: finishWith tools see phase 1's state).
-	SeesStaged bool `json:"seesStaged,omitempty"`
+	// Staged are the custom-state changes made earlier in the step, in the
+	// model's order, which the tool sees on top of the committed state
+	// (phase 2: finishWith tools see phase 1's changes).
+	Staged []helix.PatchOp `json:"staged,omitempty"`
 }
 
 // ToolResult is the checkpointed outcome of one tool call.
@@ -61,8 +62,11 @@ func (r ToolResult) Content() string {
 
 // RunTool returns the step that executes one server tool call: it validates
 // the arguments, fires BeforeTool, runs the tool with a ToolContext over the
-// session's custom state, fires OnStateChange and stages the state changes
-// for the step's commit. Tool errors and panics are results the model sees.
+// session's custom state, fires OnStateChange and returns the tool's state
+// changes as patches. They are checkpointed with the step's output (a replay
+// gets the same patches without running the tool) and applied by the step's
+// commit in the order the tools made them (see StepPatches). Tool errors and
+// panics are results the model sees.
 func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
 	return func(ctx context.Context) (ToolResult, error) {
 		res := ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name}
@@ -90,17 +94,7 @@ func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
 			res.Error, res.ErrorCode = err.Error(), CodeInvalidArguments
 			return res, nil
 		}
-		st, err := e.Store.LoadState(ctx, in.Run.SessionID)
-		if err != nil {
-			return res, err
-		}
-		state := st.CustomState
-		if in.SeesStaged {
-			if state, err = e.stagedView(ctx, in.Run, in.Step, state); err != nil {
-				return res, err
-			}
-		}
-		tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: in.Call, state: state}
+		tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: in.Call, staged: in.Staged}
 		hc := helix.HookContext{SessionID: in.Run.SessionID, RunID: in.Run.RunID, AgentType: in.Run.AgentType, Step: in.Step}
 		hooks := def.Agent.Hooks
 		if hooks != nil && hooks.BeforeTool != nil {
@@ -124,38 +118,14 @@ func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
 		}
 		res.Result = out
 		res.FinishWith = tool.IsFinishWith()
-		if tc.changed {
-			if res.Patches, err = statepatch.Diff(state, tc.state); err != nil {
-				return res, err
-			}
+		if res.Patches, err = tc.patches(); err != nil {
+			return res, err
 		}
-		if len(res.Patches) > 0 {
-			if hooks != nil && hooks.OnStateChange != nil {
-				e.hook(ctx, "onStateChange", hc, func() error { return hooks.OnStateChange(ctx, hc, res.Patches) })
-			}
-			if err := e.Store.StageChanges(ctx, in.Run.SessionID, StepID(in.Run.RunID, in.Step), in.Call.ID, res.Patches); err != nil {
-				return res, err
-			}
+		if len(res.Patches) > 0 && hooks != nil && hooks.OnStateChange != nil {
+			e.hook(ctx, "onStateChange", hc, func() error { return hooks.OnStateChange(ctx, hc, res.Patches) })
 		}
 		return res, nil
 	}
-}
-
-// stagedView applies the step's staged changes to state.
-func (e *Env) stagedView(ctx context.Context, run RunInfo, step int, state json.RawMessage) (json.RawMessage, error) {
-	changes, err := e.Store.GetStagedChanges(ctx, run.SessionID, StepID(run.RunID, step))
-	if err != nil {
-		return nil, err
-	}
-	var ops []helix.PatchOp
-	for _, c := range changes {
-		ops = append(ops, c.Patches...)
-	}
-	if len(ops) == 0 {
-		return state, nil
-	}
-	view, _, err := statepatch.Apply(state, ops)
-	return view, err
 }
 
 // hook runs one user hook, logging (never propagating) its error or panic.
@@ -183,9 +153,46 @@ type toolContext struct {
 	step int
 	call helix.ToolCall
 
-	mu      sync.Mutex
-	state   json.RawMessage
-	changed bool
+	// staged are the step's earlier changes the tool sees.
+	staged []helix.PatchOp
+
+	mu sync.Mutex
+	// base is the state the tool started from (the committed state with
+	// staged applied) and state its current view; both are loaded on the
+	// first GetState or SetState, so a tool that never touches the state
+	// costs no read.
+	base, state json.RawMessage
+	loaded      bool
+	changed     bool
+}
+
+// load reads the custom state once; the caller holds t.mu.
+func (t *toolContext) load() error {
+	if t.loaded {
+		return nil
+	}
+	st, err := t.env.Store.LoadState(t.ctx, t.run.SessionID)
+	if err != nil {
+		return fmt.Errorf("load custom state: %w", err)
+	}
+	base := st.CustomState
+	if len(t.staged) > 0 {
+		if base, _, err = statepatch.Apply(base, t.staged); err != nil {
+			return fmt.Errorf("apply the step's earlier state changes: %w", err)
+		}
+	}
+	t.base, t.state, t.loaded = base, base, true
+	return nil
+}
+
+// patches returns the tool's changes to the state as RFC 6902 patches.
+func (t *toolContext) patches() ([]helix.PatchOp, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.changed {
+		return nil, nil
+	}
+	return statepatch.Diff(t.base, t.state)
 }
 
 func (t *toolContext) SessionID() string  { return t.run.SessionID }
@@ -202,6 +209,9 @@ func (t *toolContext) IdempotencyKey() string { return t.run.WorkflowID + "/" + 
 func (t *toolContext) GetState(into any) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if err := t.load(); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(t.state, into); err != nil {
 		return fmt.Errorf("decode custom state: %w", err)
 	}
@@ -217,8 +227,11 @@ func (t *toolContext) SetState(state any) error {
 		return fmt.Errorf("custom state must be a JSON object, got %s", truncate(b, 60))
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.load(); err != nil {
+		return err
+	}
 	t.state, t.changed = b, true
-	t.mu.Unlock()
 	return nil
 }
 

@@ -94,6 +94,12 @@ type ChunkWrite struct {
 // concurrent use.
 type Writer interface {
 	Write(ctx context.Context, chunk helix.Chunk) error
+	// Queue queues any chunk the way deltas are: it goes out with the next
+	// batch, at most the flush interval later, and is durable once a later
+	// Flush or Close returns. For a chunk that may wait a few milliseconds
+	// to share a statement with the chunks that follow it (a step_start
+	// before a fast model's answer).
+	Queue(ctx context.Context, chunk helix.Chunk) error
 	// Flush waits until every chunk written so far is durable.
 	Flush(ctx context.Context) error
 	// Close flushes and closes the writer (not the stream).

@@ -110,13 +110,11 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	in := steps.CommitInput{Run: run, Step: step, Model: res}
 	results := make([]steps.ToolResult, len(res.ToolCalls))
 
-	// Phase 1: regular tools in parallel, each a step with a deterministic ID.
-	type pending struct {
-		i  int
-		ch <-chan dbos.StepOutcome[steps.ToolResult]
-	}
-	var phase1 []pending
-	var phase2 []int
+	// Phase 1: regular tools in parallel, each a step with a deterministic
+	// ID (dbos.Go takes the next step ID when called, in the model's
+	// order). A lone call runs as a plain step: same step ID, same record,
+	// no goroutine hand-off.
+	var phase1, phase2 []int
 	finish := -1
 	for i, call := range res.ToolCalls {
 		switch tool, known := t.def.Tools[call.Name]; {
@@ -125,28 +123,26 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		case known && tool.IsFinishWith():
 			phase2 = append(phase2, i)
 		default:
-			ch, err := dbos.Go(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: call}), dbos.WithStepName(steps.NameRunTool), retries)
-			if err != nil {
-				return steps.Outcome{}, true, err
-			}
-			phase1 = append(phase1, pending{i, ch})
+			phase1 = append(phase1, i)
 		}
 	}
-	for _, p := range phase1 {
-		o := <-p.ch
-		if o.Err != nil {
-			return steps.Outcome{}, true, o.Err
-		}
-		results[p.i] = o.Result
+	if err := t.runPhase1(step, res.ToolCalls, phase1, results); err != nil {
+		return steps.Outcome{}, true, err
 	}
-	// Phase 2: finishWith tools, sequentially, seeing phase 1's state.
+	// Phase 2: finishWith tools, sequentially, seeing the state changes
+	// made before them in the step, in the model's order.
+	var staged []helix.PatchOp
+	for _, i := range phase1 {
+		staged = append(staged, results[i].Patches...)
+	}
 	for _, i := range phase2 {
-		r, err := dbos.RunAsStep(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], SeesStaged: true}),
+		r, err := dbos.RunAsStep(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged}),
 			dbos.WithStepName(steps.NameRunTool), retries)
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
 		results[i] = r
+		staged = append(staged, r.Patches...)
 		if r.FinishWith && r.Error == "" && !in.Complete {
 			in.Complete, in.Output = true, r.Result
 		}
@@ -182,6 +178,10 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
+	// The committed messages join this process's copy of the log, so the
+	// next step reads none of them back (a pure cache update: replays
+	// write the same messages at the same positions).
+	env.Remember(run.SessionID, c.MessageCount, steps.StepMessages(in))
 	if err := t.fire(step, stepEvents(in)...); err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -195,6 +195,32 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		return out, true, err
 	}
 	return steps.Outcome{}, false, nil
+}
+
+// runPhase1 runs the calls at the given indexes as tool steps, in parallel,
+// and stores their results at the same indexes.
+func (t *turn) runPhase1(step int, calls []helix.ToolCall, idx []int, results []steps.ToolResult) error {
+	input := func(i int) steps.ToolInput { return steps.ToolInput{Run: t.run, Step: step, Call: calls[i]} }
+	if len(idx) == 1 {
+		r, err := dbos.RunAsStep(t.ctx, t.env.RunTool(input(idx[0])), dbos.WithStepName(steps.NameRunTool), retries)
+		results[idx[0]] = r
+		return err
+	}
+	chans := make([]<-chan dbos.StepOutcome[steps.ToolResult], len(idx))
+	for k, i := range idx {
+		ch, err := dbos.Go(t.ctx, t.env.RunTool(input(i)), dbos.WithStepName(steps.NameRunTool), retries)
+		if err != nil {
+			return err
+		}
+		chans[k] = ch
+	}
+	var errs []error
+	for k, ch := range chans {
+		o := <-ch
+		results[idx[k]] = o.Result
+		errs = append(errs, o.Err)
+	}
+	return errors.Join(errs...)
 }
 
 func (t *turn) validateOutput(args json.RawMessage) error {

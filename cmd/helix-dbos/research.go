@@ -3,16 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/llm/scripted"
 )
 
 // researchAgentName is the durable identity of the demo agent: sessions
@@ -134,6 +133,18 @@ func newResearchAgent(o researchOpts) *helix.Agent {
 			return map[string]int{"notes": count}, err
 		})
 
+	// The script itself is llm/scripted's (text streamed word by word at
+	// the demo's pace, tool calls, the structured output as __finish__);
+	// this wrapper adds the demo's instrumentation: recording each model
+	// call and stalling half-way through a step for the crash demo.
+	script := scripted.Generate(func(index int, req helix.ModelRequest) (scripted.Step, error) {
+		st, ok := researchScript(index, req)
+		if !ok {
+			return scripted.Step{}, fmt.Errorf("the research script has 3 steps, asked for step %d", index+1)
+		}
+		st.DeltaDelay = o.delay
+		return st, nil
+	})
 	model := helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
 		if o.beforeStep != nil {
 			if err := o.beforeStep(ctx, req.Step); err != nil {
@@ -143,30 +154,10 @@ func newResearchAgent(o researchOpts) *helix.Agent {
 		if err := o.rec.record(ctx, req.AgentID, "model", fmt.Sprintf("step %d", req.Step), req.Step, ""); err != nil {
 			return helix.StepResult{}, err
 		}
-		text, calls := researchScript(req)
-		if text == "" {
-			return helix.StepResult{}, fmt.Errorf("the research script has 3 steps, asked for step %d", req.Step)
+		if o.stallStep == req.Step && req.Step <= len(stepTexts) {
+			cb = stallHalfway(ctx, cb, len(scripted.SplitWords(stepTexts[req.Step-1])))
 		}
-		words := strings.SplitAfter(text, " ")
-		for i, w := range words {
-			if o.stallStep == req.Step && i == len(words)/2 {
-				// Hang like a slow provider until the process is killed
-				// (bounded, so an orphaned worker cannot live forever).
-				select {
-				case <-ctx.Done():
-					return helix.StepResult{}, ctx.Err()
-				case <-time.After(2 * time.Minute):
-					return helix.StepResult{}, errors.New("the stalled model call was never interrupted")
-				}
-			}
-			cb.TextDelta(w)
-			if err := sleep(ctx, o.delay); err != nil {
-				return helix.StepResult{}, err
-			}
-		}
-		usage := helix.Usage{InputTokens: 40 * len(req.Messages), OutputTokens: len(words)}
-		return helix.StepResult{Type: helix.StepToolCalls, Content: text, ToolCalls: calls, StopReason: helix.StopToolUse, Usage: usage,
-			Model: "scripted"}, nil
+		return script.GenerateStep(ctx, req, cb)
 	})
 
 	return &helix.Agent{
@@ -181,24 +172,24 @@ func newResearchAgent(o researchOpts) *helix.Agent {
 	}
 }
 
-// researchScript returns the text and tool calls of a step. It depends
-// only on the request, so a step re-executed after a crash plays the same.
-func researchScript(req helix.ModelRequest) (string, []helix.ToolCall) {
-	call := func(id, name string, args any) helix.ToolCall {
-		b, _ := json.Marshal(args)
-		return helix.ToolCall{ID: id, Name: name, Arguments: b}
-	}
-	switch req.Step {
+// stepTexts are the assistant texts of the three steps.
+var stepTexts = [...]string{step1Text, step2Text, step3Text}
+
+// researchScript returns step index (0-based) of the demo's script. It
+// depends only on the request, so a step re-executed after a crash plays
+// the same.
+func researchScript(index int, req helix.ModelRequest) (scripted.Step, bool) {
+	switch index {
+	case 0:
+		return scripted.Step{Text: step1Text, ToolCalls: []scripted.Call{
+			{ID: "call_web", Name: toolSearchWeb, Args: map[string]string{"query": "durable execution for LLM agents"}},
+			{ID: "call_docs", Name: toolSearchDocs, Args: map[string]string{"query": "workflow recovery after a crash"}},
+		}}, true
 	case 1:
-		return step1Text, []helix.ToolCall{
-			call("call_web", toolSearchWeb, map[string]string{"query": "durable execution for LLM agents"}),
-			call("call_docs", toolSearchDocs, map[string]string{"query": "workflow recovery after a crash"}),
-		}
+		return scripted.Step{Text: step2Text, ToolCalls: []scripted.Call{
+			{ID: "call_note", Name: toolSaveNote, Args: map[string]string{"note": "Checkpoint every model and tool call; resume from the last completed step."}},
+		}}, true
 	case 2:
-		return step2Text, []helix.ToolCall{
-			call("call_note", toolSaveNote, map[string]string{"note": "Checkpoint every model and tool call; resume from the last completed step."}),
-		}
-	case 3:
 		// The answer cites what the searches returned, read back from the
 		// conversation as a real model would.
 		var sources []string
@@ -218,7 +209,7 @@ func researchScript(req helix.ModelRequest) (string, []helix.ToolCall) {
 			}
 		}
 		slices.Sort(sources)
-		return step3Text, []helix.ToolCall{call("call_finish", helix.FinishToolName, map[string]any{
+		return scripted.Step{Text: step3Text, Output: map[string]any{
 			"answer": "Durable execution checkpoints every model call, tool call and step commit in Postgres, " +
 				"so an agent interrupted by a crash resumes from its last completed step without redoing finished work.",
 			"key_points": []string{
@@ -228,9 +219,30 @@ func researchScript(req helix.ModelRequest) (string, []helix.ToolCall) {
 			},
 			"sources":    sources,
 			"confidence": 0.9,
-		})}
+		}}, true
 	}
-	return "", nil
+	return scripted.Step{}, false
+}
+
+// stallHalfway returns callbacks that hang, like a slow provider, once half
+// of a step's words have streamed, until ctx ends (the process is killed;
+// bounded, so an orphaned worker cannot live forever).
+func stallHalfway(ctx context.Context, cb helix.StreamCallbacks, words int) helix.StreamCallbacks {
+	seen := 0
+	inner := cb.OnTextDelta
+	cb.OnTextDelta = func(d string) {
+		if seen == words/2 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Minute):
+			}
+		}
+		seen++
+		if inner != nil {
+			inner(d)
+		}
+	}
+	return cb
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -94,7 +94,7 @@ func TestSessionsCommands(t *testing.T) {
 			`                → call search_web {"query":"durable execution for LLM agents"} (call_web)`+"\n"+
 			`                → call search_docs {"query":"workflow recovery after a crash"} (call_docs)`+"\n")
 		require.Contains(t, out, `#3    tool      search_docs (call_docs) → {"results":[{"title":"Workflow recovery","url":"https://example.org/docs/workflow-recovery"}]}`)
-		require.Contains(t, out, "#7    tool      __finish__ (call_finish)")
+		require.Contains(t, out, "#7    tool      __finish__ (call-2-0)")
 		require.True(t, strings.HasSuffix(out, "messages 0–7 of 8\n"), out)
 
 		out = cli("sessions", "messages", "research-1", "--offset", "2", "--limit", "2")

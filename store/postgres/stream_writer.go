@@ -306,6 +306,16 @@ func (w *writer) state() (error, bool) {
 
 // Write implements store.Writer.
 func (w *writer) Write(ctx context.Context, c helix.Chunk) error {
+	return w.write(ctx, c, !c.ChunkType().IsDelta())
+}
+
+// Queue implements store.Writer.
+func (w *writer) Queue(ctx context.Context, c helix.Chunk) error {
+	return w.write(ctx, c, false)
+}
+
+// write enqueues c; an urgent chunk flushes its batch now and is awaited.
+func (w *writer) write(ctx context.Context, c helix.Chunk, urgent bool) error {
 	enc, err := encodeChunk(w.streamID, c, w.runID, w.attempt)
 	if err != nil {
 		return fmt.Errorf("store: write to stream %s: %w", w.streamID, err)
@@ -320,7 +330,6 @@ func (w *writer) Write(ctx context.Context, c helix.Chunk) error {
 	if err != nil {
 		return err
 	}
-	urgent := !c.ChunkType().IsDelta()
 	bt, err := b.enqueue(ctx, w, enc, urgent)
 	if err != nil {
 		return err

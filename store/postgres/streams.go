@@ -292,6 +292,15 @@ func (s *Store) ReactivateStream(ctx context.Context, streamID string) error {
 
 // CleanupToStep implements store.StreamStore.
 func (s *Store) CleanupToStep(ctx context.Context, streamID string, step int, minSequence int64) (store.CleanupResult, error) {
+	res, err := s.cleanup(ctx, streamID, step,
+		`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND step > $2 AND seq > $3 RETURNING seq`,
+		streamID, step, minSequence)
+	return res, wrap(err, "cleanup stream %s to step %d", streamID, step)
+}
+
+// cleanup runs a RETURNING-seq delete of chunks after step under the stream
+// row lock (see truncate); nothing removed reports a zero result.
+func (s *Store) cleanup(ctx context.Context, streamID string, step int, del string, args ...any) (store.CleanupResult, error) {
 	var res store.CleanupResult
 	err := s.streamTx(ctx, func(q Querier) error {
 		_, latest, err := lockStream(ctx, q, streamID)
@@ -299,14 +308,12 @@ func (s *Store) CleanupToStep(ctx context.Context, streamID string, step int, mi
 			return err
 		}
 		res.AtSequence = latest
-		return s.truncate(ctx, q, streamID, step, &res,
-			`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND step > $2 AND seq > $3 RETURNING seq`,
-			streamID, step, minSequence)
+		return s.truncate(ctx, q, streamID, step, &res, del, args...)
 	})
 	if res.Removed == 0 {
 		res = store.CleanupResult{}
 	}
-	return res, wrap(err, "cleanup stream %s to step %d", streamID, step)
+	return res, err
 }
 
 // ResetStream implements store.StreamStore.
@@ -467,17 +474,6 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 		return nil, streamState{}, notFound("stream", streamID)
 	}
 	return out, state, nil
-}
-
-// HasChunksAfterStep reports whether the stream holds chunks of steps after
-// step above minSequence: the trace of an attempt that crashed before its
-// step was checkpointed, which the runtime cleans up with CleanupToStep.
-// Read-only.
-func (s *Store) HasChunksAfterStep(ctx context.Context, streamID string, step int, minSequence int64) (bool, error) {
-	var found bool
-	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM helix.stream_chunks WHERE stream_id = $1 AND seq > $2 AND step > $3)`,
-		streamID, minSequence, step).Scan(&found)
-	return found, wrap(err, "inspect stream %s", streamID)
 }
 
 // LatestSequence returns the stream's latest sequence number (0 for an empty

@@ -1,5 +1,6 @@
 // Package storetest is the contract suite of package store: every
-// implementation of store.SessionStore and store.StreamStore must pass it.
+// implementation of store.SessionStore, store.StreamStore and
+// store.StepStore must pass it.
 //
 //	func TestContract(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) storetest.Store { return newStore(t) })
@@ -31,6 +32,7 @@ import (
 type Store interface {
 	store.SessionStore
 	store.StreamStore
+	store.StepStore
 }
 
 // Factory returns a store on fresh storage; cleanup is the factory's job
@@ -51,6 +53,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"SubSessions", subSessionCases},
 		{"Staging", stagingCases},
 		{"Streams", streamCases},
+		{"Steps", stepCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

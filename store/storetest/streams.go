@@ -350,6 +350,19 @@ var streamCases = map[string]func(t *testing.T, s Store){
 		require.NoError(t, err)
 		require.Equal(t, 3, res.Removed) // t1s2, t1s3, retry
 	},
+	"QueuedChunkKeepsOrderAndIsDurableAfterFlush": func(t *testing.T, s Store) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		st := newSession(t, s, "queue")
+		w := s.NewWriter(st.StreamID, nil)
+		require.NoError(t, w.Queue(ctx, toolStart(st.SessionID, 1, "queued"))) // a non-delta, not awaited
+		require.NoError(t, w.Write(ctx, delta(st.SessionID, 1, "d")))
+		require.NoError(t, w.Write(ctx, toolStart(st.SessionID, 1, "written"))) // awaited: everything before it too
+		require.Equal(t, []string{"queued", "d", "written"}, labels(ctx, t, s, st.StreamID))
+		require.NoError(t, w.Queue(ctx, toolStart(st.SessionID, 2, "last")))
+		require.NoError(t, w.Close(ctx))
+		require.Equal(t, []string{"queued", "d", "written", "last"}, labels(ctx, t, s, st.StreamID))
+	},
 	"ResetKeepsSequencesMonotonic": func(t *testing.T, s Store) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
