@@ -55,6 +55,10 @@ type Agent struct {
 	StopWhen func(StepResult) bool
 	// Hooks observe the agent's lifecycle (see [Hooks]); nil means none.
 	Hooks *Hooks
+	// Workspace is not supported by this runtime (as in the Helix DBOS
+	// runtime): an agent that sets it is rejected when it is registered or
+	// executed, before anything runs.
+	Workspace any
 }
 
 // EffectiveMaxSteps returns MaxSteps, or DefaultMaxSteps when it is 0.
@@ -82,6 +86,9 @@ func (a *Agent) Validate() error {
 	}
 	if a.Model == nil {
 		return fail("Model", "no model: set Agent.Model (llm/scripted gives a deterministic one for tests)")
+	}
+	if a.Workspace != nil {
+		return fail("Workspace", "workspaces are not supported by the DBOS runtime: remove Workspace and give the agent tools that reach its files instead")
 	}
 	if a.SystemPrompt != "" && a.SystemPromptFunc != nil {
 		return fail("SystemPromptFunc", "set SystemPrompt or SystemPromptFunc, not both")

@@ -117,6 +117,10 @@ type ToolStartChunk struct {
 	ToolCallID string          `json:"toolCallId"`
 	ToolName   string          `json:"toolName"`
 	Arguments  json.RawMessage `json:"arguments"`
+	// ProviderExecuted is false for a client-executed tool (the client
+	// runs it and submits its result) and absent otherwise. An extension of
+	// the protocol's tool_start, mirroring tool_end's field.
+	ProviderExecuted *bool `json:"providerExecuted,omitempty"`
 }
 
 // ToolEndChunk is emitted when a tool invocation completes. Error and ErrorCode

@@ -26,7 +26,15 @@ func (e *Engine) Interrupt(ctx context.Context, sessionID, reason string) error 
 	if reason == "" {
 		reason = "interrupted"
 	}
-	return e.store.SetInterruptFlag(ctx, sessionID, reason)
+	if err := e.store.SetInterruptFlag(ctx, sessionID, reason); err != nil {
+		return err
+	}
+	// A run waiting for human input sees the flag only when it wakes:
+	// wake it.
+	if err := e.wakeWaiting(ctx, st); err != nil {
+		return fmt.Errorf("engine: session %s: the interrupt is recorded, but waking its waiting run failed (it stops when it next wakes): %w", sessionID, err)
+	}
+	return nil
 }
 
 // CanResume reports whether Resume would accept the session, and why not.
@@ -59,9 +67,20 @@ type ResumeOptions struct {
 	Message string
 }
 
-// Resume continues an interrupted session from its last committed step in
-// a new run (workflow {sessionId}-resume-{N}), emitting run_resumed. Of
-// concurrent resumes exactly one wins; the others get
+// Resume continues a session.
+//
+// A session whose run waits for human input (suspended on a client tool or
+// an approval, or answered and about to continue) is continued by that same
+// run: Resume returns a handle on it (RunID unchanged; the run's
+// OnAgentResumed reports it as its own previous run) and starts nothing.
+//
+// An interrupted session continues from its last committed step in a new
+// run (workflow {sessionId}-resume-{N}), emitting run_resumed. When it was
+// interrupted while waiting for human input, the new run takes over the
+// waiting calls: answers given before are used, the others are waited for
+// (the new run is suspended_client_tool until they arrive).
+//
+// Of concurrent resumes exactly one wins; the others get
 // *helix.AgentAlreadyRunningError. A session that cannot be resumed gets
 // *helix.AgentNotResumableError.
 func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptions) (*Handle, error) {
@@ -72,6 +91,7 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		opts = &ResumeOptions{}
 	}
 	var runID, workflowID string
+	var waiting *store.Run
 	err := e.inTx(ctx, func(s *postgres.Store) error {
 		st, err := s.LoadState(ctx, sessionID)
 		if err != nil {
@@ -79,6 +99,19 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		}
 		if _, err := e.env.Agent(st.AgentType); err != nil {
 			return err
+		}
+		if st.Status == helix.SessionActive {
+			cur, err := s.GetCurrentRun(ctx, sessionID)
+			if err != nil && !errors.Is(err, helix.ErrNotFound) {
+				return err
+			}
+			if cur != nil && waitingRun(st, cur) {
+				if opts.Message != "" {
+					return fmt.Errorf("engine: session %s waits for tool results in run %s: submit them with SubmitToolResult; a message cannot be added now", sessionID, cur.RunID)
+				}
+				waiting = cur
+				return nil
+			}
 		}
 		if c := canResume(st); !c.CanResume {
 			if st.Status == helix.SessionActive {
@@ -110,14 +143,28 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		if st.CheckpointID != "" {
 			cp = &st.CheckpointID
 		}
+		if len(st.SuspendedStep) > 0 && len(msgs) > 0 {
+			return fmt.Errorf("engine: session %s was interrupted while waiting for tool results: resume it without a message and submit them", sessionID)
+		}
 		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "resume", prev.RunID, msgs, func(runID string) helix.Chunk {
 			return &helix.RunResumedChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
 				RunID: runID, FromCheckpointID: cp, FromStepCount: st.StepCount, Mode: mode}
 		})
-		return err
+		if err != nil || len(st.SuspendedStep) == 0 {
+			return err
+		}
+		// The new run takes over the calls the interrupted run waited for.
+		open, err := s.RetargetPending(ctx, sessionID, runID, workflowID)
+		if err != nil || len(open) == 0 {
+			return err
+		}
+		return s.UpdateRunStatus(ctx, runID, helix.RunSuspendedClientTool, nil)
 	})
 	if err != nil {
 		return nil, err
+	}
+	if waiting != nil {
+		return &Handle{SessionID: sessionID, RunID: waiting.RunID, WorkflowID: waiting.WorkflowID, e: e}, nil
 	}
 	return e.launchRun(sessionID, runID, workflowID)
 }
@@ -216,6 +263,12 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 				state = []byte("{}")
 			}
 		}
+		if dropped, err := s.DiscardPending(ctx, sessionID); err != nil {
+			return err
+		} else if len(dropped) > 0 {
+			e.log.Info().Str("event", "client_tool.discarded").Str("sessionId", sessionID).Int("calls", len(dropped)).
+				Msg("the retry drops the tool calls the session waited for")
+		}
 		if err := s.TruncateMessages(ctx, sessionID, keep); err != nil {
 			return err
 		}
@@ -307,6 +360,27 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 	return e.inTx(ctx, func(s *postgres.Store) error {
 		if err := s.UpdateStatus(ctx, sessionID, helix.SessionFailed, &store.StatusUpdate{Error: msg}); err != nil {
 			return err
+		}
+		// Calls the run waited for stay recorded (a late submission is told
+		// the session was aborted); clients are told now.
+		var ends []store.ChunkWrite
+		client := false
+		for _, c := range st.PendingClientToolCalls {
+			if c.ConsumedAt != 0 {
+				continue
+			}
+			ends = append(ends, store.ChunkWrite{RunID: run.RunID, Chunk: &helix.ToolEndChunk{
+				Base:       helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: c.Step},
+				ToolCallID: c.ToolCallID, ToolName: c.ToolName, Result: []byte("null"), Error: msg, ErrorCode: helix.CodeAborted,
+				ProviderExecuted: &client,
+			}})
+			e.log.Info().Str("event", "client_tool.aborted").Str("sessionId", sessionID).Str("runId", run.RunID).
+				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Msg("the session was aborted while the call waited")
+		}
+		if len(ends) > 0 {
+			if _, err := s.Append(ctx, st.StreamID, ends); err != nil {
+				return err
+			}
 		}
 		if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{Error: msg}); err != nil {
 			return err

@@ -108,17 +108,7 @@ func (e *Engine) Register(agents ...*helix.Agent) error {
 }
 
 func compile(a *helix.Agent) (*steps.AgentDef, error) {
-	def, err := steps.NewAgentDef(a)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range def.Tools {
-		if t.ExecutesOnClient() || t.NeedsApprovalCheck() {
-			return nil, &helix.DefinitionError{Kind: "agent", Name: a.Name, Field: "Tools",
-				Reason: fmt.Sprintf("tool %q is client-executed or approval-gated; human-in-the-loop tools are not supported by this version of the engine", t.Name())}
-		}
-	}
-	return def, nil
+	return steps.NewAgentDef(a)
 }
 
 // Launch runs the helix migrations (unless Config.SkipMigrations), launches

@@ -77,6 +77,13 @@ func (h *Handle) result(ctx context.Context, run *store.Run) (helix.AgentResult,
 		}
 		res.ErrorCode = out.Code
 	}
+	if run.Status.Suspended() {
+		s, err := h.suspension(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Suspended = s
+	}
 	if run.Status == helix.RunCompleted {
 		st, err := h.e.store.LoadState(ctx, h.SessionID)
 		if err != nil {

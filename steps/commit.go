@@ -1,9 +1,12 @@
 package steps
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
@@ -26,7 +29,8 @@ type BeginInput struct {
 
 // BeginRun returns the transaction that starts executing a run: it reads the
 // run and its session and performs the durable interrupt check of the first
-// step (a set flag ends the run interrupted before any step).
+// step (a set flag ends the run interrupted before any step). A session with
+// a suspended step hands the step's record and pending calls to the run.
 func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 	return func(ctx context.Context, tx dbos.Tx) (RunInfo, error) {
 		s := e.InTx(tx)
@@ -42,15 +46,37 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			SessionID: st.SessionID, RunID: run.RunID, AgentType: st.AgentType, StreamID: st.StreamID,
 			RootSessionID: st.RootSessionID, WorkflowID: in.WorkflowID, Turn: run.Turn,
 			PreviousRunID: run.PreviousRunID, StartSequence: run.StartSequence, StartStep: st.StepCount,
+			Resumed: isResumeWorkflow(st.SessionID, in.WorkflowID),
 		}
 		if run.Status.Final() {
 			info.Done = &Outcome{Status: run.Status, Error: run.Error, Output: st.Output, Steps: run.StepCount}
 			return info, nil
 		}
+		if len(st.SuspendedStep) > 0 {
+			var rec SuspendedStep
+			if err := json.Unmarshal(st.SuspendedStep, &rec); err != nil {
+				return RunInfo{}, fmt.Errorf("decode the suspended step of session %s: %w", st.SessionID, err)
+			}
+			info.Suspended = &rec
+			for _, c := range st.PendingClientToolCalls {
+				info.Pending = append(info.Pending, c)
+			}
+			store.SortPendingCalls(info.Pending)
+		}
 		interrupted, err := e.interruptIfRequested(ctx, s, info, st.StepCount, st.CheckpointID)
 		info.Interrupted = interrupted
 		return info, err
 	}
+}
+
+// isResumeWorkflow reports a resume run's workflow ID: {sessionId}-resume-{N}.
+func isResumeWorkflow(sessionID, workflowID string) bool {
+	n, ok := strings.CutPrefix(workflowID, sessionID+"-resume-")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil
 }
 
 // interruptIfRequested atomically consumes the durable interrupt flag and,
@@ -94,7 +120,17 @@ type CommitInput struct {
 	// Nudge, when set, is appended as a user message after the step (the
 	// reminder to call __finish__ when the model answered in text only).
 	Nudge string `json:"nudge,omitempty"`
+	// StepRunID is the run that began the step, when another run finishes
+	// it (a fresh resume of a suspended step); usage keys and step IDs
+	// keep it. Empty means Run.RunID.
+	StepRunID string `json:"stepRunId,omitempty"`
+	// Suspended is set when the step waited for human input: the commit
+	// also ends the suspension.
+	Suspended bool `json:"suspended,omitempty"`
 }
+
+// stepRunID returns the run that began the step.
+func (in CommitInput) stepRunID() string { return cmp.Or(in.StepRunID, in.Run.RunID) }
 
 // CommitOutput reports what the commit wrote.
 type CommitOutput struct {
@@ -123,45 +159,38 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		if in.Complete {
 			c.Output = in.Output
 		}
-		executed := true
+		stepID := StepID(in.stepRunID(), step)
+		c.ClearSuspension = in.Suspended
 		c.Usage = append(c.Usage, store.UsageRecord{
 			SourceType: store.UsageModel, SourceName: firstNonEmpty(in.Model.Model, run.AgentType),
 			InputTokens: in.Model.Usage.InputTokens, OutputTokens: in.Model.Usage.OutputTokens,
 			CachedTokens: in.Model.Usage.CachedTokens, CacheWriteTokens: in.Model.Usage.CacheWriteTokens,
-			Success: true, Key: "model:" + StepID(run.RunID, step),
+			Success: true, Key: "model:" + stepID,
 		})
 		for _, r := range in.Tools {
-			if helix.IsFinishTool(r.ToolName) {
+			if helix.IsFinishTool(r.ToolName) || r.Recorded {
 				continue
 			}
-			result := r.Result
-			if r.Error != "" || len(result) == 0 {
-				result = json.RawMessage("null")
-			}
-			c.Chunks = append(c.Chunks, &helix.ToolEndChunk{Base: base(run, step), ToolCallID: r.ToolCallID, ToolName: r.ToolName,
-				Result: result, Error: r.Error, ErrorCode: r.ErrorCode, ProviderExecuted: &executed})
-			d := r.DurationMS
-			c.Usage = append(c.Usage, store.UsageRecord{SourceType: store.UsageTool, SourceName: r.ToolName,
-				DurationMS: &d, Success: r.Error == "", Key: "tool:" + r.ToolCallID})
+			chunks, usage := resultRecords(run, step, r)
+			c.Chunks, c.Usage = append(c.Chunks, chunks...), append(c.Usage, usage...)
 		}
 		c.Patches = StepPatches(in.Tools)
 		if len(c.Patches) > 0 {
 			c.Chunks = append(c.Chunks, &helix.StatePatchChunk{Base: base(run, step), Patches: c.Patches})
 		}
 		u := in.Model.Usage
-		c.Chunks = append(c.Chunks, &helix.StepEndChunk{Base: base(run, step), StepID: StepID(run.RunID, step), Usage: &u,
+		c.Chunks = append(c.Chunks, &helix.StepEndChunk{Base: base(run, step), StepID: stepID, Usage: &u,
 			FinishReason: in.Model.StopReason.FinishReason()})
 		c.Closing = func(cl store.StepClosing) []helix.Chunk {
 			out := []helix.Chunk{
 				&helix.CheckpointCreatedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: cl.CheckpointID, StepCount: step},
-				&helix.StepCommittedChunk{Base: base(run, step), RunID: run.RunID, StepID: StepID(run.RunID, step), CheckpointID: cl.CheckpointID},
+				&helix.StepCommittedChunk{Base: base(run, step), RunID: run.RunID, StepID: stepID, CheckpointID: cl.CheckpointID},
 			}
 			if in.Complete && len(in.Output) > 0 {
 				out = append(out, &helix.OutputChunk{Base: base(run, step), Output: in.Output})
 			}
 			if cl.Interrupted {
-				cp := cl.CheckpointID
-				out = append(out, &helix.RunInterruptedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: &cp, Reason: cl.InterruptReason})
+				out = append(out, interruptedChunk(run, step, cl.CheckpointID)(cl.InterruptReason))
 			}
 			return out
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
@@ -128,6 +129,13 @@ type RunInfo struct {
 	// Interrupted is set when the durable interrupt flag was found set at
 	// the start: the run ended interrupted without a step.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// Resumed is set for a resume run (workflow {sessionId}-resume-{N}).
+	Resumed bool `json:"resumed,omitempty"`
+	// Suspended and Pending hand a step that waits for human input to the
+	// run that finishes it (a fresh resume): the workflow takes them out
+	// of RunInfo before passing it to other steps.
+	Suspended *SuspendedStep               `json:"suspended,omitempty"`
+	Pending   []store.PendingClientToolCall `json:"pending,omitempty"`
 }
 
 // IsRoot reports whether the run's session is a root session.

@@ -14,6 +14,8 @@ const (
 	HookAgentComplete    = "agentComplete"
 	HookAgentFail        = "agentFail"
 	HookAgentInterrupted = "agentInterrupted"
+	HookAgentSuspended   = "agentSuspended"
+	HookAgentResumed     = "agentResumed"
 	HookMessage          = "message"
 	HookAfterTool        = "afterTool"
 	HookStepEnd          = "stepEnd"
@@ -28,6 +30,11 @@ type HookEvent struct {
 	Step    *helix.StepResult  `json:"stepResult,omitempty"`
 	Result  *helix.AgentResult `json:"result,omitempty"`
 	Reason  string             `json:"reason,omitempty"`
+	// Suspension is what a suspended run waits for (agentSuspended).
+	Suspension *helix.Suspension `json:"suspension,omitempty"`
+	// PreviousRunID is the suspended or interrupted run a resumed run
+	// continues (agentResumed).
+	PreviousRunID string `json:"previousRunId,omitempty"`
 }
 
 // HooksInput lists the hooks to fire after a step or at a lifecycle point.
@@ -66,6 +73,14 @@ func (e *Env) FireHooks(in HooksInput) dbos.Step[int] {
 			case HookAgentInterrupted:
 				if h.OnAgentInterrupted != nil {
 					fn = func() error { return h.OnAgentInterrupted(ctx, hc, ev.Reason) }
+				}
+			case HookAgentSuspended:
+				if h.OnAgentSuspended != nil && ev.Suspension != nil {
+					fn = func() error { return h.OnAgentSuspended(ctx, hc, *ev.Suspension) }
+				}
+			case HookAgentResumed:
+				if h.OnAgentResumed != nil {
+					fn = func() error { return h.OnAgentResumed(ctx, hc, ev.PreviousRunID) }
 				}
 			case HookMessage:
 				if h.OnMessage != nil && ev.Message != nil {

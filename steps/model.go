@@ -134,7 +134,12 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 			if len(args) == 0 {
 				args = []byte("{}")
 			}
-			if err := w.Queue(ctx, &helix.ToolStartChunk{Base: base(in.Run, in.Step), ToolCallID: call.ID, ToolName: call.Name, Arguments: args}); err != nil {
+			start := &helix.ToolStartChunk{Base: base(in.Run, in.Step), ToolCallID: call.ID, ToolName: call.Name, Arguments: args}
+			if tool, ok := def.Tools[call.Name]; ok && tool.ExecutesOnClient() {
+				client := false
+				start.ProviderExecuted = &client
+			}
+			if err := w.Queue(ctx, start); err != nil {
 				return ModelOutput{}, err
 			}
 		}

@@ -46,6 +46,13 @@ type ToolResult struct {
 	DurationMS int64           `json:"durationMs"`
 	// FinishWith is set when a successful finishWith tool ends the turn.
 	FinishWith bool `json:"finishWith,omitempty"`
+	// Recorded is set when the result's tool_end chunk and usage row are
+	// already written (a result known when its step suspended, or the
+	// outcome of a wait); the step's commit does not write them again.
+	Recorded bool `json:"recorded,omitempty"`
+	// Denied is set for an approval-gated call that was denied: the tool
+	// never ran, so AfterTool does not fire.
+	Denied bool `json:"denied,omitempty"`
 }
 
 // Content is the tool-result message content the model reads.

@@ -32,8 +32,12 @@ type SessionState struct {
 	PendingClientToolCalls    map[string]PendingClientToolCall `json:"pendingClientToolCalls,omitempty"`
 	SuspendedAwaitingChildren map[string]SuspendedChildWait    `json:"suspendedAwaitingChildren,omitempty"`
 	SuspendedStepID           string                           `json:"suspendedStepId,omitempty"`
-	// CompletedClientToolCalls maps tool call IDs already answered to the
-	// time (Unix ms) they were; root sessions only.
+	// SuspendedStep is the engine's record of the suspended step (its model
+	// answer and the results already known), opaque to the store.
+	SuspendedStep json.RawMessage `json:"suspendedStep,omitempty"`
+	// CompletedClientToolCalls maps tool call IDs already resolved to the
+	// time (Unix ms) they were: answered at t > 0, timed out at -t; root
+	// sessions only. It makes "already completed" durable.
 	CompletedClientToolCalls map[string]int64 `json:"completedClientToolCalls,omitempty"`
 	// ClientToolCallOwnership maps pending tool call IDs to the session that
 	// owns them; root sessions only, so submissions on the root are routed.
@@ -83,28 +87,43 @@ type TracingContext struct {
 	RootSpanID string `json:"rootSpanId"`
 }
 
-// Submission kinds a pending tool call expects (the SubmitToolResult union).
-const (
-	SubmissionClientToolResult = "client-tool-result"
-	SubmissionApprovalResponse = "approval-response"
-)
-
 // PendingClientToolCall is a tool call waiting for a client submission: a
-// client-executed tool's result or an approval decision.
+// client-executed tool's result or an approval decision. The entry lives in
+// the owner session's PendingClientToolCalls from the step that suspended
+// until the step commits with every call resolved.
 type PendingClientToolCall struct {
-	ToolCallID string          `json:"toolCallId"`
-	ToolName   string          `json:"toolName"`
-	Kind       string          `json:"kind"` // SubmissionClientToolResult or SubmissionApprovalResponse
-	Arguments  json.RawMessage `json:"arguments,omitempty"`
-	ApprovalID string          `json:"approvalId,omitempty"`
+	ToolCallID string               `json:"toolCallId"`
+	ToolName   string               `json:"toolName"`
+	Kind       helix.SubmissionKind `json:"kind"`
+	Arguments  json.RawMessage      `json:"arguments,omitempty"`
+	ApprovalID string               `json:"approvalId,omitempty"`
+	// OutputSchema is the client tool's output schema, so any process can
+	// validate a submitted result without the agent's definition.
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	// Index is the call's position in the model's tool calls of its step.
+	Index int `json:"index"`
 	// OwnerSessionID is the session whose workflow waits for the submission.
 	OwnerSessionID string `json:"ownerSessionId"`
-	RunID          string `json:"runId"`
-	WorkflowID     string `json:"workflowId,omitempty"`
-	Step           int    `json:"step"`
-	CreatedAt      int64  `json:"createdAt"`            // Unix ms of the durable suspension write
-	DeadlineAt     int64  `json:"deadlineAt,omitempty"` // Unix ms; 0 means no deadline
+	// RunID and WorkflowID are the run waiting for the call now (a fresh
+	// resume moves them to its own run).
+	RunID      string `json:"runId"`
+	WorkflowID string `json:"workflowId,omitempty"`
+	Step       int    `json:"step"`
+	CreatedAt  int64  `json:"createdAt"`            // Unix ms of the durable suspension write
+	DeadlineAt int64  `json:"deadlineAt,omitempty"` // Unix ms; 0 means no deadline
+	// Submission is the answer, recorded once by SubmitToolResult (durable,
+	// so a fresh resume finds answers given before it).
+	Submission  *helix.ToolSubmission `json:"submission,omitempty"`
+	SubmittedAt int64                 `json:"submittedAt,omitempty"`
+	// TimedOutAt is set when the deadline passed before an answer.
+	TimedOutAt int64 `json:"timedOutAt,omitempty"`
+	// ConsumedAt is set when the waiting run took the outcome (its chunks
+	// and usage rows are written): a later run does not write them again.
+	ConsumedAt int64 `json:"consumedAt,omitempty"`
 }
+
+// Resolved reports whether the call has its answer or timed out.
+func (p PendingClientToolCall) Resolved() bool { return p.Submission != nil || p.TimedOutAt != 0 }
 
 // SuspendedChildWait records a sub-agent a suspended parent waits on.
 type SuspendedChildWait struct {

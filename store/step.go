@@ -95,6 +95,10 @@ type StepCommit struct {
 	// EndStream, with Complete, also ends the stream with Output as its
 	// final output (root sessions: sub-agents share their root's stream).
 	EndStream bool
+	// ClearSuspension ends the step's suspension: the session's pending
+	// calls, their ownership on the root session and the suspended-step
+	// record are removed with the commit that appends their results.
+	ClearSuspension bool
 	// Closing returns the chunks appended after the checkpoint, given the
 	// checkpoint's ID and whether the commit consumed an interrupt
 	// request. Nil appends nothing.

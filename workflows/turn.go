@@ -10,6 +10,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store"
 )
 
 // TurnName is the registered name of the agent-turn workflow. The version
@@ -56,6 +57,8 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if run.Done != nil {
 			return *run.Done, nil
 		}
+		susp, pending := run.Suspended, run.Pending
+		run.Suspended, run.Pending = nil, nil
 		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType)}
 		if run.Interrupted {
 			return t.interrupted(run.StartStep, "interrupted before the first step")
@@ -68,8 +71,32 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if err := t.fire(run.StartStep, steps.HookEvent{Kind: steps.HookAgentStart}); err != nil {
 			return steps.Outcome{}, err
 		}
+		if run.Resumed {
+			if err := t.fire(run.StartStep, steps.HookEvent{Kind: steps.HookAgentResumed, PreviousRunID: run.PreviousRunID}); err != nil {
+				return steps.Outcome{}, err
+			}
+		}
+		step := run.StartStep + 1
+		if susp != nil {
+			// A fresh resume of a step suspended on human input: finish
+			// that step first.
+			var own []store.PendingClientToolCall
+			for _, c := range pending {
+				if c.Step == susp.Step {
+					own = append(own, c)
+				}
+			}
+			out, done, err := t.await(*susp, own, false)
+			if err != nil {
+				return t.infraFailure(susp.Step-1, err)
+			}
+			if done {
+				return out, nil
+			}
+			step = susp.Step + 1
+		}
 		maxSteps := def.Agent.EffectiveMaxSteps()
-		for step := run.StartStep + 1; ; step++ {
+		for ; ; step++ {
 			if step > maxSteps {
 				return t.fail(step-1, steps.Failure{Code: helix.CodeMaxStepsExceeded, Message: fmt.Sprintf(
 					"agent %q used all %d steps of this turn without finishing; raise Agent.MaxSteps, or check that its prompt and tools let it finish",
@@ -97,8 +124,7 @@ type turn struct {
 
 // step runs one agent step; done reports that the run ended.
 func (t *turn) step(step int) (steps.Outcome, bool, error) {
-	ctx, env, run := t.ctx, t.env, t.run
-	m, err := dbos.RunAsStep(ctx, env.CallModel(steps.ModelInput{Run: run, Step: step}), dbos.WithStepName(steps.NameCallModel), retries)
+	m, err := dbos.RunAsStep(t.ctx, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step}), dbos.WithStepName(steps.NameCallModel), retries)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -107,34 +133,49 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		return out, true, err
 	}
 	res := m.Result
-	in := steps.CommitInput{Run: run, Step: step, Model: res}
 	results := make([]steps.ToolResult, len(res.ToolCalls))
+	phase1, pending, err := t.plan(step, res.ToolCalls)
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	// Phase 1: regular tools in parallel, each a step with a deterministic ID.
+	if err := t.runPhase1(step, res.ToolCalls, phase1, results); err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if len(pending) > 0 {
+		return t.suspend(step, res, results, pending)
+	}
+	return t.finish(step, res, results, "", false)
+}
 
-	// Phase 1: regular tools in parallel, each a step with a deterministic
-	// ID (dbos.Go takes the next step ID when called, in the model's
-	// order). A lone call runs as a plain step: same step ID, same record,
-	// no goroutine hand-off.
-	var phase1, phase2 []int
-	finish := -1
-	for i, call := range res.ToolCalls {
+// classify sorts a step's calls: __finish__ (finish, -1 for none), the
+// finishWith tools of phase 2, and the rest in the model's order.
+func (t *turn) classify(calls []helix.ToolCall) (finish int, phase2, rest []int) {
+	finish = -1
+	for i, call := range calls {
 		switch tool, known := t.def.Tools[call.Name]; {
 		case helix.IsFinishTool(call.Name):
 			finish = i
 		case known && tool.IsFinishWith():
 			phase2 = append(phase2, i)
 		default:
-			phase1 = append(phase1, i)
+			rest = append(rest, i)
 		}
 	}
-	if err := t.runPhase1(step, res.ToolCalls, phase1, results); err != nil {
-		return steps.Outcome{}, true, err
-	}
+	return finish, phase2, rest
+}
+
+// finish runs the rest of a step whose regular tools have their results
+// (phase 2, __finish__, the commit and the hooks). stepRunID names the run
+// that began the step when another run finishes it; suspended marks a step
+// that waited for human input.
+func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult, stepRunID string, suspended bool) (steps.Outcome, bool, error) {
+	ctx, env, run := t.ctx, t.env, t.run
+	in := steps.CommitInput{Run: run, Step: step, Model: res, StepRunID: stepRunID, Suspended: suspended}
+	finish, phase2, _ := t.classify(res.ToolCalls)
 	// Phase 2: finishWith tools, sequentially, seeing the state changes
 	// made before them in the step, in the model's order.
-	var staged []helix.PatchOp
-	for _, i := range phase1 {
-		staged = append(staged, results[i].Patches...)
-	}
+	staged := steps.StepPatches(results)
 	for _, i := range phase2 {
 		r, err := dbos.RunAsStep(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged}),
 			dbos.WithStepName(steps.NameRunTool), retries)
@@ -293,8 +334,8 @@ func stepEvents(in steps.CommitInput) []steps.HookEvent {
 	for i, r := range in.Tools {
 		call := in.Model.ToolCalls[i]
 		events = append(events, steps.HookEvent{Kind: steps.HookMessage, Message: &msgs[i+1]})
-		if helix.IsFinishTool(r.ToolName) {
-			continue
+		if helix.IsFinishTool(r.ToolName) || r.Denied {
+			continue // a denied call never ran: no AfterTool
 		}
 		outcome := helix.ToolOutcome{Result: r.Result, Error: r.Error, Duration: msDuration(r.DurationMS)}
 		events = append(events, steps.HookEvent{Kind: steps.HookAfterTool, Call: &call, Outcome: &outcome})

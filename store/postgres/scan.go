@@ -17,7 +17,7 @@ import (
 const sessionColumns = `session_id, agent_type, stream_id, COALESCE(parent_session_id, ''), root_session_id,
 	status, step_count, message_count, custom_state, output, COALESCE(error, ''), COALESCE(failure_reason, ''),
 	interrupt_context, pending_client_tool_calls, suspended_awaiting_children, COALESCE(suspended_step_id, ''),
-	completed_client_tool_calls, client_tool_call_ownership, interrupt_requested, COALESCE(interrupt_reason, ''),
+	suspended_step, completed_client_tool_calls, client_tool_call_ownership, interrupt_requested, COALESCE(interrupt_reason, ''),
 	COALESCE(mode, ''), version, resume_count, COALESCE(checkpoint_id, ''), checkpointed_at, COALESCE(checkpoint_source, ''),
 	COALESCE(user_id, ''), tags, metadata, tracing_context, expires_at, created_at, updated_at`
 
@@ -26,12 +26,13 @@ func scanSession(row Row) (*store.SessionState, error) {
 		s                                          store.SessionState
 		status, mode                               string
 		output, interruptCtx, pending, awaiting    []byte
+		suspendedStep                              []byte
 		completed, ownership, metadata, tracingCtx []byte
 	)
 	err := row.Scan(&s.SessionID, &s.AgentType, &s.StreamID, &s.ParentSessionID, &s.RootSessionID,
 		&status, &s.StepCount, &s.MessageCount, &s.CustomState, &output, &s.Error, &s.FailureReason,
 		&interruptCtx, &pending, &awaiting, &s.SuspendedStepID,
-		&completed, &ownership, &s.InterruptRequested, &s.InterruptReason,
+		&suspendedStep, &completed, &ownership, &s.InterruptRequested, &s.InterruptReason,
 		&mode, &s.Version, &s.ResumeCount, &s.CheckpointID, &s.CheckpointedAt, &s.CheckpointSource,
 		&s.UserID, &s.Tags, &metadata, &tracingCtx, &s.ExpiresAt, &s.CreatedAt, &s.UpdatedAt)
 	if err != nil {
@@ -41,6 +42,9 @@ func scanSession(row Row) (*store.SessionState, error) {
 	s.Mode = helix.SessionMode(mode)
 	if len(output) > 0 {
 		s.Output = output
+	}
+	if len(suspendedStep) > 0 {
+		s.SuspendedStep = suspendedStep
 	}
 	if err := decodeJSON(
 		jsonField{"interrupt_context", interruptCtx, &s.InterruptContext},

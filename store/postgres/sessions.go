@@ -136,13 +136,13 @@ func (s *Store) loadState(ctx context.Context, q Querier, sessionID string, forU
 }
 
 // mutableSet assigns every field SaveState writes; $1 is the session ID and
-// $2..$19 come from mutableArgs.
+// $2..$20 come from mutableArgs.
 const mutableSet = `status = $2, step_count = $3, custom_state = $4, output = $5, error = $6,
 	failure_reason = $7, interrupt_context = $8, pending_client_tool_calls = $9,
 	suspended_awaiting_children = $10, suspended_step_id = $11, completed_client_tool_calls = $12,
 	client_tool_call_ownership = $13, mode = COALESCE($14, mode), user_id = $15,
 	tags = COALESCE($16::text[], '{}'), metadata = $17, tracing_context = $18, expires_at = $19,
-	version = version + 1, updated_at = now()`
+	suspended_step = $20, version = version + 1, updated_at = now()`
 
 func mutableArgs(st *store.SessionState) ([]any, error) {
 	if st == nil {
@@ -197,7 +197,7 @@ func mutableArgs(st *store.SessionState) ([]any, error) {
 		nullIfEmpty(st.Error), nullIfEmpty(st.FailureReason), ic, pending,
 		awaiting, nullIfEmpty(st.SuspendedStepID), completed,
 		ownership, nullIfEmpty(string(st.Mode)), nullIfEmpty(st.UserID),
-		st.Tags, metadata, tracing, timeOrNil(st.ExpiresAt),
+		st.Tags, metadata, tracing, timeOrNil(st.ExpiresAt), rawOrNil(st.SuspendedStep),
 	}, nil
 }
 
@@ -209,7 +209,7 @@ func (s *Store) SaveState(ctx context.Context, state *store.SessionState, expect
 	}
 	args = append(args, expectedVersion)
 	st, err := scanSession(s.q.QueryRow(ctx, `UPDATE helix.sessions SET `+mutableSet+`
-		WHERE session_id = $1 AND ($20::bigint = 0 OR version = $20)
+		WHERE session_id = $1 AND ($21::bigint = 0 OR version = $21)
 		RETURNING `+sessionColumns, args...))
 	if isNoRows(err) {
 		err = s.staleOrMissing(ctx, state.SessionID, expectedVersion)
@@ -370,10 +370,10 @@ func (s *Store) SaveStateAndPromoteStaging(ctx context.Context, p store.CommitPa
 			cpSource = cmp.Or(p.Checkpoint.Source, "staging")
 		}
 		res.State, err = scanSession(q.QueryRow(ctx, `UPDATE helix.sessions SET `+mutableSet+`,
-			message_count = $20,
-			checkpoint_id = COALESCE($21, checkpoint_id),
-			checkpointed_at = CASE WHEN $21::text IS NULL THEN checkpointed_at ELSE now() END,
-			checkpoint_source = COALESCE($22, checkpoint_source)
+			message_count = $21,
+			checkpoint_id = COALESCE($22, checkpoint_id),
+			checkpointed_at = CASE WHEN $22::text IS NULL THEN checkpointed_at ELSE now() END,
+			checkpoint_source = COALESCE($23, checkpoint_source)
 			WHERE session_id = $1 RETURNING `+sessionColumns, append(args, count, cpID, cpSource)...))
 		if err != nil {
 			return err

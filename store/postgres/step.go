@@ -154,6 +154,11 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 	}
 	var res store.StepCommitResult
 	err = s.tx(ctx, func(q Querier) error {
+		if c.ClearSuspension {
+			if err := clearSuspension(ctx, q, c.SessionID); err != nil {
+				return err
+			}
+		}
 		var (
 			status, streamID, streamStatus string
 			count                          int

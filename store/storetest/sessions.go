@@ -94,7 +94,7 @@ var sessionCases = map[string]func(t *testing.T, s Store){
 		st.FailureReason = helix.FailureReasonParentSuspended
 		st.InterruptContext = &store.InterruptContext{Reason: "user", StepCount: 3, Timestamp: 99}
 		st.PendingClientToolCalls = map[string]store.PendingClientToolCall{
-			"tc1": {ToolCallID: "tc1", ToolName: "ask", Kind: store.SubmissionClientToolResult, Arguments: raw(`{"q":1}`),
+			"tc1": {ToolCallID: "tc1", ToolName: "ask", Kind: helix.SubmissionClientToolResult, Arguments: raw(`{"q":1}`),
 				OwnerSessionID: st.SessionID, RunID: "r", Step: 2, CreatedAt: 5, DeadlineAt: 10},
 		}
 		st.SuspendedAwaitingChildren = map[string]store.SuspendedChildWait{"p1": {ParentToolCallID: "p1", SubSessionID: "c", AgentType: "w"}}

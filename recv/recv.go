@@ -1,0 +1,102 @@
+// Package recv is the durable human-in-the-loop primitive: a run waiting for
+// the answer to a tool call blocks in DBOS Recv on the call's topic, and a
+// submission (or a wake-up) reaches it through DBOS Send. The package owns
+// the topic names, the message encoding, idempotency keys and deadline
+// handling, so the engine and the workflows agree on them.
+//
+// A wait is durable: its deadline is checkpointed by DBOS before it blocks,
+// so a process that restarts waits only for what remains, and a message sent
+// while no process runs the workflow waits in Postgres until one does. Send
+// runs inside the caller's transaction, so a submission's durable record and
+// its message commit together, once.
+//
+// Import rule: helix and DBOS (plus pgx for the caller's transaction).
+package recv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+)
+
+// TopicPrefix prefixes every tool-call topic: "helix.tool_call:<toolCallId>".
+// A durable identity: changing it strands waiting runs.
+const TopicPrefix = "helix.tool_call:"
+
+// NameClock is the step that reads the clock before a wait with a deadline.
+const NameClock = "helix.recv_clock"
+
+// Forever is the timeout of a wait without a deadline (DBOS needs one).
+const Forever = 100 * 365 * 24 * time.Hour
+
+// Message kinds.
+const (
+	// KindSubmission carries the answer to the call.
+	KindSubmission = "submission"
+	// KindWake asks the waiting run to look at its session (an interrupt
+	// was requested) without answering the call.
+	KindWake = "wake"
+)
+
+// Message is what a waiting run receives on a call's topic.
+type Message struct {
+	Kind       string                `json:"kind"`
+	Submission *helix.ToolSubmission `json:"submission,omitempty"`
+	// SubmittedAt is the Unix ms of the submission's durable record.
+	SubmittedAt int64 `json:"submittedAt,omitempty"`
+}
+
+// Topic returns the topic of a tool call.
+func Topic(toolCallID string) string { return TopicPrefix + toolCallID }
+
+// SubmissionKey is the idempotency key of a call's submission message: DBOS
+// inserts one message per key and destination, whatever the retries.
+func SubmissionKey(toolCallID string) string { return "helix.submission:" + toolCallID }
+
+// WakeKey is the idempotency key of a wake-up for a call; nonce tells apart
+// separate requests.
+func WakeKey(toolCallID, nonce string) string { return "helix.wake:" + toolCallID + ":" + nonce }
+
+// Wait blocks the workflow until a message arrives on the call's topic or,
+// with deadlineAt (Unix ms, 0 for none), the deadline passes; timedOut
+// reports the latter. Call it from a workflow body, never from a step. A
+// message already waiting is returned at once, even past the deadline.
+func Wait(ctx dbos.Context, toolCallID string, deadlineAt int64) (msg Message, timedOut bool, err error) {
+	timeout := Forever
+	if deadlineAt > 0 {
+		now, err := dbos.RunAsStep(ctx, func(context.Context) (int64, error) { return time.Now().UnixMilli(), nil },
+			dbos.WithStepName(NameClock))
+		if err != nil {
+			return Message{}, false, err
+		}
+		timeout = max(time.Duration(deadlineAt-now)*time.Millisecond, time.Millisecond)
+	}
+	msg, err = dbos.Recv[Message](ctx, Topic(toolCallID), timeout)
+	if errors.Is(err, dbos.ErrTimeout) {
+		return Message{}, true, nil
+	}
+	if err != nil {
+		return Message{}, false, fmt.Errorf("recv: wait for tool call %s: %w", toolCallID, err)
+	}
+	return msg, false, nil
+}
+
+// Send delivers m to the workflow waiting for the call, exactly once per
+// key. With tx (a pgx.Tx on the DBOS system database) the message commits
+// with the caller's transaction; nil sends on its own. Call it outside
+// workflows.
+func Send(ctx dbos.Context, tx any, workflowID, toolCallID string, m Message, key string) error {
+	opts := []dbos.SendOption{dbos.WithIdempotencyKey(key)}
+	if tx != nil {
+		opts = append(opts, dbos.WithSendTransaction(tx))
+	}
+	if err := dbos.Send(ctx, workflowID, m, Topic(toolCallID), opts...); err != nil {
+		return fmt.Errorf("recv: send to workflow %s for tool call %s: %w", workflowID, toolCallID, err)
+	}
+	return nil
+}

@@ -1,0 +1,286 @@
+package steps
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// Step names of human-in-the-loop steps.
+const (
+	NameApprovalGate    = "helix.approval_gate"
+	NameSuspendStep     = "helix.suspend_step"
+	NameResolveToolCall = "helix.resolve_tool_call"
+)
+
+// CodeNotApproved is the tool_end error code of a denied call.
+const CodeNotApproved = "not_approved"
+
+// SuspendedStep is the engine's durable record of a step waiting for human
+// input (store.SessionState.SuspendedStep): enough for any run of the
+// session to finish the step.
+type SuspendedStep struct {
+	// RunID is the run that suspended (usage keys and step IDs keep it).
+	RunID string           `json:"runId"`
+	Step  int              `json:"step"`
+	Model helix.StepResult `json:"model"`
+	// Results are the results known when the step suspended, by call
+	// index (empty entries: calls still to resolve or to run later).
+	Results []ToolResult `json:"results"`
+}
+
+// ApprovalInput lists the calls whose approval predicate decides whether
+// they wait for a human.
+type ApprovalInput struct {
+	Run   RunInfo          `json:"run"`
+	Step  int              `json:"step"`
+	Calls []helix.ToolCall `json:"calls"`
+}
+
+// EvaluateApprovals returns the step that asks each call's approval
+// predicate whether the call needs a human decision; its answers are
+// checkpointed, so the suspend-or-run decision replays the same even for a
+// predicate that is not pure. It fails closed: a predicate that errors or
+// panics (or a call whose arguments are invalid) requires approval.
+func (e *Env) EvaluateApprovals(in ApprovalInput) dbos.Step[[]bool] {
+	return func(ctx context.Context) ([]bool, error) {
+		def, err := e.Agent(in.Run.AgentType)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]bool, len(in.Calls))
+		for i, call := range in.Calls {
+			tool, ok := def.Tools[call.Name]
+			if !ok {
+				out[i] = true
+				continue
+			}
+			args := call.Arguments
+			if len(args) == 0 {
+				args = json.RawMessage(`{}`)
+			}
+			tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: call}
+			required, err := tool.RequiresApproval(ctx, args, tc)
+			if err != nil {
+				e.Log.Warn().Str("event", "approval.predicate_failed").Str("sessionId", in.Run.SessionID).
+					Str("tool", call.Name).Str("toolCallId", call.ID).Err(err).
+					Msg("the approval predicate failed: the call requires approval (fail-closed)")
+			}
+			out[i] = required
+		}
+		return out, nil
+	}
+}
+
+// PendingCall is a call the step waits for.
+type PendingCall struct {
+	Index int                  `json:"index"`
+	Call  helix.ToolCall       `json:"call"`
+	Kind  helix.SubmissionKind `json:"kind"`
+}
+
+// SuspendInput is a step that waits for human input.
+type SuspendInput struct {
+	Run     RunInfo       `json:"run"`
+	Record  SuspendedStep `json:"record"`
+	Pending []PendingCall `json:"pending"`
+}
+
+// SuspendOutput reports the suspension as written.
+type SuspendOutput struct {
+	Pending     []store.PendingClientToolCall `json:"pending"`
+	Interrupted bool                          `json:"interrupted,omitempty"`
+	Reason      string                        `json:"reason,omitempty"`
+}
+
+// SuspendStep returns the transaction that suspends a step: the pending
+// calls (with their deadlines) and the step's record, tool_end chunks and
+// usage for the results already known, tool_approval_request for each gated
+// call, and the run status suspended_client_tool (or, when an interrupt was
+// requested, the run ended interrupted with the calls kept for a resume).
+func (e *Env) SuspendStep(in SuspendInput) dbos.Txn[SuspendOutput] {
+	return func(ctx context.Context, tx dbos.Tx) (SuspendOutput, error) {
+		run, step := in.Run, in.Record.Step
+		def, err := e.Agent(run.AgentType)
+		if err != nil {
+			return SuspendOutput{}, err
+		}
+		record, err := json.Marshal(in.Record)
+		if err != nil {
+			return SuspendOutput{}, err
+		}
+		p := store.SuspendParams{SessionID: run.SessionID, RunID: run.RunID, StepID: StepID(in.Record.RunID, step),
+			Step: step, Record: record, Interrupted: interruptedChunk(run, step-1, "")}
+		for _, r := range in.Record.Results {
+			if r.ToolCallID == "" || helix.IsFinishTool(r.ToolName) {
+				continue
+			}
+			chunks, usage := resultRecords(run, step, r)
+			p.Chunks, p.Usage = append(p.Chunks, chunks...), append(p.Usage, usage...)
+		}
+		for _, pc := range in.Pending {
+			c := store.PendingClientToolCall{ToolCallID: pc.Call.ID, ToolName: pc.Call.Name, Kind: pc.Kind,
+				Arguments: argsOrEmpty(pc.Call.Arguments), Index: pc.Index, WorkflowID: run.WorkflowID}
+			var timeout time.Duration
+			if tool, ok := def.Tools[pc.Call.Name]; ok {
+				c.OutputSchema, timeout = tool.OutputSchema(), tool.ClientTimeout()
+			}
+			if pc.Kind == helix.SubmissionApprovalResponse {
+				c.ApprovalID = run.RunID + "::" + pc.Call.ID
+				p.Chunks = append(p.Chunks, &helix.ToolApprovalRequestChunk{Base: base(run, step), ToolCallID: pc.Call.ID,
+					ToolName: pc.Call.Name, ApprovalID: c.ApprovalID, Input: c.Arguments})
+			}
+			p.Pending = append(p.Pending, store.PendingCall{Call: c, Timeout: timeout})
+		}
+		res, err := e.InTx(tx).SuspendStep(ctx, p)
+		if err != nil {
+			return SuspendOutput{}, err
+		}
+		for _, c := range res.Pending {
+			e.Log.Info().Str("event", "client_tool.suspended").Str("sessionId", run.SessionID).Str("runId", run.RunID).
+				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Str("kind", string(c.Kind)).Int64("deadlineAt", c.DeadlineAt).
+				Msg("the run waits for a submission")
+		}
+		return SuspendOutput{Pending: res.Pending, Interrupted: res.Interrupted, Reason: res.InterruptReason}, nil
+	}
+}
+
+// ResolveInput is the end of one wait: TimedOut when the deadline passed
+// without a message.
+type ResolveInput struct {
+	Run RunInfo `json:"run"`
+	// Step is the suspended step and StepRunID the run that suspended it.
+	Step      int                         `json:"step"`
+	StepRunID string                      `json:"stepRunId"`
+	Call      store.PendingClientToolCall `json:"call"`
+	TimedOut  bool                        `json:"timedOut,omitempty"`
+}
+
+// ResolveOutput is the call's state after the wait.
+type ResolveOutput struct {
+	Call        store.PendingClientToolCall `json:"call"`
+	Interrupted bool                        `json:"interrupted,omitempty"`
+	Reason      string                      `json:"reason,omitempty"`
+}
+
+// ResolveToolCall returns the transaction that takes a wait's outcome: the
+// submission recorded for the call or its deadline passing, with the chunks
+// of that outcome (tool_approval_response; tool_end for a client result, a
+// denial or a timeout) and usage, written once per call; and the interrupt
+// check (a wake-up for an interrupt ends the run interrupted here).
+func (e *Env) ResolveToolCall(in ResolveInput) dbos.Txn[ResolveOutput] {
+	return func(ctx context.Context, tx dbos.Tx) (ResolveOutput, error) {
+		run, step := in.Run, in.Step
+		res, err := e.InTx(tx).ResolveToolCall(ctx, store.ResolveParams{
+			SessionID: run.SessionID, RunID: run.RunID, Step: step, ToolCallID: in.Call.ToolCallID, TimedOut: in.TimedOut,
+			Outcome: func(c store.PendingClientToolCall) ([]helix.Chunk, []store.UsageRecord) {
+				return outcomeRecords(run, step, c)
+			},
+			Interrupted: interruptedChunk(run, step-1, ""),
+		})
+		if err != nil {
+			return ResolveOutput{}, err
+		}
+		if c := res.Call; c.TimedOutAt != 0 && in.TimedOut {
+			e.Log.Warn().Str("event", "client_tool.timeout").Str("sessionId", run.SessionID).Str("runId", run.RunID).
+				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Msg("no submission before the deadline: the model sees a timeout error")
+		}
+		return ResolveOutput{Call: res.Call, Interrupted: res.Interrupted, Reason: res.InterruptReason}, nil
+	}
+}
+
+// OutcomeResult is the tool result of a resolved call that does not run a
+// tool (everything but an approved call).
+func OutcomeResult(c store.PendingClientToolCall) ToolResult {
+	r := ToolResult{ToolCallID: c.ToolCallID, ToolName: c.ToolName, Recorded: true}
+	switch s := c.Submission; {
+	case s == nil:
+		r.Error, r.ErrorCode = TimeoutMessage(c), helix.CodeClientToolTimeout
+	case s.Kind == helix.SubmissionApprovalResponse:
+		r.Error, r.ErrorCode, r.Denied = helix.NotApprovedMessage, CodeNotApproved, true
+	case s.Error != "":
+		r.Error, r.ErrorCode = s.Error, helix.CodeClientToolError
+	default:
+		r.Result = compact(s.Result)
+	}
+	if c.Submission != nil {
+		r.DurationMS = c.SubmittedAt - c.CreatedAt
+	} else if c.TimedOutAt != 0 {
+		r.DurationMS = c.TimedOutAt - c.CreatedAt
+	}
+	return r
+}
+
+// TimeoutMessage is the tool error the model sees when a client tool's
+// deadline passes.
+func TimeoutMessage(c store.PendingClientToolCall) string {
+	return fmt.Sprintf("the client did not return a result for tool %q within %s: treat the call as failed",
+		c.ToolName, time.Duration(c.DeadlineAt-c.CreatedAt)*time.Millisecond)
+}
+
+// outcomeRecords returns the chunks and usage rows of a resolved call.
+func outcomeRecords(run RunInfo, step int, c store.PendingClientToolCall) ([]helix.Chunk, []store.UsageRecord) {
+	var chunks []helix.Chunk
+	if s := c.Submission; s != nil && s.Kind == helix.SubmissionApprovalResponse {
+		chunks = append(chunks, &helix.ToolApprovalResponseChunk{Base: base(run, step), ToolCallID: c.ToolCallID,
+			ToolName: c.ToolName, ApprovalID: c.ApprovalID, Approved: s.IsApproved(), Reason: s.Reason})
+		if s.IsApproved() {
+			return chunks, nil // the tool runs now; its result is committed with the step
+		}
+	}
+	r := OutcomeResult(c)
+	more, usage := resultRecords(run, step, r)
+	if c.Kind == helix.SubmissionClientToolResult {
+		client := false
+		more[0].(*helix.ToolEndChunk).ProviderExecuted = &client
+	}
+	return append(chunks, more...), usage
+}
+
+// resultRecords returns the tool_end chunk and the usage row of a result.
+func resultRecords(run RunInfo, step int, r ToolResult) ([]helix.Chunk, []store.UsageRecord) {
+	executed := true
+	result := r.Result
+	if r.Error != "" || len(result) == 0 {
+		result = json.RawMessage("null")
+	}
+	d := r.DurationMS
+	return []helix.Chunk{&helix.ToolEndChunk{Base: base(run, step), ToolCallID: r.ToolCallID, ToolName: r.ToolName,
+			Result: result, Error: r.Error, ErrorCode: r.ErrorCode, ProviderExecuted: &executed}},
+		[]store.UsageRecord{{SourceType: store.UsageTool, SourceName: r.ToolName, DurationMS: &d, Success: r.Error == "",
+			Key: "tool:" + r.ToolCallID}}
+}
+
+// interruptedChunk builds the run_interrupted chunk of run at step.
+func interruptedChunk(run RunInfo, step int, checkpointID string) func(string) helix.Chunk {
+	return func(reason string) helix.Chunk {
+		var cp *string
+		if checkpointID != "" {
+			cp = &checkpointID
+		}
+		return &helix.RunInterruptedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: cp, Reason: reason}
+	}
+}
+
+// compact removes the whitespace Postgres's jsonb adds to a stored result.
+func compact(b json.RawMessage) json.RawMessage {
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return b
+	}
+	return out.Bytes()
+}
+
+func argsOrEmpty(args json.RawMessage) json.RawMessage {
+	if len(args) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return args
+}

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	helix "github.com/helix-agents/helix-dbos"
+)
+
+// SuspensionStore persists human-in-the-loop suspensions: a step whose tool
+// calls wait for a client result or an approval, the submissions that answer
+// them, and how each wait ended. Every method locks the root session before
+// a sub-agent session and a session before its stream, the order every
+// multi-row transaction of the store follows.
+type SuspensionStore interface {
+	// SuspendStep records a step that waits: its pending calls (on the
+	// session, with their ownership on the root session), the engine's
+	// record of the step, the step's chunks and usage rows, and the run
+	// status suspended_client_tool. When the interrupt flag is set it is
+	// consumed and the session and run end interrupted instead, the
+	// pending calls kept for a later resume. The session must be active.
+	// Not idempotent: durable callers run it in their step transaction.
+	SuspendStep(ctx context.Context, p SuspendParams) (*SuspendResult, error)
+
+	// ResolveToolCall records how the wait for one pending call ended, as
+	// the waiting run sees it: the submission recorded for it, or (with
+	// TimedOut) its deadline passing; it appends the chunks and usage rows
+	// the engine builds for that outcome, and consumes the interrupt flag
+	// (ending the session and run interrupted). Not idempotent: durable
+	// callers run it in their step transaction.
+	ResolveToolCall(ctx context.Context, p ResolveParams) (*ResolveResult, error)
+
+	// RecordSubmission records the answer to a pending call, given on the
+	// root session: it validates the submission against the call (kind,
+	// the client tool's output schema) and the session (it must be the
+	// root, the call must be routed to a session that is active and waits
+	// for it), stores it on the call, marks the call completed on the root
+	// session, records the client_tool_wait_ms usage row and, when no call
+	// of the run is left unanswered, moves the run back to running. A call
+	// answered before is reported with AlreadyCompleted and nothing is
+	// written. Rejections are *helix.SubmissionError. Concurrent
+	// submissions for one call serialize on the root row: exactly one
+	// records.
+	RecordSubmission(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (*RecordedSubmission, error)
+
+	// RetargetPending moves a session's pending calls to a new run and
+	// workflow (a fresh resume of an interrupted, suspended session) and
+	// returns the IDs of those still unanswered, by step and position.
+	// Idempotent.
+	RetargetPending(ctx context.Context, sessionID, runID, workflowID string) ([]string, error)
+
+	// DiscardPending drops a session's pending calls, their ownership on
+	// the root session and the suspended-step record, and returns the
+	// calls dropped (a retry starts over from a checkpoint). Idempotent.
+	DiscardPending(ctx context.Context, sessionID string) ([]PendingClientToolCall, error)
+}
+
+// PendingCall is one call SuspendStep records, with its deadline.
+type PendingCall struct {
+	Call PendingClientToolCall
+	// Timeout, when positive, sets the call's deadline that long after the
+	// suspension is written.
+	Timeout time.Duration
+}
+
+// SuspendParams describe a step that suspends.
+type SuspendParams struct {
+	SessionID string
+	RunID     string
+	// StepID names the suspended step ("{runId}:{step}").
+	StepID string
+	// Pending are the calls that wait (OwnerSessionID, RunID, Step and
+	// CreatedAt are filled in).
+	Pending []PendingCall
+	// Record is the engine's record of the step (SessionState.SuspendedStep).
+	Record json.RawMessage
+	// Chunks are appended (the results already known, approval requests).
+	Chunks []helix.Chunk
+	// Usage rows are recorded for the session (empty run ID or zero step:
+	// the commit's).
+	Usage []UsageRecord
+	Step  int
+	// Interrupted returns the chunk appended when the step ends the run
+	// interrupted instead.
+	Interrupted func(reason string) helix.Chunk
+}
+
+// SuspendResult reports what SuspendStep wrote.
+type SuspendResult struct {
+	// Pending are the calls as stored (with their creation time and
+	// deadline), in the model's order.
+	Pending []PendingClientToolCall
+	// Interrupted is set when the interrupt flag ended the run instead.
+	Interrupted     bool
+	InterruptReason string
+}
+
+// ResolveParams identify the wait that ended.
+type ResolveParams struct {
+	SessionID  string
+	RunID      string
+	Step       int
+	ToolCallID string
+	// TimedOut reports that the wait ended at the call's deadline without
+	// a message.
+	TimedOut bool
+	// Outcome returns the chunks and usage rows of the call's outcome. It
+	// is called once per call, when the call is resolved and its outcome
+	// was not taken before (ConsumedAt), not at all while the call is
+	// unanswered (the wake was for an interrupt).
+	Outcome func(call PendingClientToolCall) ([]helix.Chunk, []UsageRecord)
+	// Interrupted returns the chunk appended when the interrupt flag ends
+	// the run.
+	Interrupted func(reason string) helix.Chunk
+}
+
+// ResolveResult reports the state of the call after ResolveToolCall.
+type ResolveResult struct {
+	// Call is the pending call as stored now: Submission or TimedOutAt is
+	// set when it is resolved.
+	Call PendingClientToolCall
+	// Interrupted is set when the interrupt flag was consumed: the session
+	// and the run ended interrupted.
+	Interrupted     bool
+	InterruptReason string
+	// Unresolved lists the run's calls still waiting, by step and position.
+	Unresolved []string
+}
+
+// RecordedSubmission reports what RecordSubmission did.
+type RecordedSubmission struct {
+	// Call is the pending call, with the submission recorded on it.
+	Call PendingClientToolCall
+	// AlreadyCompleted: the call had been answered before; nothing was
+	// written and no message must be sent.
+	AlreadyCompleted bool
+	// Unresolved lists the run's calls still waiting after this one.
+	Unresolved []string
+}
+
+// SortPendingCalls orders pending calls by step, then position in the step.
+func SortPendingCalls(calls []PendingClientToolCall) {
+	slices.SortFunc(calls, func(a, b PendingClientToolCall) int {
+		return cmp.Or(cmp.Compare(a.Step, b.Step), cmp.Compare(a.Index, b.Index), cmp.Compare(a.ToolCallID, b.ToolCallID))
+	})
+}

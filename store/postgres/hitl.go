@@ -1,0 +1,455 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+var _ store.SuspensionStore = (*Store)(nil)
+
+// lockTree locks the root session of sessionID, then the session itself
+// when it is another one, and returns both (the same value for a root
+// session).
+func lockTree(ctx context.Context, q Querier, s *Store, sessionID string) (sess, root *store.SessionState, err error) {
+	var rootID string
+	err = q.QueryRow(ctx, `SELECT root_session_id FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&rootID)
+	if isNoRows(err) {
+		return nil, nil, notFound("session", sessionID)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if root, err = s.loadState(ctx, q, rootID, true); err != nil {
+		return nil, nil, err
+	}
+	if rootID == sessionID {
+		return root, root, nil
+	}
+	sess, err = s.loadState(ctx, q, sessionID, true)
+	return sess, root, err
+}
+
+// setPending writes a session's pending calls.
+func setPending(ctx context.Context, q Querier, sessionID string, pending map[string]store.PendingClientToolCall) error {
+	b, err := jsonObject(pending)
+	if err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = $2, version = version + 1, updated_at = now()
+		WHERE session_id = $1`, sessionID, b)
+	return err
+}
+
+// setRootMaps writes a root session's ownership and completed maps.
+func setRootMaps(ctx context.Context, q Querier, root *store.SessionState) error {
+	own, err := jsonObject(root.ClientToolCallOwnership)
+	if err != nil {
+		return err
+	}
+	done, err := jsonObject(root.CompletedClientToolCalls)
+	if err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, `UPDATE helix.sessions SET client_tool_call_ownership = $2, completed_client_tool_calls = $3,
+		version = version + 1, updated_at = now() WHERE session_id = $1`, root.SessionID, own, done)
+	return err
+}
+
+// unresolved lists the calls of run still waiting, by step and position.
+func unresolved(pending map[string]store.PendingClientToolCall, runID string) []string {
+	var calls []store.PendingClientToolCall
+	for _, p := range pending {
+		if p.RunID == runID && !p.Resolved() {
+			calls = append(calls, p)
+		}
+	}
+	return callIDs(sortCalls(calls))
+}
+
+func sortCalls(calls []store.PendingClientToolCall) []store.PendingClientToolCall {
+	store.SortPendingCalls(calls)
+	return calls
+}
+
+func callIDs(calls []store.PendingClientToolCall) []string {
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		out[i] = c.ToolCallID
+	}
+	return out
+}
+
+// appendAll appends chunks to the session's stream in q's transaction.
+func (s *Store) appendAll(ctx context.Context, st *store.SessionState, runID string, chunks []helix.Chunk) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	writes := make([]store.ChunkWrite, len(chunks))
+	for i, c := range chunks {
+		writes[i] = store.ChunkWrite{RunID: runID, Chunk: c}
+	}
+	_, err := s.Append(ctx, st.StreamID, writes)
+	return err
+}
+
+// recordUsage records usage rows for the session, defaulting run and step.
+func (s *Store) recordUsage(ctx context.Context, sessionID, runID string, step int, rows []store.UsageRecord) error {
+	for i := range rows {
+		rows[i].SessionID = sessionID
+		rows[i].RunID = cmp.Or(rows[i].RunID, runID)
+		if rows[i].Step == 0 {
+			rows[i].Step = step
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return s.RecordUsage(ctx, rows)
+}
+
+// endInterrupted consumes the session's interrupt flag, when set, and ends
+// the session and the run interrupted with the chunk the caller builds.
+func (s *Store) endInterrupted(ctx context.Context, st *store.SessionState, runID string, step int, chunk func(string) helix.Chunk) (bool, string, error) {
+	req, err := s.CheckInterruptFlag(ctx, st.SessionID)
+	if err != nil || !req.Requested {
+		return false, "", err
+	}
+	if err := s.UpdateStatus(ctx, st.SessionID, helix.SessionInterrupted, &store.StatusUpdate{
+		InterruptContext: &store.InterruptContext{Reason: req.Reason, StepCount: step, Timestamp: time.Now().UnixMilli()},
+	}); err != nil {
+		return false, "", err
+	}
+	if err := s.UpdateRunStatus(ctx, runID, helix.RunInterrupted, &store.RunUpdate{StepCount: &step, Error: req.Reason}); err != nil {
+		return false, "", err
+	}
+	if chunk != nil {
+		if err := s.appendAll(ctx, st, runID, []helix.Chunk{chunk(req.Reason)}); err != nil {
+			return false, "", err
+		}
+	}
+	return true, req.Reason, nil
+}
+
+// SuspendStep implements store.SuspensionStore.
+func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.SuspendResult, error) {
+	if len(p.Pending) == 0 {
+		return nil, fmt.Errorf("store: suspend step of %s: no pending calls", p.SessionID)
+	}
+	var res store.SuspendResult
+	err := s.tx(ctx, func(q Querier) error {
+		tx := s.WithQuerier(q)
+		sess, root, err := lockTree(ctx, q, s, p.SessionID)
+		if err != nil {
+			return err
+		}
+		if sess.Status != helix.SessionActive {
+			return fmt.Errorf("session %s is %s (aborted or ended while step %d ran): the step is discarded", sess.SessionID, sess.Status, p.Step)
+		}
+		now := time.Now().UnixMilli()
+		pending := sess.PendingClientToolCalls
+		if pending == nil {
+			pending = map[string]store.PendingClientToolCall{}
+		}
+		if root.ClientToolCallOwnership == nil {
+			root.ClientToolCallOwnership = map[string]string{}
+		}
+		for _, pc := range p.Pending {
+			c := pc.Call
+			if c.ToolCallID == "" || c.ToolName == "" || (c.Kind != helix.SubmissionClientToolResult && c.Kind != helix.SubmissionApprovalResponse) {
+				return fmt.Errorf("pending call %+v needs an ID, a tool name and a submission kind", c)
+			}
+			if owner, taken := root.ClientToolCallOwnership[c.ToolCallID]; taken || root.CompletedClientToolCalls[c.ToolCallID] != 0 {
+				return fmt.Errorf("tool call ID %s is already used in this conversation (owned by %s): tool call IDs must be unique", c.ToolCallID, owner)
+			}
+			c.OwnerSessionID, c.RunID, c.Step, c.CreatedAt = sess.SessionID, p.RunID, p.Step, now
+			if pc.Timeout > 0 {
+				c.DeadlineAt = now + pc.Timeout.Milliseconds()
+			}
+			pending[c.ToolCallID] = c
+			root.ClientToolCallOwnership[c.ToolCallID] = sess.SessionID
+			res.Pending = append(res.Pending, c)
+		}
+		res.Pending = sortCalls(res.Pending)
+		if err := setRootMaps(ctx, q, root); err != nil {
+			return err
+		}
+		b, err := jsonObject(pending)
+		if err != nil {
+			return err
+		}
+		if _, err := q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = $2, suspended_step = $3,
+			suspended_step_id = $4, version = version + 1, updated_at = now() WHERE session_id = $1`,
+			sess.SessionID, b, rawOrNil(p.Record), nullIfEmpty(p.StepID)); err != nil {
+			return err
+		}
+		if err := tx.appendAll(ctx, sess, p.RunID, p.Chunks); err != nil {
+			return err
+		}
+		if err := tx.recordUsage(ctx, sess.SessionID, p.RunID, p.Step, p.Usage); err != nil {
+			return err
+		}
+		if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, p.Step, p.Interrupted); err != nil || res.Interrupted {
+			return err
+		}
+		step := p.Step - 1
+		return tx.UpdateRunStatus(ctx, p.RunID, helix.RunSuspendedClientTool, &store.RunUpdate{StepCount: &step})
+	})
+	if err != nil {
+		return nil, wrap(err, "suspend step %d of %s", p.Step, p.SessionID)
+	}
+	return &res, nil
+}
+
+// ResolveToolCall implements store.SuspensionStore.
+func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*store.ResolveResult, error) {
+	var res store.ResolveResult
+	err := s.tx(ctx, func(q Querier) error {
+		tx := s.WithQuerier(q)
+		sess, root, err := lockTree(ctx, q, s, p.SessionID)
+		if err != nil {
+			return err
+		}
+		call, ok := sess.PendingClientToolCalls[p.ToolCallID]
+		if !ok {
+			return fmt.Errorf("tool call %s is not pending in session %s", p.ToolCallID, p.SessionID)
+		}
+		now := time.Now().UnixMilli()
+		newly := false
+		if !call.Resolved() && p.TimedOut {
+			call.TimedOutAt, newly = now, true
+			if root.CompletedClientToolCalls == nil {
+				root.CompletedClientToolCalls = map[string]int64{}
+			}
+			root.CompletedClientToolCalls[p.ToolCallID] = -now
+			if err := setRootMaps(ctx, q, root); err != nil {
+				return err
+			}
+		}
+		if call.Resolved() && call.ConsumedAt == 0 {
+			call.ConsumedAt = now
+			if p.Outcome != nil {
+				chunks, usage := p.Outcome(call)
+				if err := tx.appendAll(ctx, sess, p.RunID, chunks); err != nil {
+					return err
+				}
+				if err := tx.recordUsage(ctx, sess.SessionID, p.RunID, p.Step, usage); err != nil {
+					return err
+				}
+			}
+			sess.PendingClientToolCalls[p.ToolCallID] = call
+			if err := setPending(ctx, q, sess.SessionID, sess.PendingClientToolCalls); err != nil {
+				return err
+			}
+		}
+		res.Call = call
+		if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, p.Step-1, p.Interrupted); err != nil || res.Interrupted {
+			return err
+		}
+		if sess.Status != helix.SessionActive {
+			return fmt.Errorf("session %s is %s: the wait for tool call %s is abandoned", sess.SessionID, sess.Status, p.ToolCallID)
+		}
+		res.Unresolved = unresolved(sess.PendingClientToolCalls, p.RunID)
+		if newly && len(res.Unresolved) == 0 {
+			_, err = q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
+				WHERE run_id = $1 AND status = 'suspended_client_tool'`, p.RunID)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, wrap(err, "resolve tool call %s of %s", p.ToolCallID, p.SessionID)
+	}
+	return &res, nil
+}
+
+// RecordSubmission implements store.SuspensionStore.
+func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (*store.RecordedSubmission, error) {
+	if err := sub.Validate(); err != nil {
+		return nil, err
+	}
+	reject := func(code, sessionID, format string, args ...any) error {
+		return &helix.SubmissionError{Code: code, SessionID: sessionID, ToolCallID: sub.ToolCallID, Reason: fmt.Sprintf(format, args...)}
+	}
+	var res store.RecordedSubmission
+	err := s.tx(ctx, func(q Querier) error {
+		root, err := s.loadState(ctx, q, rootSessionID, true)
+		if errors.Is(err, helix.ErrNotFound) {
+			return reject(helix.SubmissionUnknownToolCall, rootSessionID, "session %s does not exist", rootSessionID)
+		}
+		if err != nil {
+			return err
+		}
+		if !root.IsRoot() {
+			return reject(helix.SubmissionNotRoot, rootSessionID, "session %s is a sub-agent session: submit on its root session %s, which routes the answer", rootSessionID, root.RootSessionID)
+		}
+		if at, done := root.CompletedClientToolCalls[sub.ToolCallID]; done && at < 0 {
+			return reject(helix.SubmissionTimedOut, rootSessionID, "the call's deadline passed at %s; the model was told it timed out", time.UnixMilli(-at).UTC().Format(time.RFC3339))
+		} else if done {
+			res.AlreadyCompleted = true
+		}
+		ownerID, owned := root.ClientToolCallOwnership[sub.ToolCallID]
+		if !owned {
+			if res.AlreadyCompleted {
+				return nil // answered, and its step has committed
+			}
+			return reject(helix.SubmissionUnknownToolCall, rootSessionID, "no tool call with this ID waits in this conversation (check the ID, and that it belongs to session %s)", rootSessionID)
+		}
+		owner := root
+		if ownerID != root.SessionID {
+			if owner, err = s.loadState(ctx, q, ownerID, true); err != nil {
+				return err
+			}
+		}
+		call, ok := owner.PendingClientToolCalls[sub.ToolCallID]
+		if !ok {
+			return reject(helix.SubmissionUnknownToolCall, rootSessionID, "the call is routed to session %s, which does not wait for it", ownerID)
+		}
+		res.Call = call
+		if res.AlreadyCompleted || call.Submission != nil {
+			res.AlreadyCompleted = true
+			return nil
+		}
+		if call.TimedOutAt != 0 {
+			return reject(helix.SubmissionTimedOut, rootSessionID, "the call's deadline passed at %s; the model was told it timed out", time.UnixMilli(call.TimedOutAt).UTC().Format(time.RFC3339))
+		}
+		switch owner.Status {
+		case helix.SessionActive:
+		case helix.SessionInterrupted:
+			return reject(helix.SubmissionNotWaiting, rootSessionID, "session %s was interrupted while waiting: resume it first (Resume), then submit", ownerID)
+		default:
+			return reject(helix.SubmissionNotWaiting, rootSessionID, "session %s is %s (%s): nothing waits for this call any more; run it again with Retry", ownerID, owner.Status, cmp.Or(owner.Error, "no error recorded"))
+		}
+		if call.Kind != sub.Kind {
+			return reject(helix.SubmissionKindMismatch, rootSessionID, "tool %q waits for a %s, not a %s", call.ToolName, call.Kind, sub.Kind)
+		}
+		if sub.Kind == helix.SubmissionClientToolResult && len(sub.Result) > 0 && len(call.OutputSchema) > 0 {
+			schema, err := helix.CompileSchema(call.OutputSchema)
+			if err != nil {
+				return fmt.Errorf("compile the output schema of tool %q: %w", call.ToolName, err)
+			}
+			if err := schema.Validate(fmt.Sprintf("result of tool %q", call.ToolName), sub.Result); err != nil {
+				var ve *helix.ValidationError
+				se := reject(helix.SubmissionInvalidResult, rootSessionID, "%v", err).(*helix.SubmissionError)
+				if errors.As(err, &ve) {
+					se.Violations = ve.Violations
+				}
+				return se
+			}
+		}
+		now := time.Now().UnixMilli()
+		stored := sub
+		call.Submission, call.SubmittedAt = &stored, now
+		owner.PendingClientToolCalls[sub.ToolCallID] = call
+		res.Call = call
+		if err := setPending(ctx, q, owner.SessionID, owner.PendingClientToolCalls); err != nil {
+			return err
+		}
+		if root.CompletedClientToolCalls == nil {
+			root.CompletedClientToolCalls = map[string]int64{}
+		}
+		root.CompletedClientToolCalls[sub.ToolCallID] = now
+		if err := setRootMaps(ctx, q, root); err != nil {
+			return err
+		}
+		wait := float64(now - call.CreatedAt)
+		if err := s.WithQuerier(q).RecordUsage(ctx, []store.UsageRecord{{
+			SessionID: owner.SessionID, RunID: call.RunID, Step: call.Step, SourceType: store.UsageClientToolWaitMS,
+			SourceName: call.ToolName, Value: &wait, Success: true, Key: "client_tool_wait:" + sub.ToolCallID,
+		}}); err != nil {
+			return err
+		}
+		res.Unresolved = unresolved(owner.PendingClientToolCalls, call.RunID)
+		if len(res.Unresolved) == 0 {
+			_, err = q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
+				WHERE run_id = $1 AND status = 'suspended_client_tool'`, call.RunID)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, wrap(err, "submit tool call %s to %s", sub.ToolCallID, rootSessionID)
+	}
+	return &res, nil
+}
+
+// RetargetPending implements store.SuspensionStore.
+func (s *Store) RetargetPending(ctx context.Context, sessionID, runID, workflowID string) ([]string, error) {
+	var out []string
+	err := s.tx(ctx, func(q Querier) error {
+		sess, _, err := lockTree(ctx, q, s, sessionID)
+		if err != nil {
+			return err
+		}
+		for id, c := range sess.PendingClientToolCalls {
+			c.RunID, c.WorkflowID = runID, workflowID
+			sess.PendingClientToolCalls[id] = c
+		}
+		out = unresolved(sess.PendingClientToolCalls, runID)
+		return setPending(ctx, q, sessionID, sess.PendingClientToolCalls)
+	})
+	return out, wrap(err, "retarget pending calls of %s", sessionID)
+}
+
+// DiscardPending implements store.SuspensionStore.
+func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.PendingClientToolCall, error) {
+	var out []store.PendingClientToolCall
+	err := s.tx(ctx, func(q Querier) error {
+		sess, root, err := lockTree(ctx, q, s, sessionID)
+		if err != nil {
+			return err
+		}
+		for id, c := range sess.PendingClientToolCalls {
+			out = append(out, c)
+			delete(root.ClientToolCallOwnership, id)
+		}
+		out = sortCalls(out)
+		if err := setRootMaps(ctx, q, root); err != nil {
+			return err
+		}
+		_, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
+			suspended_step_id = NULL, version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID)
+		return err
+	})
+	return out, wrap(err, "discard pending calls of %s", sessionID)
+}
+
+// clearSuspensionSQL removes the pending calls of a session's suspended
+// step and their ownership on the root session ($2: the call IDs), ahead of
+// the commit that appends their results. It locks the root row first.
+const clearSuspensionSQL = `WITH root AS (
+		UPDATE helix.sessions r SET client_tool_call_ownership = r.client_tool_call_ownership - $2::text[],
+			version = r.version + 1, updated_at = now()
+		FROM helix.sessions s WHERE s.session_id = $1 AND r.session_id = s.root_session_id
+		RETURNING r.session_id
+	)
+	SELECT count(*) FROM root`
+
+// clearSuspension runs clearSuspensionSQL and clears the session's own
+// suspension fields.
+func clearSuspension(ctx context.Context, q Querier, sessionID string) error {
+	var raw []byte
+	err := q.QueryRow(ctx, `SELECT pending_client_tool_calls FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&raw)
+	if err != nil {
+		return err
+	}
+	var pending map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &pending); err != nil {
+		return fmt.Errorf("decode pending calls: %w", err)
+	}
+	ids := make([]string, 0, len(pending))
+	for id := range pending {
+		ids = append(ids, id)
+	}
+	var n int
+	if err := q.QueryRow(ctx, clearSuspensionSQL, sessionID, ids).Scan(&n); err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
+		suspended_step_id = NULL, version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID)
+	return err
+}

@@ -1,0 +1,163 @@
+package workflows
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/recv"
+	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// plan splits a step's calls (finish and finishWith aside) into the regular
+// calls of phase 1 and the calls that wait for human input: client-executed
+// tools and approval-gated tools whose gate requires approval. Predicate
+// gates are asked in one step, so the decision is checkpointed. A call with
+// invalid arguments goes to phase 1, where it fails at once: nobody is asked
+// to run or approve a call the model got wrong.
+func (t *turn) plan(step int, calls []helix.ToolCall) (phase1 []int, pending []steps.PendingCall, err error) {
+	_, _, rest := t.classify(calls)
+	var gated []int
+	for _, i := range rest {
+		call := calls[i]
+		tool, known := t.def.Tools[call.Name]
+		if !known || tool.ValidateArguments(argsOrEmpty(call)) != nil {
+			phase1 = append(phase1, i)
+			continue
+		}
+		switch {
+		case tool.ExecutesOnClient():
+			pending = append(pending, steps.PendingCall{Index: i, Call: call, Kind: helix.SubmissionClientToolResult})
+		case tool.HasApprovalPredicate():
+			gated = append(gated, i)
+		case tool.NeedsApprovalCheck():
+			pending = append(pending, steps.PendingCall{Index: i, Call: call, Kind: helix.SubmissionApprovalResponse})
+		default:
+			phase1 = append(phase1, i)
+		}
+	}
+	if len(gated) > 0 {
+		in := steps.ApprovalInput{Run: t.run, Step: step}
+		for _, i := range gated {
+			in.Calls = append(in.Calls, calls[i])
+		}
+		required, err := dbos.RunAsStep(t.ctx, t.env.EvaluateApprovals(in), dbos.WithStepName(steps.NameApprovalGate), retries)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, i := range gated {
+			if k < len(required) && !required[k] {
+				phase1 = append(phase1, i)
+			} else {
+				pending = append(pending, steps.PendingCall{Index: i, Call: calls[i], Kind: helix.SubmissionApprovalResponse})
+			}
+		}
+	}
+	sortInts(phase1)
+	sortPendingCalls(pending)
+	return phase1, pending, nil
+}
+
+// suspend writes the step's suspension (phase 1 has run) and waits for its
+// pending calls in place.
+func (t *turn) suspend(step int, res helix.StepResult, results []steps.ToolResult, pending []steps.PendingCall) (steps.Outcome, bool, error) {
+	for i := range results {
+		if results[i].ToolCallID != "" {
+			results[i].Recorded = true // the suspension writes their tool_end and usage
+		}
+	}
+	rec := steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results}
+	so, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.SuspendStep(steps.SuspendInput{Run: t.run, Record: rec, Pending: pending}),
+		dbos.WithStepName(steps.NameSuspendStep))
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	ids := make([]string, len(so.Pending))
+	for i, c := range so.Pending {
+		ids[i] = c.ToolCallID
+	}
+	if err := t.fire(step-1, steps.HookEvent{Kind: steps.HookAgentSuspended, Suspension: &helix.Suspension{ToolCallIDs: ids}}); err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if so.Interrupted {
+		out, err := t.interrupted(step-1, so.Reason)
+		return out, true, err
+	}
+	return t.await(rec, so.Pending, true)
+}
+
+// await waits for each pending call of a suspended step, in the model's
+// order, and finishes the step once all are resolved. A call answered
+// before is not waited for; a wake-up that answers nothing (an interrupt
+// request that was withdrawn) waits again. An approved call runs its tool
+// now, as a step. inPlace marks the run that suspended the step (it fires
+// OnAgentResumed when the waits end; a fresh resume fired it at its start).
+func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolCall, inPlace bool) (steps.Outcome, bool, error) {
+	step, calls := rec.Step, rec.Model.ToolCalls
+	results := rec.Results
+	if len(results) < len(calls) {
+		results = append(results, make([]steps.ToolResult, len(calls)-len(results))...)
+	}
+	for _, c := range pending {
+		for c.ConsumedAt == 0 {
+			timedOut := false
+			if !c.Resolved() {
+				var err error
+				if _, timedOut, err = recv.Wait(t.ctx, c.ToolCallID, c.DeadlineAt); err != nil {
+					return steps.Outcome{}, true, err
+				}
+			}
+			r, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.ResolveToolCall(steps.ResolveInput{
+				Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, TimedOut: timedOut,
+			}), dbos.WithStepName(steps.NameResolveToolCall))
+			if err != nil {
+				return steps.Outcome{}, true, err
+			}
+			if r.Interrupted {
+				out, err := t.interrupted(step-1, r.Reason)
+				return out, true, err
+			}
+			c = r.Call
+		}
+		if c.Index < 0 || c.Index >= len(calls) {
+			return steps.Outcome{}, true, errIndex(c, len(calls))
+		}
+		if s := c.Submission; s != nil && s.IsApproved() {
+			r, err := dbos.RunAsStep(t.ctx, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index]}),
+				dbos.WithStepName(steps.NameRunTool), retries)
+			if err != nil {
+				return steps.Outcome{}, true, err
+			}
+			results[c.Index] = r
+		} else {
+			results[c.Index] = steps.OutcomeResult(c)
+		}
+	}
+	if inPlace {
+		if err := t.fire(step-1, steps.HookEvent{Kind: steps.HookAgentResumed, PreviousRunID: t.run.RunID}); err != nil {
+			return steps.Outcome{}, true, err
+		}
+	}
+	return t.finish(step, rec.Model, results, rec.RunID, true)
+}
+
+func argsOrEmpty(call helix.ToolCall) []byte {
+	if len(call.Arguments) == 0 {
+		return []byte(`{}`)
+	}
+	return call.Arguments
+}
+
+func sortInts(s []int) { slices.Sort(s) }
+
+func sortPendingCalls(p []steps.PendingCall) {
+	slices.SortFunc(p, func(a, b steps.PendingCall) int { return cmp.Compare(a.Index, b.Index) })
+}
+
+func errIndex(c store.PendingClientToolCall, n int) error {
+	return fmt.Errorf("pending tool call %s has position %d, but its step has %d calls: the suspended step's record is inconsistent", c.ToolCallID, c.Index, n)
+}
