@@ -47,6 +47,7 @@ func TestAgentValidate(t *testing.T) {
 		"output not object": {func(a *helix.Agent) { a.OutputSchema = json.RawMessage(`{"type":"array"}`) }, "OutputSchema", "JSON object"},
 		"output invalid":    {func(a *helix.Agent) { a.OutputSchema = json.RawMessage(`{"type":`) }, "OutputSchema", "not valid JSON"},
 		"state not object":  {func(a *helix.Agent) { a.InitialState = json.RawMessage(`[1]`) }, "InitialState", "JSON object"},
+		"workspace":         {func(a *helix.Agent) { a.Workspace = struct{ Root string }{"/srv"} }, "Workspace", "not supported"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

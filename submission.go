@@ -116,6 +116,9 @@ type SubmitResult struct {
 	OwnerSessionID string `json:"ownerSessionId"`
 	// RunID is the run that receives the submission.
 	RunID string `json:"runId"`
+	// ToolName and Kind describe the call answered.
+	ToolName string         `json:"toolName,omitempty"`
+	Kind     SubmissionKind `json:"kind,omitempty"`
 	// AlreadyCompleted is set when the call had already been answered
 	// (by an earlier or a concurrent submission): this one was not
 	// delivered, the first one stands.
@@ -143,9 +146,11 @@ const (
 	SubmissionInvalidResult = "invalid_result"
 	// SubmissionTimedOut: the call's deadline passed; the model was told.
 	SubmissionTimedOut = "timed_out"
-	// SubmissionNotWaiting: the session is not waiting for the call now
-	// (interrupted: resume it first; aborted or failed: nothing will
-	// consume it).
+	// SubmissionSessionInterrupted: the session was interrupted while it
+	// waited; resume it, then answer the calls still waiting.
+	SubmissionSessionInterrupted = "session_interrupted"
+	// SubmissionNotWaiting: the session ended (aborted, failed, completed):
+	// nothing will consume the answer.
 	SubmissionNotWaiting = "session_not_waiting"
 )
 

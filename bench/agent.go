@@ -96,6 +96,22 @@ func (s *script) trace(sessionID string) *trace {
 	return s.traces[sessionID]
 }
 
+// stamp records that the model played step of t, entered at now (a step
+// played twice is a replay), taking the step's SQL snapshot when asked.
+func (s *script) stamp(t *trace, step int, now time.Time) {
+	s.played.Add(1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.enter[step].IsZero() {
+		t.repeat++
+	}
+	t.enter[step] = now
+	if p := t.snaps[step]; p != nil {
+		*p = s.tracer.snapshot()
+	}
+	t.exit[step] = time.Now()
+}
+
 // generate is the scripted model: instant, deterministic (a function of the
 // step number only, so a replay plays the same step), one tool call per
 // step and a text answer at the session's last step.
@@ -118,17 +134,7 @@ func (s *script) generate(_ context.Context, req helix.ModelRequest, _ helix.Str
 			ID: "call-" + strconv.Itoa(req.Step), Name: ToolName, Arguments: json.RawMessage(`{}`),
 		}}}
 	}
-	s.played.Add(1)
-	t.mu.Lock()
-	if !t.enter[req.Step].IsZero() {
-		t.repeat++
-	}
-	t.enter[req.Step] = now
-	if p := t.snaps[req.Step]; p != nil {
-		*p = s.tracer.snapshot()
-	}
-	t.exit[req.Step] = time.Now()
-	t.mu.Unlock()
+	s.stamp(t, req.Step, now)
 	if req.Step == t.steps {
 		select {
 		case <-t.done:

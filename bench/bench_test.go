@@ -20,12 +20,12 @@ func TestRunSmall(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	var lines []string
-	cfg := Config{DatabaseURL: url, Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5, WarmupSteps: 3,
+	cfg := Config{DatabaseURL: url, Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5, WarmupSteps: 3, HITLSamples: 4,
 		Progress: func(s string) { lines = append(lines, s) }}
 	r, err := Run(t.Context(), cfg)
 	require.NoError(t, err)
 
-	require.Equal(t, ReportConfig{Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5}, r.Config)
+	require.Equal(t, ReportConfig{Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5, HITLSamples: 4}, r.Config)
 	require.Equal(t, 11, r.Sequential.Overhead.Count, "one sample between each pair of steps")
 	require.Equal(t, 12, r.Concurrent.Steps)
 	require.Equal(t, 3*3, r.Concurrent.Overhead.Count)
@@ -36,6 +36,7 @@ func TestRunSmall(t *testing.T) {
 	for name, d := range map[string]Distribution{
 		"sequential": r.Sequential.Overhead, "concurrent": r.Concurrent.Overhead, "commit": r.Floors.Commit.Distribution, "round trip": r.Floors.RoundTrip.Distribution,
 		"dbos step": r.Floors.DBOSStep.Distribution, "skeleton": r.Floors.DBOSAgentStep.Distribution,
+		"hitl": r.HITL.SubmitToNextStep, "hitl submit": r.HITL.Submit,
 	} {
 		require.Positive(t, d.P50MS, name)
 		require.LessOrEqual(t, d.P50MS, d.P95MS, name)
@@ -48,10 +49,19 @@ func TestRunSmall(t *testing.T) {
 	require.Greater(t, r.Sequential.SQL.StatementsPerStep, r.Floors.DBOSAgentStep.SQL.StatementsPerStep)
 	require.NotEmpty(t, r.Sequential.SQL.Top)
 	require.InDelta(t, 1, r.Floors.Commit.SQL.StatementsPerStep, 0.01, "one statement per commit")
-	require.Len(t, r.Targets, 4)
+	require.Equal(t, 4, r.HITL.Sessions)
+	require.Equal(t, 4, r.HITL.Resume.Count)
+	// A sample spans the submission: it outlasts the submit call, and both
+	// the submission's statements and the woken run's are in it.
+	require.Greater(t, r.HITL.SubmitToNextStep.P50MS, r.HITL.Submit.P50MS)
+	require.Greater(t, r.HITL.SQL.StatementsPerStep, r.Floors.DBOSAgentStep.SQL.StatementsPerStep)
+	require.Len(t, r.Targets, 5)
+	require.Equal(t, "human in the loop: submission → next model call, p50", r.Targets[4].Name)
+	require.Equal(t, r.HITL.SubmitToNextStep.P50MS, r.Targets[4].Measured)
 	require.NotEmpty(t, r.Machine.Postgres)
 	require.Positive(t, r.Machine.PoolMaxConns)
 	require.Contains(t, lines, "sequential: one session of 12 steps")
+	require.Contains(t, lines, "human in the loop: 4 sessions suspended on a client tool, answered one at a time")
 
 	// The sessions are in the database, completed with every step; the
 	// probe table is gone.
@@ -63,6 +73,10 @@ func TestRunSmall(t *testing.T) {
 		WHERE agent_type = $1 AND status = 'completed'`, AgentName).Scan(&sessions, &steps))
 	require.Equal(t, 1+1+3, sessions, "warm-up, sequential and concurrent sessions")
 	require.Equal(t, 3+12+3*4, steps)
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*), coalesce(sum(step_count), 0) FROM helix.sessions
+		WHERE agent_type = $1 AND status = 'completed'`, HITLAgentName).Scan(&sessions, &steps))
+	require.Equal(t, warmupHITLSessions+4, sessions, "warm-up and measured human-in-the-loop sessions")
+	require.Equal(t, (warmupHITLSessions+4)*2, steps)
 	var probe *string
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT to_regclass($1)::text`, ProbeTable).Scan(&probe))
 	require.Nil(t, probe)
@@ -77,7 +91,8 @@ func TestRunSmall(t *testing.T) {
 	var text bytes.Buffer
 	require.NoError(t, r.WriteText(&text))
 	for _, want := range []string{"floor: round trip", "floor: single-row commit", "floor: DBOS agent-step skeleton", "engine: sequential, 12 steps",
-		"engine: 3 sessions × 4 steps", "aggregate steps/s, 3 concurrent sessions", "statements per agent step"} {
+		"engine: 3 sessions × 4 steps", "aggregate steps/s, 3 concurrent sessions", "statements per agent step",
+		"submission → next model call", "SubmitToolResult", "statements per answer"} {
 		require.Contains(t, text.String(), want)
 	}
 }
@@ -128,6 +143,27 @@ func BenchmarkAgentStepConcurrent(b *testing.B) {
 	require.NoError(b, err)
 	reportDistribution(b, c.Overhead)
 	b.ReportMetric(c.StepsPerSecond, "steps/s")
+}
+
+// BenchmarkHITLSubmitToNextStep runs b.N human-in-the-loop sessions one
+// after the other (use -benchtime=200x) and reports the time from just
+// before SubmitToolResult to the model's next call, and the submit call's
+// own time.
+func BenchmarkHITLSubmitToNextStep(b *testing.B) {
+	h := benchHarness(b, DefaultWarmupSteps)
+	// Warm the pool's connections and their prepared statements.
+	_, err := h.sequential(b.Context(), DefaultWarmupSteps)
+	require.NoError(b, err)
+	_, err = h.hitl(b.Context(), warmupHITLSessions)
+	require.NoError(b, err)
+	b.ResetTimer()
+	hl, err := h.hitl(b.Context(), b.N)
+	b.StopTimer()
+	require.NoError(b, err)
+	reportDistribution(b, hl.SubmitToNextStep)
+	b.ReportMetric(hl.Submit.P50MS, "submit-p50-ms")
+	b.ReportMetric(hl.Submit.P95MS, "submit-p95-ms")
+	b.ReportMetric(hl.SQL.StatementsPerStep, "statements/answer")
 }
 
 // BenchmarkDBOSStep is the floor of one no-op DBOS step.

@@ -21,6 +21,9 @@ const (
 	DefaultFloorSteps = 1000
 	// DefaultWarmupSteps is the length of the unreported warm-up session.
 	DefaultWarmupSteps = 20
+	// DefaultHITLSamples is the number of human-in-the-loop sessions, one
+	// sample each.
+	DefaultHITLSamples = 200
 )
 
 // Config configures Run. Only DatabaseURL is required.
@@ -45,11 +48,17 @@ type Config struct {
 	// WarmupSteps is the length of the warm-up session; default
 	// DefaultWarmupSteps, negative for none.
 	WarmupSteps int
+	// HITLSamples is the number of human-in-the-loop sessions, run one
+	// after the other, each suspended on a client tool and answered with
+	// SubmitToolResult (one latency sample each); default
+	// DefaultHITLSamples, negative for none.
+	HITLSamples int
 	// MaxConns overrides the pool size; 0 keeps pgx's default (or the URL's
 	// pool_max_conns), which is what an engine built from a URL gets.
 	MaxConns int
-	// KeepSamples keeps the sequential session's every overhead sample in
-	// the report (Sequential.SamplesMS), for plots.
+	// KeepSamples keeps the sequential session's every overhead sample
+	// (Sequential.SamplesMS) and every human-in-the-loop sample
+	// (HITL.SamplesMS) in the report, for plots.
 	KeepSamples bool
 	// Progress receives a line now and then while Run works, from more
 	// than one goroutine but never concurrently; nil is silent.
@@ -62,6 +71,7 @@ func (c *Config) withDefaults() error {
 	c.StepsPerSession = cmp.Or(c.StepsPerSession, DefaultStepsPerSession)
 	c.FloorSteps = cmp.Or(c.FloorSteps, DefaultFloorSteps)
 	c.WarmupSteps = cmp.Or(c.WarmupSteps, DefaultWarmupSteps)
+	c.HITLSamples = cmp.Or(c.HITLSamples, DefaultHITLSamples)
 	if c.Progress == nil {
 		c.Progress = func(string) {}
 	} else {

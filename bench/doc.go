@@ -25,7 +25,8 @@
 //
 // Phases, in order, each on the same engine and pool:
 //
-//   - warm-up: a short session, not reported;
+//   - warm-up: a short session and a few human-in-the-loop sessions, not
+//     reported;
 //   - floors: N `SELECT 1` round trips and N single-row INSERT commits
 //     (autocommit) on the pool; a DBOS
 //     workflow of N no-op RunAsStep calls (time between consecutive step
@@ -38,7 +39,28 @@
 //     history;
 //   - concurrent: [Config.Sessions] sessions of [Config.StepsPerSession]
 //     steps started together; steps per second is all their steps over the
-//     wall time from the first Execute to the last Result.
+//     wall time from the first Execute to the last Result;
+//   - human in the loop: [Config.HITLSamples] sessions of a second agent,
+//     one after the other (see below).
+//
+// # Human in the loop
+//
+// The second agent's scripted model calls a client-executed tool at step 1
+// and answers in text at step 2. Each session is started, and the bench
+// waits, unmeasured, until the run is suspended (Handle.Result returns at
+// once then) and its workflow has checkpointed the deadline of its DBOS
+// Recv, the last thing it does before blocking: the submission then wakes
+// a waiting run through Postgres NOTIFY instead of being found by the
+// Recv's first look. The sample is
+//
+//	t1 − t0
+//
+// where t0 is taken just before SubmitToolResult and t1 is when the model
+// is entered for step 2: the submission's transaction, the wake-up, the
+// Recv, the call's resolution, step 1's commit and step 2's bookkeeping.
+// SubmitToolResult's own duration is reported beside it. Each session is
+// checked to have completed with both steps and the submitted result in
+// front of the model at step 2.
 //
 // Every statement on the pool is traced (count and client-side time, by
 // statement text), as is the time spent waiting for a pool connection, so a

@@ -15,6 +15,9 @@ const (
 	TargetLateEarlyRatio  = 1.10
 	TargetStepsPerSecond  = 300.0
 	TargetSessionsForRate = 32
+	// TargetHITLP50MS bounds the median time from a tool result's
+	// submission to the next model call of the run it wakes.
+	TargetHITLP50MS = 20.0
 )
 
 // textStatements is how many statements WriteText lists.
@@ -27,6 +30,7 @@ type Report struct {
 	Floors     Floors       `json:"floors"`
 	Sequential Sequential   `json:"sequential"`
 	Concurrent Concurrent   `json:"concurrent"`
+	HITL       HITL         `json:"hitl"`
 	Targets    []Target     `json:"targets"`
 	// DurationS is how long Run took.
 	DurationS float64 `json:"durationS"`
@@ -38,6 +42,7 @@ type ReportConfig struct {
 	Sessions        int `json:"sessions"`
 	StepsPerSession int `json:"stepsPerSession"`
 	FloorSteps      int `json:"floorSteps"`
+	HITLSamples     int `json:"hitlSamples"`
 }
 
 // Floors are the costs the engine builds on, measured on the same pool.
@@ -111,6 +116,36 @@ type Concurrent struct {
 	CPU      CPUProfile   `json:"cpu"`
 }
 
+// HITL is the latency of human-in-the-loop answers: sessions run one after
+// the other, each suspends on a client-executed tool at step 1 and blocks in
+// DBOS Recv; the bench then submits the tool's result, which wakes the run
+// (Postgres NOTIFY) to commit step 1 and call the model for step 2.
+type HITL struct {
+	Sessions int `json:"sessions"`
+	// SubmitToNextStep runs from just before SubmitToolResult to the model
+	// being entered for the next step: the submission's transaction, the
+	// wake-up, the Recv, the call's resolution, the step's commit and the
+	// next model step's bookkeeping. The wait for the run to suspend is not
+	// part of it.
+	SubmitToNextStep Distribution `json:"submitToNextStep"`
+	// Submit is SubmitToolResult itself: validation, the submission's
+	// record and its DBOS message, in one transaction.
+	Submit Distribution `json:"submit"`
+	// Resume runs from SubmitToolResult's return to the model being
+	// entered for the next step.
+	Resume Distribution `json:"resume"`
+	// SQL is what ran on the pool inside the samples, per sample: the
+	// submission's statements and the woken run's.
+	SQL SQLProfile `json:"sql"`
+	// CPU is per session, over the whole phase (each session's start,
+	// suspension and completion included, not only its sample): its
+	// "other" part tells whether the machine was quiet.
+	CPU CPUProfile `json:"cpu"`
+	// SamplesMS is every SubmitToNextStep sample in session order, with
+	// Config.KeepSamples.
+	SamplesMS []float64 `json:"samplesMs,omitempty"`
+}
+
 // Target is one engine target and how the report fares against it.
 type Target struct {
 	Name string `json:"name"`
@@ -135,6 +170,9 @@ func (r *Report) evaluate() {
 		atMost("sequential overhead per step, p95", TargetP95MS, s.Overhead.P95MS, "ms"),
 		atMost(fmt.Sprintf("overhead at steps %d+ vs %d+ (p50 ratio)", s.LateFirstStep, s.EarlyFirstStep), TargetLateEarlyRatio, s.LateEarlyRatio, "×"),
 		atLeast(fmt.Sprintf("aggregate steps/s, %d concurrent sessions", c.Sessions), TargetStepsPerSecond, c.StepsPerSecond, "steps/s"),
+	}
+	if hl := r.HITL; hl.SubmitToNextStep.Count > 0 {
+		r.Targets = append(r.Targets, atMost("human in the loop: submission → next model call, p50", TargetHITLP50MS, hl.SubmitToNextStep.P50MS, "ms"))
 	}
 }
 
@@ -172,6 +210,22 @@ func (r *Report) WriteText(w io.Writer) error {
 		ratio(s.Overhead.P50MS, f.DBOSAgentStep.P50MS), ratio(s.Overhead.P50MS, f.Commit.P50MS), s.GrowthMSPer1000Steps)
 	fmt.Fprintf(&b, "concurrent: %d steps in %.2f s = %.0f steps/s (pool wait %.3f ms per step)\n\n",
 		c.Steps, c.WallS, c.StepsPerSecond, c.SQL.AcquireWaitMSPerStep)
+	if hl := r.HITL; hl.SubmitToNextStep.Count > 0 {
+		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "human in the loop (ms)\tsamples\tp50\tp95\tp99\tmean\tmax\t")
+		hrow := func(name string, d Distribution) {
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", name, d.Count, d.P50MS, d.P95MS, d.P99MS, d.MeanMS, d.MaxMS)
+		}
+		hrow("submission → next model call", hl.SubmitToNextStep)
+		hrow("  SubmitToolResult", hl.Submit)
+		hrow("  its return → next model call", hl.Resume)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "human in the loop: %.1f statements (%.3f ms in SQL) per answer, submission and woken run\n", hl.SQL.StatementsPerStep, hl.SQL.StatementMSPerStep)
+		fmt.Fprintf(&b, "                   per session (whole phase): client CPU %s, Postgres CPU %s, other CPU %s, host CPU %s\n\n",
+			clientCPU(hl.CPU), postgresCPU(hl.CPU), otherCPU(hl.CPU), hostCPU(hl.CPU))
+	}
 
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tlimit\tmeasured\t")
@@ -201,6 +255,17 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintln(tw, "early\tlate\tstatement")
 		for _, g := range s.Growth {
 			fmt.Fprintf(tw, "%.3f\t%.3f\t%s\n", g.EarlyMSPerStep, g.LateMSPerStep, g.SQL)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if hl := r.HITL; len(hl.SQL.Top) > 0 {
+		fmt.Fprintf(&b, "\nhuman in the loop, statements per answer from submission to next model call (by time):\n")
+		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "per answer\tms/answer\tmean ms\tstatement")
+		for _, p := range hl.SQL.Top[:min(textStatements, len(hl.SQL.Top))] {
+			fmt.Fprintf(tw, "%.2f\t%.3f\t%.3f\t%s\n", p.PerStep, p.MSPerStep, p.MeanMS, p.SQL)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

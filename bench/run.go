@@ -23,13 +23,19 @@ const (
 	applicationVersion = "helix-bench"
 )
 
+// warmupHITLSessions is the number of unreported human-in-the-loop
+// sessions of the warm-up: enough for the pool's connections to have
+// prepared the submission's and the woken run's statements.
+const warmupHITLSessions = 3
+
 // topStatements is how many statements a phase's SQL profile lists (the
 // text report prints the first textStatements).
 const topStatements = 100
 
 // Run measures the engine on cfg.DatabaseURL and returns the report. With
-// the defaults it takes about half a minute on a 2-vCPU machine, most of it
-// the 1000-step session and the concurrent phase.
+// the defaults it takes about 20 s on a quiet 2-vCPU machine (twice that
+// on a busy one), most of it the 1000-step session, the concurrent phase
+// and the human-in-the-loop sessions.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
@@ -41,7 +47,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer h.close(ctx)
 
-	r := &Report{Config: ReportConfig{Steps: cfg.Steps, Sessions: cfg.Sessions, StepsPerSession: cfg.StepsPerSession, FloorSteps: cfg.FloorSteps}}
+	r := &Report{Config: ReportConfig{Steps: cfg.Steps, Sessions: cfg.Sessions, StepsPerSession: cfg.StepsPerSession, FloorSteps: cfg.FloorSteps,
+		HITLSamples: max(cfg.HITLSamples, 0)}}
 	if r.Machine, err = describeMachine(ctx, h.pool); err != nil {
 		return nil, fmt.Errorf("bench: describe the database: %w", err)
 	}
@@ -49,6 +56,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Progress(fmt.Sprintf("warm-up: one session of %d steps", cfg.WarmupSteps))
 		if _, err := h.sequential(ctx, cfg.WarmupSteps); err != nil {
 			return nil, fmt.Errorf("bench: warm-up: %w", err)
+		}
+		if cfg.HITLSamples > 0 {
+			cfg.Progress(fmt.Sprintf("warm-up: %d human-in-the-loop sessions", warmupHITLSessions))
+			if _, err := h.hitl(ctx, warmupHITLSessions); err != nil {
+				return nil, fmt.Errorf("bench: warm-up: %w", err)
+			}
 		}
 	}
 	cfg.Progress(fmt.Sprintf("floor: %d round trips", cfg.FloorSteps))
@@ -75,22 +88,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if r.Concurrent, err = h.concurrent(ctx, cfg.Sessions, cfg.StepsPerSession); err != nil {
 		return nil, fmt.Errorf("bench: concurrent sessions: %w", err)
 	}
+	if cfg.HITLSamples > 0 {
+		cfg.Progress(fmt.Sprintf("human in the loop: %d sessions suspended on a client tool, answered one at a time", cfg.HITLSamples))
+		if r.HITL, err = h.hitl(ctx, cfg.HITLSamples); err != nil {
+			return nil, fmt.Errorf("bench: human in the loop: %w", err)
+		}
+	}
 	r.evaluate()
 	r.DurationS = round3(time.Since(began).Seconds())
 	return r, nil
 }
 
-// harness is a launched engine with the bench agent and the floor
+// harness is a launched engine with the bench agents and the floor
 // workflows on a traced pool.
 type harness struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	tracer *sqlTracer
-	eng    *engine.Engine
-	script *script
-	agent  *helix.Agent
-	floors *floors
-	prefix string
+	cfg       Config
+	pool      *pgxpool.Pool
+	tracer    *sqlTracer
+	eng       *engine.Engine
+	script    *script
+	agent     *helix.Agent
+	hitlAgent *helix.Agent
+	floors    *floors
+	prefix    string
 
 	mu   sync.Mutex
 	next int
@@ -128,8 +148,8 @@ func newHarness(ctx context.Context, cfg Config, maxSteps int) (_ *harness, err 
 		return nil, err
 	}
 	h.script = &script{tracer: tracer, traces: map[string]*trace{}}
-	h.agent = h.script.agent(maxSteps)
-	if err := eng.Register(h.agent); err != nil {
+	h.agent, h.hitlAgent = h.script.agent(maxSteps), h.script.hitlAgent()
+	if err := eng.Register(h.agent, h.hitlAgent); err != nil {
 		return nil, err
 	}
 	if err := eng.Launch(ctx); err != nil {
@@ -156,10 +176,7 @@ type run struct {
 // start starts a session of steps steps; the SQL counters are snapshot
 // when the model plays each of snapSteps.
 func (h *harness) start(ctx context.Context, steps int, snapSteps ...int) (*run, error) {
-	h.mu.Lock()
-	h.next++
-	id := fmt.Sprintf("%s-%d", h.prefix, h.next)
-	h.mu.Unlock()
+	id := h.sessionID()
 	t := newTrace(steps)
 	if len(snapSteps) > 0 {
 		t.snaps = map[int]*sqlSnapshot{}
@@ -173,6 +190,14 @@ func (h *harness) start(ctx context.Context, steps int, snapSteps ...int) (*run,
 		return nil, err
 	}
 	return &run{trace: t, handle: hd, steps: steps}, nil
+}
+
+// sessionID returns a new session ID of the harness.
+func (h *harness) sessionID() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.next++
+	return fmt.Sprintf("%s-%d", h.prefix, h.next)
 }
 
 // wait returns when the run has ended. While it runs it looks at the run

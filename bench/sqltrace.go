@@ -118,6 +118,26 @@ func (t *sqlTracer) snapshot() sqlSnapshot {
 	return s
 }
 
+// add accumulates into s what ran between before and after, so the
+// intervals of many samples make one profile (profile(sqlSnapshot{}, s, …)).
+func (s *sqlSnapshot) add(before, after sqlSnapshot) {
+	if s.byText == nil {
+		s.byText = map[string]statementStat{}
+	}
+	for text, a := range after.byText {
+		b := before.byText[text]
+		if a.count == b.count {
+			continue
+		}
+		st := s.byText[text]
+		st.count += a.count - b.count
+		st.total += a.total - b.total
+		s.byText[text] = st
+	}
+	s.acquires += after.acquires - before.acquires
+	s.waited += after.waited - before.waited
+}
+
 // SQLProfile is what a phase ran on the pool, per agent step (or per floor
 // sample).
 type SQLProfile struct {

@@ -13,28 +13,14 @@ import (
 )
 
 // Interrupt asks a running session to stop: it writes the durable interrupt
-// flag, which the run observes before its next step (from any process). The
-// run then ends interrupted and the session can be resumed.
+// flag, which the run observes before its next step (from any process); a
+// run waiting for human input is woken to observe it. The run then ends
+// interrupted and the session can be resumed.
 func (e *Engine) Interrupt(ctx context.Context, sessionID, reason string) error {
-	st, err := e.store.LoadState(ctx, sessionID)
-	if err != nil {
+	if err := e.requireLaunched(); err != nil {
 		return err
 	}
-	if st.Status != helix.SessionActive {
-		return fmt.Errorf("engine: session %s is %s: only a running session can be interrupted", sessionID, st.Status)
-	}
-	if reason == "" {
-		reason = "interrupted"
-	}
-	if err := e.store.SetInterruptFlag(ctx, sessionID, reason); err != nil {
-		return err
-	}
-	// A run waiting for human input sees the flag only when it wakes:
-	// wake it.
-	if err := e.wakeWaiting(ctx, st); err != nil {
-		return fmt.Errorf("engine: session %s: the interrupt is recorded, but waking its waiting run failed (it stops when it next wakes): %w", sessionID, err)
-	}
-	return nil
+	return e.control().interrupt(ctx, sessionID, reason)
 }
 
 // CanResume reports whether Resume would accept the session, and why not.

@@ -43,8 +43,10 @@ func (e *Engine) Run(ctx context.Context, sessionID, runID string) (*Handle, err
 	return &Handle{SessionID: sessionID, RunID: run.RunID, WorkflowID: run.WorkflowID, e: e}, nil
 }
 
-// Result waits until the run ends (completed, failed or interrupted) and
-// returns its outcome, or returns ctx's error. It reads the durable run
+// Result waits until the run ends (completed, failed or interrupted) or
+// suspends on human input (one of the suspended_* statuses, with
+// Suspended saying what it waits for), and returns its outcome, or returns
+// ctx's error. Await waits through suspensions. It reads the durable run
 // record, so it works from any process and after restarts.
 func (h *Handle) Result(ctx context.Context) (helix.AgentResult, error) {
 	wait := 2 * time.Millisecond
@@ -62,6 +64,27 @@ func (h *Handle) Result(ctx context.Context) (helix.AgentResult, error) {
 		case <-time.After(wait):
 		}
 		wait = min(wait*3/2, 100*time.Millisecond)
+	}
+}
+
+// Await waits until the run ends — completed, failed or interrupted —
+// through any suspensions on human input, and returns its outcome (Result
+// returns at once when the run suspends). It reads the durable run record,
+// like Result, so it works from any process; it polls a suspended run every
+// 10 ms growing to 250 ms.
+func (h *Handle) Await(ctx context.Context) (helix.AgentResult, error) {
+	wait := 10 * time.Millisecond
+	for {
+		res, err := h.Result(ctx)
+		if err != nil || !res.Status.Suspended() {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*3/2, 250*time.Millisecond)
 	}
 }
 

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/recv"
@@ -27,34 +30,62 @@ import (
 // while no process runs the session: the answer waits in Postgres and the
 // recovered run consumes it.
 //
-// The waiting run continues by itself; Resume returns a handle on it.
+// The waiting run continues by itself; Resume returns a handle on it. A
+// process that runs no agents submits with a [Client] instead.
 func (e *Engine) SubmitToolResult(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	if err := e.requireLaunched(); err != nil {
 		return helix.SubmitResult{}, err
 	}
+	return e.control().submit(ctx, rootSessionID, sub)
+}
+
+// PendingToolCalls returns the tool calls waiting in a session and, for a
+// root session, in its sub-agents (answer them on the root), by step and
+// position: what to show a user. A call stays listed, with its Submission or
+// TimedOutAt, until its step commits.
+func (e *Engine) PendingToolCalls(ctx context.Context, sessionID string) ([]store.PendingClientToolCall, error) {
+	return e.store.ListPendingCalls(ctx, sessionID)
+}
+
+// control is what submitting and interrupting need: the database, the
+// store and something that sends DBOS messages (an engine's DBOS context or
+// a DBOS client).
+type control struct {
+	pool  *pgxpool.Pool
+	store *postgres.Store
+	dbos  dbos.Client
+	log   zerolog.Logger
+}
+
+func (e *Engine) control() control {
+	return control{pool: e.pool, store: e.store, dbos: e.dbos, log: e.log}
+}
+
+func (c control) submit(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	res := helix.SubmitResult{ToolCallID: sub.ToolCallID}
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		rec, err := e.store.WithQuerier(postgres.PgxQuerier(tx)).RecordSubmission(ctx, rootSessionID, sub)
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		rec, err := c.store.WithQuerier(postgres.PgxQuerier(tx)).RecordSubmission(ctx, rootSessionID, sub)
 		if err != nil {
 			return err
 		}
 		res.OwnerSessionID, res.RunID, res.Remaining = rec.Call.OwnerSessionID, rec.Call.RunID, rec.Unresolved
+		res.ToolName, res.Kind = rec.Call.ToolName, rec.Call.Kind
 		if res.AlreadyCompleted = rec.AlreadyCompleted; res.AlreadyCompleted {
 			return nil
 		}
-		return recv.Send(e.dbos, tx, rec.Call.WorkflowID, sub.ToolCallID,
+		return recv.Send(c.dbos, tx, rec.Call.WorkflowID, sub.ToolCallID,
 			recv.Message{Kind: recv.KindSubmission, Submission: &sub, SubmittedAt: rec.Call.SubmittedAt}, recv.SubmissionKey(sub.ToolCallID))
 	})
 	if err != nil {
 		var se *helix.SubmissionError
 		if errors.As(err, &se) {
-			e.log.Warn().Str("event", "client_tool.validation_failed").Str("sessionId", rootSessionID).
+			c.log.Warn().Str("event", "client_tool.validation_failed").Str("sessionId", rootSessionID).
 				Str("toolCallId", sub.ToolCallID).Str("code", se.Code).Msg(se.Reason)
 			return helix.SubmitResult{}, se
 		}
 		return helix.SubmitResult{}, fmt.Errorf("engine: submit tool call %s to session %s: %w", sub.ToolCallID, rootSessionID, err)
 	}
-	ev := e.log.Info().Str("event", "client_tool.submitted").Str("sessionId", rootSessionID).
+	ev := c.log.Info().Str("event", "client_tool.submitted").Str("sessionId", rootSessionID).
 		Str("ownerSessionId", res.OwnerSessionID).Str("runId", res.RunID).Str("toolCallId", sub.ToolCallID).Str("kind", string(sub.Kind))
 	if res.AlreadyCompleted {
 		ev.Bool("alreadyCompleted", true).Msg("the call was already answered; this submission changed nothing")
@@ -64,22 +95,38 @@ func (e *Engine) SubmitToolResult(ctx context.Context, rootSessionID string, sub
 	return res, nil
 }
 
-// wakeWaiting sends a wake-up to the run waiting for each unanswered call
-// of a session, so it looks at its session (an interrupt was requested)
-// without waiting for a submission.
-func (e *Engine) wakeWaiting(ctx context.Context, st *store.SessionState) error {
+// interrupt writes the durable interrupt flag of a running session and
+// wakes a run that waits for human input (it would see the flag only when
+// it wakes).
+func (c control) interrupt(ctx context.Context, sessionID, reason string) error {
+	st, err := c.store.LoadState(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	if st.Status != helix.SessionActive {
+		return fmt.Errorf("engine: session %s is %s: only a running session can be interrupted", sessionID, st.Status)
+	}
+	if reason == "" {
+		reason = "interrupted"
+	}
+	if err := c.store.SetInterruptFlag(ctx, sessionID, reason); err != nil {
+		return err
+	}
 	nonce := uuid.NewString()
 	var errs []error
-	for id, c := range st.PendingClientToolCalls {
-		if c.Resolved() || c.WorkflowID == "" {
+	for id, p := range st.PendingClientToolCalls {
+		if p.Resolved() || p.WorkflowID == "" {
 			continue
 		}
-		if err := recv.Send(e.dbos, nil, c.WorkflowID, id, recv.Message{Kind: recv.KindWake}, recv.WakeKey(id, nonce)); err != nil {
+		if err := recv.Send(c.dbos, nil, p.WorkflowID, id, recv.Message{Kind: recv.KindWake}, recv.WakeKey(id, nonce)); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	_ = ctx
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("engine: session %s: the interrupt is recorded, but waking its waiting run failed (it stops when it next wakes): %w", sessionID, err)
+	}
+	c.log.Info().Str("event", "session.interrupt_requested").Str("sessionId", sessionID).Str("reason", reason).Msg("interrupt requested")
+	return nil
 }
 
 // waitingRun reports whether the session's current run waits for human

@@ -13,6 +13,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -39,7 +40,10 @@ func transferTool(runs *sync.Map, opts ...helix.ToolOption) *helix.Tool {
 	return helix.MustNewTool("transfer", "Move money", func(ctx context.Context, in transferIn, tc helix.ToolContext) (map[string]any, error) {
 		n, _ := runs.LoadOrStore(tc.ToolCallID(), new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
-		err := helix.UpdateState(tc, func(s *notes) error { s.Notes = append(s.Notes, fmt.Sprintf("sent %d to %s", in.Amount, in.To)); return nil })
+		err := helix.UpdateState(tc, func(s *notes) error {
+			s.Notes = append(s.Notes, fmt.Sprintf("sent %d to %s", in.Amount, in.To))
+			return nil
+		})
 		return map[string]any{"sent": in.Amount}, err
 	}, append([]helix.ToolOption{helix.RequireApproval()}, opts...)...)
 }
@@ -105,7 +109,7 @@ func TestClientToolSuspendSubmitContinue(t *testing.T) {
 			calls(call("c1", "ask_user", `{"question":"favourite colour?"}`)),
 			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
 				last := req.Messages[len(req.Messages)-1]
-				return text("the user said " + last.Content)(req, cb)
+				return text("the user said "+last.Content)(req, cb)
 			},
 		),
 		Hooks: &helix.Hooks{
@@ -241,6 +245,8 @@ func TestApprovalApproveAndDenyInReverseOrder(t *testing.T) {
 
 	first := submit(t, e, h.SessionID, helix.Approve("t2", "small amount"))
 	require.Equal(t, []string{"t1"}, first.Remaining)
+	require.Equal(t, "transfer", first.ToolName)
+	require.Equal(t, helix.SubmissionApprovalResponse, first.Kind)
 	res = result(t, h)
 	require.Equal(t, helix.AgentSuspendedClientTool, res.Status, "still waiting for t1")
 	require.Equal(t, []string{"t1"}, res.Suspended.ToolCallIDs)
@@ -350,6 +356,14 @@ func TestMixedServerClientAndGatedCalls(t *testing.T) {
 	require.Equal(t, helix.AgentSuspendedClientTool, res.Status)
 	require.Equal(t, []string{"c", "g"}, res.Suspended.ToolCallIDs)
 	require.Len(t, x.keys, 1, "the server tool ran in phase 1")
+	waiting, err := e.PendingToolCalls(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, waiting, 2)
+	require.Equal(t, "c", waiting[0].ToolCallID)
+	require.Equal(t, helix.SubmissionClientToolResult, waiting[0].Kind)
+	require.JSONEq(t, `{"question":"?"}`, string(waiting[0].Arguments))
+	require.Equal(t, "g", waiting[1].ToolCallID)
+	require.Equal(t, h.RunID+"::g", waiting[1].ApprovalID)
 
 	submit(t, e, h.SessionID, helix.Approve("g", ""))
 	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
@@ -539,8 +553,8 @@ func TestInterruptWhileSuspendedThenFreshResume(t *testing.T) {
 	_, err = e.SubmitToolResult(t.Context(), h.SessionID, clientResult(t, "c", answer{Answer: "x"}))
 	var se *helix.SubmissionError
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, helix.SubmissionNotWaiting, se.Code)
-	require.Contains(t, se.Reason, "resume it first")
+	require.Equal(t, helix.SubmissionSessionInterrupted, se.Code)
+	require.Contains(t, se.Reason, "resume it")
 
 	h2, err := e.Resume(t.Context(), h.SessionID, nil)
 	require.NoError(t, err)
@@ -598,26 +612,15 @@ func TestAbortWhileSuspended(t *testing.T) {
 	require.Equal(t, helix.CodeAborted, aborted[0].ErrorCode)
 }
 
-// waitFor polls the run's result until it has the given status (a suspended
-// run's Result returns at once, so a test waiting for what happens next
-// polls).
+// waitFor awaits the end of the run and requires the given status.
 func waitFor(t *testing.T, h *engine.Handle, want helix.AgentStatus) helix.AgentResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for {
-		res, err := h.Result(ctx)
-		require.NoError(t, err)
-		if res.Status == want {
-			return res
-		}
-		require.True(t, res.Status.Suspended(), "run ended %s (%s) while waiting for %s", res.Status, res.Error, want)
-		select {
-		case <-ctx.Done():
-			t.Fatalf("run still %s, want %s", res.Status, want)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	res, err := h.Await(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, res.Status, res.Error)
+	return res
 }
 
 func roles(msgs []helix.Message) []string {
@@ -628,3 +631,33 @@ func roles(msgs []helix.Message) []string {
 	return out
 }
 
+// A process that runs no agents drives HITL with a Client: its submission
+// wakes the run another process (here, another engine object) runs, and
+// its interrupt stops a waiting run.
+func TestClientSubmitsAndInterrupts(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "remote", Tools: []*helix.Tool{askUser()},
+		Model: script(calls(call("c1", "ask_user", `{"question":"?"}`)), text("thanks"), calls(call("c2", "ask_user", `{"question":"again?"}`)))}
+	url := pgtest.NewURL(t)
+	e := newEngineOn(t, url, agent)
+	c, err := engine.NewClient(t.Context(), engine.ClientConfig{DatabaseURL: url})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
+	res, err := c.SubmitToolResult(t.Context(), h.SessionID, clientResult(t, "c1", answer{Answer: "hi"}))
+	require.NoError(t, err)
+	require.False(t, res.AlreadyCompleted)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+
+	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "once more"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h2).Status)
+	require.NoError(t, c.Interrupt(t.Context(), h.SessionID, "stop"))
+	waitFor(t, h2, helix.AgentInterrupted)
+	st, err := c.Session(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionInterrupted, st.Status)
+}

@@ -244,7 +244,12 @@ func runCrashChild(ctx context.Context) error {
 	}
 	defer pool.Close()
 	rig := &crashRig{pool: pool, gen: gen, point: point}
-	agent := rig.agent()
+	agent, sessions, input := rig.agent(), crashSessions, "Record alpha, beta and gamma."
+	switch mode {
+	case hitlModeRun, hitlModeRecover:
+		agent, sessions, input = rig.hitlAgent(), []string{hitlTarget}, hitlInput
+		mode = map[string]string{hitlModeRun: crashModeRun, hitlModeRecover: crashModeRecover}[mode]
+	}
 	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: crashExecutorID, Logger: &log, ShutdownTimeout: 2 * time.Second})
 	if err != nil {
 		return err
@@ -260,8 +265,8 @@ func runCrashChild(ctx context.Context) error {
 	}
 	switch mode {
 	case crashModeRun:
-		for _, sid := range crashSessions {
-			if _, err := e.Execute(ctx, agent, engine.Input{Message: "Record alpha, beta and gamma."},
+		for _, sid := range sessions {
+			if _, err := e.Execute(ctx, agent, engine.Input{Message: input},
 				&engine.ExecuteOptions{SessionID: sid}); err != nil {
 				return err
 			}
@@ -271,7 +276,7 @@ func runCrashChild(ctx context.Context) error {
 	case crashModeRecover:
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		for _, sid := range crashSessions {
+		for _, sid := range sessions {
 			h, err := e.Run(ctx, sid, "")
 			if err != nil {
 				return err

@@ -88,9 +88,9 @@ func Wait(ctx dbos.Context, toolCallID string, deadlineAt int64) (msg Message, t
 
 // Send delivers m to the workflow waiting for the call, exactly once per
 // key. With tx (a pgx.Tx on the DBOS system database) the message commits
-// with the caller's transaction; nil sends on its own. Call it outside
-// workflows.
-func Send(ctx dbos.Context, tx any, workflowID, toolCallID string, m Message, key string) error {
+// with the caller's transaction; nil sends on its own. ctx is a launched
+// DBOS context or a DBOS client; call it outside workflows.
+func Send(ctx dbos.Client, tx any, workflowID, toolCallID string, m Message, key string) error {
 	opts := []dbos.SendOption{dbos.WithIdempotencyKey(key)}
 	if tx != nil {
 		opts = append(opts, dbos.WithSendTransaction(tx))

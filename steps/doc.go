@@ -1,6 +1,7 @@
 // Package steps holds the bodies of the durable steps of the agent loop: the
 // model call, a tool call, the per-step commit transaction, the terminal
-// transitions and the hook firing. Workflow bodies (package workflows) run
+// transitions, the hook firing and the human-in-the-loop steps (the approval
+// gate, the suspension and the resolution of a wait). Workflow bodies (package workflows) run
 // them through DBOS under the constant names declared here, so a replay
 // finds every step under the same name whatever the Go symbols are called.
 //

@@ -134,7 +134,7 @@ type RunInfo struct {
 	// Suspended and Pending hand a step that waits for human input to the
 	// run that finishes it (a fresh resume): the workflow takes them out
 	// of RunInfo before passing it to other steps.
-	Suspended *SuspendedStep               `json:"suspended,omitempty"`
+	Suspended *SuspendedStep                `json:"suspended,omitempty"`
 	Pending   []store.PendingClientToolCall `json:"pending,omitempty"`
 }
 

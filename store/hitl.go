@@ -52,9 +52,15 @@ type SuspensionStore interface {
 	// Idempotent.
 	RetargetPending(ctx context.Context, sessionID, runID, workflowID string) ([]string, error)
 
-	// DiscardPending drops a session's pending calls, their ownership on
-	// the root session and the suspended-step record, and returns the
-	// calls dropped (a retry starts over from a checkpoint). Idempotent.
+	// ListPendingCalls returns the calls that wait in a session and, for a
+	// root session, in its sub-agents' sessions, by step and position.
+	// Read-only.
+	ListPendingCalls(ctx context.Context, sessionID string) ([]PendingClientToolCall, error)
+
+	// DiscardPending drops a session's pending calls, their ownership and
+	// completion marks on the root session and the suspended-step record,
+	// and returns the calls dropped (a retry starts over from a
+	// checkpoint). Idempotent.
 	DiscardPending(ctx context.Context, sessionID string) ([]PendingClientToolCall, error)
 }
 

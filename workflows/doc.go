@@ -4,5 +4,6 @@
 // a step of package steps; the body only decides, from checkpointed step
 // outputs, which step comes next.
 //
-// Import rule: helix, steps and DBOS; never engine.
+// Import rule: helix, steps, recv, store (types only) and DBOS; never
+// engine.
 package workflows

@@ -38,14 +38,17 @@ func newInterruptCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "interrupt <session>",
-		Short: "Ask a running session to stop before its next step",
+		Short: "Ask a running session to stop before its next step (a run waiting for human input stops now)",
 		Long: "Writes the session's durable interrupt flag. Whichever process runs the session observes it\n" +
-			"when its current step commits, and the run ends interrupted; `resume` continues it. Needs\n" +
-			"no engine and no agent definition: any process with database access can interrupt.",
+			"when its current step commits, and the run ends interrupted; `resume` continues it. A run\n" +
+			"suspended on tool calls (waiting for an approval or a client's result) is woken and stops\n" +
+			"at once; its unanswered calls are kept and can be answered after the resume. Needs no\n" +
+			"engine and no agent definition: any process with database access can interrupt.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sessionID := args[0]
-			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
+			return withClient(cmd.Context(), g, func(c *engine.Client) error {
+				st := c.Store()
 				s, err := st.LoadState(cmd.Context(), sessionID)
 				if err != nil {
 					return err
@@ -53,7 +56,10 @@ func newInterruptCmd(g *globals) *cobra.Command {
 				if s.Status != helix.SessionActive {
 					return fmt.Errorf("session %s is %s: only a running (active) session can be interrupted", sessionID, s.Status)
 				}
-				if err := st.SetInterruptFlag(cmd.Context(), sessionID, reason); err != nil {
+				waiting := waitingCalls(s)
+				// The client writes the flag and wakes a run that waits for
+				// human input (it would see the flag only when answered).
+				if err := c.Interrupt(cmd.Context(), sessionID, reason); err != nil {
 					return err
 				}
 				// The status check and the flag are not one statement: a run
@@ -70,7 +76,12 @@ func newInterruptCmd(g *globals) *cobra.Command {
 					return fmt.Errorf("session %s ended %s before the interrupt was recorded: nothing to interrupt", sessionID, s.Status)
 				}
 				out := cmd.OutOrStdout()
-				fmt.Fprintf(out, "interrupt requested for session %s (%s): its run stops when the current step commits\n", sessionID, reason)
+				if len(waiting) > 0 {
+					fmt.Fprintf(out, "interrupt requested for session %s (%s): its run was waiting for %s and was woken to stop; "+
+						"the unanswered calls are kept for after the resume\n", sessionID, reason, strings.Join(waiting, ", "))
+				} else {
+					fmt.Fprintf(out, "interrupt requested for session %s (%s): its run stops when the current step commits\n", sessionID, reason)
+				}
 				if !wait {
 					return nil
 				}
@@ -92,6 +103,20 @@ func newInterruptCmd(g *globals) *cobra.Command {
 	f.BoolVar(&wait, "wait", false, "wait until the run has stopped")
 	f.DurationVar(&timeout, "timeout", time.Minute, "with --wait: how long to wait")
 	return cmd
+}
+
+// waitingCalls describes the unanswered calls the session's own run waits
+// for (none when it does not wait for human input).
+func waitingCalls(s *store.SessionState) []string {
+	calls := slices.Collect(maps.Values(s.PendingClientToolCalls))
+	store.SortPendingCalls(calls)
+	var out []string
+	for _, c := range calls {
+		if !c.Resolved() {
+			out = append(out, fmt.Sprintf("%s (call %s, %s)", c.ToolName, c.ToolCallID, kindLabel(c.Kind)))
+		}
+	}
+	return out
 }
 
 // waitInactive polls the session until it is no longer active.

@@ -41,7 +41,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 	var delay time.Duration
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run the demo: provisions Postgres, runs a durable agent, kills it mid-run and recovers it",
+		Short: "Run the demo: provisions Postgres, runs a durable agent, kills it mid-run and recovers it, approves a call from another process",
 		Long: "Runs with no configuration: finds or starts PostgreSQL (HELIX_DATABASE_URL, a Docker\n" +
 			"container, or the local cluster) and creates a database " + demoDatabase + ", or uses --database-url\n" +
 			"as it is. Then:\n\n" +
@@ -49,7 +49,11 @@ func newDemoCmd(g *globals) *cobra.Command {
 			"           structured output) runs to completion while its live stream is printed;\n" +
 			"  phase 2  a worker process (this binary, re-executed) runs the same agent and is killed\n" +
 			"           with SIGKILL in the middle of step 2's model call; an engine with the worker's\n" +
-			"           executor ID recovers the run, which continues from step 1's checkpoint.\n\n" +
+			"           executor ID recovers the run, which continues from step 1's checkpoint;\n" +
+			"  phase 3  a publisher agent calls " + toolPublishReport + ", a tool that requires approval: the run\n" +
+			"           suspends durably (tool_approval_request in the stream); a second process (this\n" +
+			"           binary, re-executed as `helix-dbos approve <session> <toolCallId>`) approves it,\n" +
+			"           and the same run continues live: the tool runs once and the agent answers.\n\n" +
 			"Every model call and tool execution is also recorded in helix_demo.executions, outside the\n" +
 			"engine, to show that no completed tool ran twice. Exit status 0 means every check passed.",
 		Args: cobra.NoArgs,
@@ -147,7 +151,11 @@ func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration
 	if err := d.summary(ctx, sessionID); err != nil {
 		return err
 	}
-	d.phase("done in %s: both sessions completed, the crashed one from its last checkpoint", time.Since(start).Round(100*time.Millisecond))
+	if err := d.phase3(ctx); err != nil {
+		return fmt.Errorf("phase 3: %w", err)
+	}
+	d.phase("done in %s: all three sessions completed, the crashed one from its last checkpoint, the approved one in place",
+		time.Since(start).Round(100*time.Millisecond))
 	if inspect != "" {
 		d.say("inspect them: %s", inspect)
 	}

@@ -38,10 +38,35 @@ func TestDemo(t *testing.T) {
 		"✓ the recovered run completed",
 		"model calls   step 1 ×1 (worker) · step 2 ×2 (worker, recovery) · step 3 ×1 (recovery)",
 		"✓ each tool ran exactly once",
+		"==> phase 3: a run waits for an approval given by another process",
+		"⏸  run ",
+		"call_publish  publish_report  approval  1     none      waiting",
+		"$ HELIX_DATABASE_URL=",
+		"│ no other call waits: the run continues now",
+		"✓ publish_report ran exactly once, in this process (pid ",
+		"the run completed in place: run ",
 		"==> done in ",
 	} {
 		require.Contains(t, out, want)
 	}
+	// Phase 3 in order: the request in the live stream, the second
+	// process's approval, then the same stream going on to the answer.
+	phase3 := strings.Index(out, "==> phase 3")
+	var at []int
+	for _, want := range []string{
+		`tool_approval_request approval requested for publish_report {"title":"How durable execution makes LLM agents reliable"}  (call call_publish)`,
+		"│ approved publish_report (call call_publish) in session demo-",
+		"tool_approval_response approved publish_report  (call call_publish): reviewed in the demo",
+		`tool_end             publish_report → {"url":"https://example.org/reports/how-durable-execution-`,
+		"Published “How durable execution makes LLM agents reliable” at",
+		"stream_end           final output",
+		"✓ publish_report ran exactly once",
+	} {
+		i := strings.Index(out[phase3:], want)
+		require.GreaterOrEqual(t, i, 0, "phase 3 lacks %q:\n%s", want, out[phase3:])
+		at = append(at, i)
+	}
+	require.IsIncreasing(t, at, "phase 3's lines in order")
 	// The worker was killed while step 2's answer streamed: the partial
 	// answer is printed before the kill, the whole one after recovery.
 	phase2, kill := strings.Index(out, "==> phase 2"), strings.Index(out, "💥")
@@ -58,7 +83,7 @@ func TestDemo(t *testing.T) {
 	require.NoError(t, err)
 	sessions, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Len(t, sessions, 2)
+	require.Len(t, sessions, 3)
 	crashed := sessions[1]
 	require.True(t, strings.HasSuffix(crashed, "-b"), crashed)
 
@@ -78,6 +103,16 @@ func TestDemo(t *testing.T) {
 	var runs int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, crashed).Scan(&runs))
 	require.Equal(t, 1, runs, "the recovered run is the worker's run, not a new one")
+
+	// The approval: the gated tool ran once, in the run that suspended.
+	approved := sessions[2]
+	require.True(t, strings.HasSuffix(approved, "-c"), approved)
+	var published int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM helix_demo.executions
+		WHERE session_id = $1 AND kind = 'tool' AND name = 'publish_report'`, approved).Scan(&published))
+	require.Equal(t, 1, published)
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1 AND status = 'completed'`, approved).Scan(&runs))
+	require.Equal(t, 1, runs, "the run that suspended completed in place")
 }
 
 // A demo that cannot reach its database fails with a non-zero status and

@@ -8,6 +8,8 @@
 //	helix-dbos stream <session> [--from N] [--no-follow]
 //	helix-dbos interrupt <session> [--reason R] [--wait]
 //	helix-dbos resume <session> [--message M]
+//	helix-dbos approve|deny <session> <toolCallId> [--reason R]
+//	helix-dbos submit <session> <toolCallId> (--result JSON | --result-file F | --error MSG)
 //
 // Every command but demo connects with --database-url or HELIX_DATABASE_URL.
 package main
@@ -82,6 +84,9 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newStreamCmd(g))
 	root.AddCommand(newInterruptCmd(g))
 	root.AddCommand(newResumeCmd(g))
+	root.AddCommand(newApproveCmd(g))
+	root.AddCommand(newDenyCmd(g))
+	root.AddCommand(newSubmitCmd(g))
 	root.AddCommand(newBenchCmd(g))
 	return root
 }

@@ -15,9 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The demo re-executes its own binary as its worker: under `go test`
-	// that binary is this test binary.
-	if len(os.Args) > 1 && os.Args[1] == demoWorkerName {
+	// The demo re-executes its own binary as its worker and to approve a
+	// call: under `go test` that binary is this test binary.
+	if len(os.Args) > 1 && (os.Args[1] == demoWorkerName || os.Args[1] == "approve") {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	pgtest.Main(m)
@@ -87,6 +87,7 @@ func TestCommandsNeedADatabase(t *testing.T) {
 	for _, args := range [][]string{
 		{"migrate", "up"}, {"sessions", "list"}, {"sessions", "show", "s"}, {"sessions", "messages", "s"},
 		{"sessions", "runs", "s"}, {"stream", "s"}, {"interrupt", "s"}, {"resume", "s"},
+		{"approve", "s", "c"}, {"deny", "s", "c"}, {"submit", "s", "c", "--error", "failed"}, {"submit", "s", "c", "--result", "{}"},
 	} {
 		_, err := runCLI(t, args...)
 		require.ErrorContains(t, err, "--database-url", "%v", args)
@@ -96,8 +97,11 @@ func TestCommandsNeedADatabase(t *testing.T) {
 // On a database without the helix schema the error says to migrate.
 func TestMissingSchemaHint(t *testing.T) {
 	t.Parallel()
-	_, err := runCLI(t, "sessions", "list", "--database-url", pgtest.NewEmptyURL(t))
+	url := pgtest.NewEmptyURL(t)
+	_, err := runCLI(t, "sessions", "list", "--database-url", url)
 	require.ErrorContains(t, err, "helix-dbos migrate up")
+	_, err = runCLI(t, "approve", "s", "c", "--database-url", url)
+	require.ErrorContains(t, err, "has no helix schema: run `helix-dbos migrate up` against it")
 }
 
 // The exit status reflects failure, with the error on stderr.

@@ -153,7 +153,11 @@ func (p *chunkPrinter) detail(c helix.Chunk) string {
 	case *helix.ToolArgStreamEndChunk:
 		return v.ToolCallID
 	case *helix.ToolStartChunk:
-		return fmt.Sprintf("%s %s  (%s)", v.ToolName, j(v.Arguments), v.ToolCallID)
+		s := fmt.Sprintf("%s %s  (%s)", v.ToolName, j(v.Arguments), v.ToolCallID)
+		if v.ProviderExecuted != nil && !*v.ProviderExecuted {
+			s += " · client-executed: the run waits for its result"
+		}
+		return s
 	case *helix.ToolEndChunk:
 		if v.Error != "" {
 			return fmt.Sprintf("%s ✗ %s%s", v.ToolName, v.Error, paren(v.ErrorCode))
@@ -164,9 +168,17 @@ func (p *chunkPrinter) detail(c helix.Chunk) string {
 	case *helix.ToolOutputErrorChunk:
 		return fmt.Sprintf("%s: %s", v.ToolName, v.Error)
 	case *helix.ToolApprovalRequestChunk:
-		return fmt.Sprintf("%s %s  (approval %s)", v.ToolName, j(v.Input), v.ApprovalID)
+		return fmt.Sprintf("approval requested for %s %s  (call %s)", v.ToolName, j(v.Input), v.ToolCallID)
 	case *helix.ToolApprovalResponseChunk:
-		return fmt.Sprintf("%s approved=%t%s", v.ToolName, v.Approved, paren(v.Reason))
+		decision := "denied"
+		if v.Approved {
+			decision = "approved"
+		}
+		s := fmt.Sprintf("%s %s  (call %s)", decision, v.ToolName, v.ToolCallID)
+		if v.Reason != "" {
+			s += ": " + v.Reason
+		}
+		return s
 	case *helix.SubAgentStartChunk:
 		return fmt.Sprintf("%s %s", v.SubAgentType, v.SubSessionID)
 	case *helix.SubAgentEndChunk:

@@ -99,6 +99,9 @@ type sessionDetail struct {
 	Checkpoint *store.Checkpoint   `json:"checkpoint,omitempty"`
 	CurrentRun *store.Run          `json:"currentRun,omitempty"`
 	Stream     *store.StreamInfo   `json:"stream,omitempty"`
+	// PendingToolCalls are the tool calls the session waits for, answered
+	// or not, with those of its sub-agents for a root session.
+	PendingToolCalls []store.PendingClientToolCall `json:"pendingToolCalls,omitempty"`
 }
 
 func loadDetail(ctx context.Context, st *postgres.Store, sessionID string) (*sessionDetail, error) {
@@ -118,6 +121,9 @@ func loadDetail(ctx context.Context, st *postgres.Store, sessionID string) (*ses
 	if d.Stream, err = st.GetStreamInfo(ctx, s.StreamID); err != nil && !errors.Is(err, helix.ErrNotFound) {
 		return nil, err
 	}
+	if d.PendingToolCalls, err = pendingCalls(ctx, st, s); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -125,7 +131,7 @@ func newSessionsShowCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "show <session>",
-		Short: "Show a session: status, counters, checkpoint, current run, custom state, output, error",
+		Short: "Show a session: status, counters, checkpoint, current run, pending tool calls, custom state, output, error",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
@@ -195,6 +201,7 @@ func printDetail(out io.Writer, d *sessionDetail) {
 	row("created", "%s", fmtTime(s.CreatedAt))
 	row("updated", "%s", fmtTime(s.UpdatedAt))
 	_ = w.Flush()
+	printPending(out, "", s, d.PendingToolCalls)
 	block := func(title string, raw json.RawMessage) {
 		if len(raw) == 0 {
 			return

@@ -195,10 +195,12 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if err := tx.recordUsage(ctx, sess.SessionID, p.RunID, p.Step, p.Usage); err != nil {
 			return err
 		}
-		if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, p.Step, p.Interrupted); err != nil || res.Interrupted {
+		// The suspended step has not committed: the run's and the interrupt
+		// context's step count is the one before it (as in ResolveToolCall).
+		step := p.Step - 1
+		if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, step, p.Interrupted); err != nil || res.Interrupted {
 			return err
 		}
-		step := p.Step - 1
 		return tx.UpdateRunStatus(ctx, p.RunID, helix.RunSuspendedClientTool, &store.RunUpdate{StepCount: &step})
 	})
 	if err != nil {
@@ -321,9 +323,9 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		switch owner.Status {
 		case helix.SessionActive:
 		case helix.SessionInterrupted:
-			return reject(helix.SubmissionNotWaiting, rootSessionID, "session %s was interrupted while waiting: resume it first (Resume), then submit", ownerID)
+			return reject(helix.SubmissionSessionInterrupted, rootSessionID, "session %s was interrupted while it waited: resume it, then answer the calls still waiting", ownerID)
 		default:
-			return reject(helix.SubmissionNotWaiting, rootSessionID, "session %s is %s (%s): nothing waits for this call any more; run it again with Retry", ownerID, owner.Status, cmp.Or(owner.Error, "no error recorded"))
+			return reject(helix.SubmissionNotWaiting, rootSessionID, "session %s is %s (%s): nothing waits for this call any more; retry the session to run it again", ownerID, owner.Status, cmp.Or(owner.Error, "no error recorded"))
 		}
 		if call.Kind != sub.Kind {
 			return reject(helix.SubmissionKindMismatch, rootSessionID, "tool %q waits for a %s, not a %s", call.ToolName, call.Kind, sub.Kind)
@@ -395,6 +397,32 @@ func (s *Store) RetargetPending(ctx context.Context, sessionID, runID, workflowI
 	return out, wrap(err, "retarget pending calls of %s", sessionID)
 }
 
+// ListPendingCalls implements store.SuspensionStore.
+func (s *Store) ListPendingCalls(ctx context.Context, sessionID string) ([]store.PendingClientToolCall, error) {
+	rows, err := s.q.Query(ctx, `SELECT p.value FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
+		WHERE s.session_id = $1 OR s.root_session_id = $1`, sessionID)
+	if err != nil {
+		return nil, wrap(err, "list pending calls of %s", sessionID)
+	}
+	defer rows.Close()
+	var out []store.PendingClientToolCall
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return nil, wrap(err, "list pending calls of %s", sessionID)
+		}
+		var c store.PendingClientToolCall
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("store: list pending calls of %s: decode: %w", sessionID, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "list pending calls of %s", sessionID)
+	}
+	return sortCalls(out), nil
+}
+
 // DiscardPending implements store.SuspensionStore.
 func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.PendingClientToolCall, error) {
 	var out []store.PendingClientToolCall
@@ -406,6 +434,9 @@ func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.P
 		for id, c := range sess.PendingClientToolCalls {
 			out = append(out, c)
 			delete(root.ClientToolCallOwnership, id)
+			// A dropped call was never part of the conversation: its ID
+			// may come back (a scripted model replays its IDs).
+			delete(root.CompletedClientToolCalls, id)
 		}
 		out = sortCalls(out)
 		if err := setRootMaps(ctx, q, root); err != nil {

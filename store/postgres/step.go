@@ -260,8 +260,11 @@ type chunkBatch struct {
 	runIDs   []string
 }
 
+// newChunkBatch starts an empty batch. Its slices are non-nil: pgx sends a
+// nil slice as NULL, and commitStepSQL's cardinality($18) would then set the
+// stream's latest_seq to NULL on a commit without chunks.
 func newChunkBatch(streamID string, latest int64) *chunkBatch {
-	return &chunkBatch{streamID: streamID, latest: latest}
+	return &chunkBatch{streamID: streamID, latest: latest, raws: []string{}, steps: []int32{}, runIDs: []string{}}
 }
 
 func (b *chunkBatch) add(runID string, chunks ...helix.Chunk) error {

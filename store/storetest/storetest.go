@@ -1,6 +1,6 @@
 // Package storetest is the contract suite of package store: every
-// implementation of store.SessionStore, store.StreamStore and
-// store.StepStore must pass it.
+// implementation of store.SessionStore, store.StreamStore, store.StepStore
+// and store.SuspensionStore must pass it.
 //
 //	func TestContract(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) storetest.Store { return newStore(t) })
@@ -11,7 +11,8 @@
 // checks the concurrency guarantees the durable runtime relies on:
 // exactly-one-wins session creation, compare-and-set, serialized custom-state
 // merges, atomic commits that leave no trace on failure, the checkpoint
-// pointer rule, and readers that see every chunk exactly once in order.
+// pointer rule, readers that see every chunk exactly once in order, and
+// tool-call submissions that are recorded exactly once.
 //
 // Import rule: helix, store, testify and the standard library.
 package storetest
@@ -28,11 +29,12 @@ import (
 	"github.com/helix-agents/helix-dbos/store"
 )
 
-// Store is what the suite exercises: both contracts on one storage.
+// Store is what the suite exercises: every contract on one storage.
 type Store interface {
 	store.SessionStore
 	store.StreamStore
 	store.StepStore
+	store.SuspensionStore
 }
 
 // Factory returns a store on fresh storage; cleanup is the factory's job
@@ -54,6 +56,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Staging", stagingCases},
 		{"Streams", streamCases},
 		{"Steps", stepCases},
+		{"Suspensions", suspensionCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

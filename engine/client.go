@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// ClientConfig configures a Client. Set exactly one of DatabaseURL and Pool.
+type ClientConfig struct {
+	// DatabaseURL is the database the engines use; the client owns the
+	// pool it opens.
+	DatabaseURL string
+	// Pool is a pool to share with your application; Close leaves it open.
+	Pool *pgxpool.Pool
+	// Logger receives the client's logs (client_tool.submitted, ...); nil
+	// is silent.
+	Logger *zerolog.Logger
+}
+
+// Client drives sessions from a process that runs no agents: an HTTP
+// handler that takes a user's approval, an operator's command line. It
+// submits tool results, requests interrupts and reads sessions; the engines
+// that run the sessions (in any process) do the rest. It needs no agent
+// definitions, runs no workflows and recovers nothing. Safe for concurrent
+// use.
+type Client struct {
+	c        control
+	ownsPool bool
+	once     sync.Once
+	err      error
+}
+
+// clientShutdownTimeout bounds Close.
+const clientShutdownTimeout = 5 * time.Second
+
+// NewClient connects a Client. The database must be migrated (an engine's
+// Launch or `helix-dbos migrate up` does it).
+func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if (cfg.DatabaseURL == "") == (cfg.Pool == nil) {
+		return nil, errors.New("engine: ClientConfig needs exactly one of DatabaseURL and Pool")
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	pool, owns := cfg.Pool, false
+	if pool == nil {
+		var err error
+		if pool, err = pgxpool.New(ctx, cfg.DatabaseURL); err != nil {
+			return nil, fmt.Errorf("engine: client: open database: %w (check ClientConfig.DatabaseURL)", err)
+		}
+		owns = true
+	}
+	fail := func(err error) (*Client, error) {
+		if owns {
+			pool.Close()
+		}
+		return nil, err
+	}
+	// DBOS's client closes its pool when it shuts down: give it its own,
+	// small one, so a shared pool stays open.
+	pc := pool.Config().Copy()
+	pc.MaxConns = 2
+	dpool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return fail(fmt.Errorf("engine: client: open database: %w", err))
+	}
+	dc, err := dbos.NewClient(ctx, dbos.ClientConfig{
+		SystemDBPool: dpool, AppName: DefaultAppName,
+		Logger: slog.New(zerolog.NewSlogHandler(log.With().Str("component", "dbos").Logger())),
+	})
+	if err != nil {
+		dpool.Close()
+		return fail(fmt.Errorf("engine: client: connect DBOS: %w (has an engine launched on this database?)", err))
+	}
+	st, err := postgres.New(pool, postgres.WithLogger(log))
+	if err != nil {
+		_ = dbos.Shutdown(dc, clientShutdownTimeout)
+		return fail(err)
+	}
+	return &Client{c: control{pool: pool, store: st, dbos: dc, log: log}, ownsPool: owns}, nil
+}
+
+// SubmitToolResult answers a tool call a run is suspended on; see
+// Engine.SubmitToolResult.
+func (c *Client) SubmitToolResult(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
+	return c.c.submit(ctx, rootSessionID, sub)
+}
+
+// Interrupt asks a running session to stop; see Engine.Interrupt.
+func (c *Client) Interrupt(ctx context.Context, sessionID, reason string) error {
+	return c.c.interrupt(ctx, sessionID, reason)
+}
+
+// PendingToolCalls returns the tool calls waiting for an answer in a
+// session and, for a root session, in its sub-agents; see
+// Engine.PendingToolCalls.
+func (c *Client) PendingToolCalls(ctx context.Context, sessionID string) ([]store.PendingClientToolCall, error) {
+	return c.c.store.ListPendingCalls(ctx, sessionID)
+}
+
+// Session returns a session's stored state.
+func (c *Client) Session(ctx context.Context, sessionID string) (*store.SessionState, error) {
+	return c.c.store.LoadState(ctx, sessionID)
+}
+
+// Store returns the client's store, for queries.
+func (c *Client) Store() *postgres.Store { return c.c.store }
+
+// Close releases the client (and the pool it opened). Idempotent.
+func (c *Client) Close() error {
+	c.once.Do(func() {
+		c.err = errors.Join(c.c.store.Close(), dbos.Shutdown(c.c.dbos, clientShutdownTimeout))
+		if c.ownsPool {
+			c.c.pool.Close()
+		}
+	})
+	return c.err
+}
