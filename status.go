@@ -167,11 +167,29 @@ const (
 	SubSessionRunning   SubSessionStatus = "running"
 	SubSessionCompleted SubSessionStatus = "completed"
 	SubSessionFailed    SubSessionStatus = "failed"
+	// SubSessionInterrupted: the child's run stopped on an interrupt.
+	SubSessionInterrupted SubSessionStatus = "interrupted"
+	// SubSessionTerminated: a persistent child ended by terminateChild.
+	SubSessionTerminated SubSessionStatus = "terminated"
+	// SubSessionPausedAwaitingClient: the child waits for a client tool
+	// result or an approval.
+	SubSessionPausedAwaitingClient SubSessionStatus = "paused_awaiting_client"
 )
 
 // Valid reports whether s is a known sub-session status.
 func (s SubSessionStatus) Valid() bool {
-	return s == SubSessionRunning || s == SubSessionCompleted || s == SubSessionFailed
+	switch s {
+	case SubSessionRunning, SubSessionCompleted, SubSessionFailed, SubSessionInterrupted, SubSessionTerminated,
+		SubSessionPausedAwaitingClient:
+		return true
+	}
+	return false
+}
+
+// Final reports whether the child will not run again by itself
+// (completed, failed or terminated).
+func (s SubSessionStatus) Final() bool {
+	return s == SubSessionCompleted || s == SubSessionFailed || s == SubSessionTerminated
 }
 
 // SubSessionMode distinguishes ephemeral sub-agents (one tool call, one run)

@@ -97,6 +97,7 @@ type Tool struct {
 	exec        rawFunc // nil for client-executed and framework-handled tools
 	client      bool
 	opts        toolOptions
+	subAgent    *Agent // the delegate of a sub-agent tool
 }
 
 // NewTool defines a server-executed tool. The input JSON Schema is derived
@@ -322,6 +323,9 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage, tc ToolContext
 	if t.exec == nil {
 		if t.client {
 			return nil, fmt.Errorf("tool %q executes on the client: submit its result with SubmitToolResult", t.name)
+		}
+		if t.subAgent != nil {
+			return nil, fmt.Errorf("tool %q runs the %s agent as a child session: the engine runs it, not Execute", t.name, t.subAgent.Name)
 		}
 		return nil, fmt.Errorf("tool %q is handled by the runtime and has no function", t.name)
 	}

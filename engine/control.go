@@ -407,3 +407,9 @@ func (e *Engine) Checkpoints(ctx context.Context, sessionID string, opts *store.
 func (e *Engine) Sessions(ctx context.Context, opts store.ListSessionsOptions) ([]store.SessionSummary, error) {
 	return e.store.ListSessions(ctx, opts)
 }
+
+// SubSessions returns the sub-agent sessions a session started (ephemeral
+// sub-agents and persistent companions), in the order they were started.
+func (e *Engine) SubSessions(ctx context.Context, sessionID string) ([]store.SubSessionRef, error) {
+	return e.store.GetSubSessionRefs(ctx, sessionID)
+}

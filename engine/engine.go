@@ -85,23 +85,44 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Register makes agents runnable and recoverable by this engine. Register
-// every agent before Launch: recovery resumes sessions by agent type, and a
+// Register makes agents runnable and recoverable by this engine, with the
+// agents their sub-agent tools delegate to. Register every agent before
+// Launch: recovery resumes sessions by agent type, and a
 // session whose type is not registered fails with a clear error. Registering
 // the same *helix.Agent again is a no-op; another definition under a used
 // name is an error.
 func (e *Engine) Register(agents ...*helix.Agent) error {
+	seen := map[*helix.Agent]bool{}
 	for _, a := range agents {
-		def, err := compile(a)
-		if err != nil {
+		if err := e.register(a, seen); err != nil {
 			return err
 		}
-		if err := e.env.Register(def); err != nil {
+	}
+	return nil
+}
+
+// register registers a and, recursively, the agents its sub-agent tools
+// delegate to (a child run may be recovered in any process that runs its
+// parent).
+func (e *Engine) register(a *helix.Agent, seen map[*helix.Agent]bool) error {
+	if seen[a] {
+		return nil
+	}
+	seen[a] = true
+	def, err := compile(a)
+	if err != nil {
+		return err
+	}
+	if err := e.env.Register(def); err != nil {
+		return err
+	}
+	if unknown := a.UnknownPreloadSkills(); len(unknown) > 0 {
+		e.log.Warn().Str("event", "skills.unknown_preload").Str("agent", a.Name).Strs("skills", unknown).
+			Msg("PreloadSkills names skills the agent does not define; they are skipped")
+	}
+	for _, sub := range a.SubAgents() {
+		if err := e.register(sub, seen); err != nil {
 			return err
-		}
-		if unknown := a.UnknownPreloadSkills(); len(unknown) > 0 {
-			e.log.Warn().Str("event", "skills.unknown_preload").Str("agent", a.Name).Strs("skills", unknown).
-				Msg("PreloadSkills names skills the agent does not define; they are skipped")
 		}
 	}
 	return nil

@@ -46,7 +46,7 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			SessionID: st.SessionID, RunID: run.RunID, AgentType: st.AgentType, StreamID: st.StreamID,
 			RootSessionID: st.RootSessionID, WorkflowID: in.WorkflowID, Turn: run.Turn,
 			PreviousRunID: run.PreviousRunID, StartSequence: run.StartSequence, StartStep: st.StepCount,
-			Resumed: isResumeWorkflow(st.SessionID, in.WorkflowID),
+			Resumed: isResumeWorkflow(st.SessionID, in.WorkflowID), Parent: parentLink(st),
 		}
 		if run.Status.Final() {
 			info.Done = &Outcome{Status: run.Status, Error: run.Error, Output: st.Output, Steps: run.StepCount}
@@ -161,6 +161,9 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		}
 		stepID := StepID(in.stepRunID(), step)
 		c.ClearSuspension = in.Suspended
+		if in.Complete && run.Parent != nil {
+			c.RefStatus = helix.SubSessionCompleted
+		}
 		c.Usage = append(c.Usage, store.UsageRecord{
 			SourceType: store.UsageModel, SourceName: firstNonEmpty(in.Model.Model, run.AgentType),
 			InputTokens: in.Model.Usage.InputTokens, OutputTokens: in.Model.Usage.OutputTokens,
@@ -188,6 +191,9 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 			}
 			if in.Complete && len(in.Output) > 0 {
 				out = append(out, &helix.OutputChunk{Base: base(run, step), Output: in.Output})
+			}
+			if in.Complete && run.Parent != nil {
+				out = append(out, subAgentEnd(run, in.Output))
 			}
 			if cl.Interrupted {
 				out = append(out, interruptedChunk(run, step, cl.CheckpointID)(cl.InterruptReason))
@@ -276,6 +282,16 @@ func (e *Env) FailRun(in EndInput) dbos.Txn[bool] {
 			Base: base(run, in.Step), Error: f.Message, Code: f.Code, Recoverable: f.Recoverable,
 		}}}); err != nil {
 			return false, err
+		}
+		if run.Parent != nil {
+			if _, err := s.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID,
+				Chunk: subAgentEnd(run, errorResult(f.Message))}}); err != nil {
+				return false, err
+			}
+			if err := s.UpdateSubSessionRef(ctx, run.Parent.SessionID, store.SubSessionRefUpdate{
+				SubSessionID: run.SessionID, Status: ptr(helix.SubSessionFailed)}); err != nil {
+				return false, err
+			}
 		}
 		if run.IsRoot() {
 			if err := s.FailStream(ctx, run.StreamID, f.Message); err != nil {

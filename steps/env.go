@@ -131,6 +131,8 @@ type RunInfo struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Resumed is set for a resume run (workflow {sessionId}-resume-{N}).
 	Resumed bool `json:"resumed,omitempty"`
+	// Parent is set for a sub-agent's run: where its parent delegated.
+	Parent *ParentLink `json:"parent,omitempty"`
 	// Suspended and Pending hand a step that waits for human input to the
 	// run that finishes it (a fresh resume): the workflow takes them out
 	// of RunInfo before passing it to other steps.

@@ -252,9 +252,13 @@ func resultRecords(run RunInfo, step int, r ToolResult) ([]helix.Chunk, []store.
 		result = json.RawMessage("null")
 	}
 	d := r.DurationMS
+	source := store.UsageTool
+	if helix.IsSubAgentTool(r.ToolName) {
+		source = store.UsageSubAgent
+	}
 	return []helix.Chunk{&helix.ToolEndChunk{Base: base(run, step), ToolCallID: r.ToolCallID, ToolName: r.ToolName,
 			Result: result, Error: r.Error, ErrorCode: r.ErrorCode, ProviderExecuted: &executed}},
-		[]store.UsageRecord{{SourceType: store.UsageTool, SourceName: r.ToolName, DurationMS: &d, Success: r.Error == "",
+		[]store.UsageRecord{{SourceType: source, SourceName: r.ToolName, DurationMS: &d, Success: r.Error == "",
 			Key: "tool:" + r.ToolCallID}}
 }
 

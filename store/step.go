@@ -95,6 +95,10 @@ type StepCommit struct {
 	// EndStream, with Complete, also ends the stream with Output as its
 	// final output (root sessions: sub-agents share their root's stream).
 	EndStream bool
+	// RefStatus, when set, moves the session's reference on its parent
+	// (store.SubSessionRef) to this status with the commit: a sub-agent's
+	// run ending.
+	RefStatus helix.SubSessionStatus
 	// ClearSuspension ends the step's suspension: the session's pending
 	// calls, their ownership on the root session and the suspended-step
 	// record are removed with the commit that appends their results.

@@ -14,17 +14,22 @@ import (
 )
 
 // plan splits a step's calls (finish and finishWith aside) into the regular
-// calls of phase 1 and the calls that wait for human input: client-executed
+// calls of phase 1, the sub-agent calls (which run in phase 1 too, as child
+// workflows) and the calls that wait for human input: client-executed
 // tools and approval-gated tools whose gate requires approval. Predicate
 // gates are asked in one step, so the decision is checkpointed. A call with
 // invalid arguments goes to phase 1, where it fails at once: nobody is asked
 // to run or approve a call the model got wrong.
-func (t *turn) plan(step int, calls []helix.ToolCall) (phase1 []int, pending []steps.PendingCall, err error) {
+func (t *turn) plan(step int, calls []helix.ToolCall) (phase1, subs []int, pending []steps.PendingCall, err error) {
 	_, _, rest := t.classify(calls)
 	var gated []int
 	for _, i := range rest {
 		call := calls[i]
 		tool, known := t.def.Tools[call.Name]
+		if known && tool.SubAgent() != nil {
+			subs = append(subs, i) // the dispatch step validates and reports
+			continue
+		}
 		if !known || tool.ValidateArguments(argsOrEmpty(call)) != nil {
 			phase1 = append(phase1, i)
 			continue
@@ -47,7 +52,7 @@ func (t *turn) plan(step int, calls []helix.ToolCall) (phase1 []int, pending []s
 		}
 		required, err := dbos.RunAsStep(t.ctx, t.env.EvaluateApprovals(in), dbos.WithStepName(steps.NameApprovalGate), retries)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		for k, i := range gated {
 			if k < len(required) && !required[k] {
@@ -59,7 +64,7 @@ func (t *turn) plan(step int, calls []helix.ToolCall) (phase1 []int, pending []s
 	}
 	sortInts(phase1)
 	sortPendingCalls(pending)
-	return phase1, pending, nil
+	return phase1, subs, pending, nil
 }
 
 // suspend writes the step's suspension (phase 1 has run) and waits for its

@@ -42,7 +42,8 @@ func Register(ctx dbos.Context, env *steps.Env) {
 // step, until the agent completes, fails, is interrupted or exhausts its
 // step budget.
 func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
-	return func(ctx dbos.Context, in TurnInput) (steps.Outcome, error) {
+	var self dbos.Workflow[TurnInput, steps.Outcome]
+	self = func(ctx dbos.Context, in TurnInput) (steps.Outcome, error) {
 		wfID, err := dbos.GetWorkflowID(ctx)
 		if err != nil {
 			return steps.Outcome{}, err
@@ -59,7 +60,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		}
 		susp, pending := run.Suspended, run.Pending
 		run.Suspended, run.Pending = nil, nil
-		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType)}
+		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType), self: self}
 		if run.Interrupted {
 			return t.interrupted(run.StartStep, "interrupted before the first step")
 		}
@@ -111,6 +112,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			}
 		}
 	}
+	return self
 }
 
 // turn is the state of one workflow execution.
@@ -120,6 +122,8 @@ type turn struct {
 	run   steps.RunInfo
 	def   *steps.AgentDef
 	hooks bool
+	// self is the turn workflow, which sub-agents run as child workflows.
+	self dbos.Workflow[TurnInput, steps.Outcome]
 }
 
 // step runs one agent step; done reports that the run ended.
@@ -134,12 +138,13 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	}
 	res := m.Result
 	results := make([]steps.ToolResult, len(res.ToolCalls))
-	phase1, pending, err := t.plan(step, res.ToolCalls)
+	phase1, subs, pending, err := t.plan(step, res.ToolCalls)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
-	// Phase 1: regular tools in parallel, each a step with a deterministic ID.
-	if err := t.runPhase1(step, res.ToolCalls, phase1, results); err != nil {
+	// Phase 1: regular tools and sub-agents in parallel, each tool a step
+	// and each sub-agent a child workflow with a deterministic ID.
+	if err := t.runPhase1(step, res.ToolCalls, phase1, subs, results); err != nil {
 		return steps.Outcome{}, true, err
 	}
 	if len(pending) > 0 {
@@ -238,17 +243,25 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	return steps.Outcome{}, false, nil
 }
 
-// runPhase1 runs the calls at the given indexes as tool steps, in parallel,
-// and stores their results at the same indexes.
-func (t *turn) runPhase1(step int, calls []helix.ToolCall, idx []int, results []steps.ToolResult) error {
+// runPhase1 runs the tool calls at tools as tool steps and the sub-agent
+// calls at subs as child workflows, all in parallel, and stores their results
+// at the same indexes. Step IDs are taken in a fixed order (the dispatches,
+// the children, the tools, then the awaits), so a replay finds each one.
+func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult) error {
 	input := func(i int) steps.ToolInput { return steps.ToolInput{Run: t.run, Step: step, Call: calls[i]} }
-	if len(idx) == 1 {
-		r, err := dbos.RunAsStep(t.ctx, t.env.RunTool(input(idx[0])), dbos.WithStepName(steps.NameRunTool), retries)
-		results[idx[0]] = r
+	if len(tools) == 1 && len(subs) == 0 {
+		// A lone call runs as a plain step: same step ID and record as
+		// through dbos.Go, without the goroutine hand-off.
+		r, err := dbos.RunAsStep(t.ctx, t.env.RunTool(input(tools[0])), dbos.WithStepName(steps.NameRunTool), retries)
+		results[tools[0]] = r
 		return err
 	}
-	chans := make([]<-chan dbos.StepOutcome[steps.ToolResult], len(idx))
-	for k, i := range idx {
+	children, err := t.startChildren(step, calls, subs, results)
+	if err != nil {
+		return err
+	}
+	chans := make([]<-chan dbos.StepOutcome[steps.ToolResult], len(tools))
+	for k, i := range tools {
 		ch, err := dbos.Go(t.ctx, t.env.RunTool(input(i)), dbos.WithStepName(steps.NameRunTool), retries)
 		if err != nil {
 			return err
@@ -258,10 +271,13 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, idx []int, results []
 	var errs []error
 	for k, ch := range chans {
 		o := <-ch
-		results[idx[k]] = o.Result
+		results[tools[k]] = o.Result
 		errs = append(errs, o.Err)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return t.awaitChildren(calls, children, results)
 }
 
 func (t *turn) validateOutput(args json.RawMessage) error {

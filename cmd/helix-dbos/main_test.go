@@ -76,7 +76,9 @@ func TestMigrateCommands(t *testing.T) {
 	out = mustCLI(t, "migrate", "status", "--json", "--database-url", url)
 	require.Contains(t, out, `"Applied": true`)
 	out = mustCLI(t, "migrate", "down", "--database-url", url)
-	require.Contains(t, out, "rolled back 00002_suspended_step.sql", "down rolls back one migration")
+	require.Contains(t, out, "rolled back 00003_sub_session_statuses.sql", "down rolls back one migration")
+	out = mustCLI(t, "migrate", "down", "--database-url", url)
+	require.Contains(t, out, "rolled back 00002_suspended_step.sql")
 	out = mustCLI(t, "migrate", "down", "--database-url", url)
 	require.Contains(t, out, "rolled back 00001_initial.sql")
 }

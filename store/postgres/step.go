@@ -243,12 +243,30 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 		if runs == 0 {
 			return notFound("run", c.RunID)
 		}
+		if c.RefStatus != "" {
+			return setOwnRef(ctx, q, c.SessionID, c.RefStatus)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, wrap(err, "commit step %d of %s", c.Step, c.SessionID)
 	}
 	return &res, nil
+}
+
+// setOwnRef moves a child session's reference on its parent to status (a
+// final status stamps the completion time once).
+func setOwnRef(ctx context.Context, q Querier, sessionID string, status helix.SubSessionStatus) error {
+	if !status.Valid() {
+		return fmt.Errorf("unknown sub-session status %q", status)
+	}
+	_, err := q.Exec(ctx, `UPDATE helix.sub_session_refs r SET status = $2,
+			completed_at = CASE WHEN $2 IN ('completed', 'failed', 'terminated') THEN COALESCE(r.completed_at, now()) END,
+			updated_at = now()
+		FROM helix.sessions s
+		WHERE s.session_id = $1 AND r.session_id = s.parent_session_id AND r.sub_session_id = s.session_id`,
+		sessionID, string(status))
+	return err
 }
 
 // chunkBatch collects encoded chunks of one stream with their sequences.

@@ -47,8 +47,9 @@ func (s *Store) AddSubSessionRefs(ctx context.Context, sessionID string, refs []
 	return wrap(missingSession(err, sessionID), "add sub-session refs to %s", sessionID)
 }
 
-// UpdateSubSessionRef implements store.SubSessions. Moving back to running
-// (a re-consulted persistent child) clears the completion time.
+// UpdateSubSessionRef implements store.SubSessions. A final status
+// (completed, failed, terminated) stamps the completion time once; any other
+// (a re-consulted persistent child running again) clears it.
 func (s *Store) UpdateSubSessionRef(ctx context.Context, sessionID string, u store.SubSessionRefUpdate) error {
 	var status *string
 	if u.Status != nil {
@@ -62,8 +63,8 @@ func (s *Store) UpdateSubSessionRef(ctx context.Context, sessionID string, u sto
 			completion_delivered = COALESCE($4, completion_delivered),
 			completed_at = CASE
 				WHEN $3::text IS NULL THEN completed_at
-				WHEN $3 = 'running' THEN NULL
-				ELSE COALESCE(completed_at, now()) END,
+				WHEN $3 IN ('completed', 'failed', 'terminated') THEN COALESCE(completed_at, now())
+				ELSE NULL END,
 			updated_at = now()
 		WHERE session_id = $1 AND sub_session_id = $2`,
 		sessionID, u.SubSessionID, status, u.CompletionDelivered)

@@ -1,0 +1,223 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+const summarySchema = `{"type":"object","properties":{"summary":{"type":"string"}},"required":["summary"]}`
+
+// summarizer is a sub-agent: it answers its first request with a summary
+// of the task it was given (or fails when told to).
+func summarizer(log func(string)) *helix.Agent {
+	return &helix.Agent{
+		Name:         "summarizer",
+		Description:  "Summarizes a text",
+		OutputSchema: json.RawMessage(summarySchema),
+		Model: helix.ModelFunc(func(_ context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			var in struct {
+				Task string `json:"task"`
+			}
+			if err := json.Unmarshal([]byte(req.Messages[len(req.Messages)-1].Content), &in); err != nil {
+				return helix.StepResult{}, err
+			}
+			if in.Task == "fail" {
+				return helix.StepResult{}, &helix.ModelError{Code: helix.CodeProviderOverloaded, Message: "the summarizer's provider is down"}
+			}
+			cb.TextDelta("summarizing " + in.Task)
+			out, _ := json.Marshal(map[string]string{"summary": "short " + in.Task})
+			return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
+				ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: out}}}, nil
+		}),
+		Hooks: &helix.Hooks{
+			OnAgentStart: func(_ context.Context, hc helix.HookContext) error { log("start:" + hc.SessionID); return nil },
+			OnAgentComplete: func(_ context.Context, hc helix.HookContext, _ helix.AgentResult) error {
+				log("complete:" + hc.SessionID)
+				return nil
+			},
+			OnAgentFail: func(_ context.Context, hc helix.HookContext, _ string) error { log("fail:" + hc.SessionID); return nil },
+		},
+	}
+}
+
+// A parent delegates to two sub-agents and runs a tool in the same step:
+// each child runs as its own session in the parent's stream, between
+// subagent_start and subagent_end, with its own hooks; the children's
+// outputs are the tool results; the parent's stream ends once.
+func TestSubAgentsRunAsChildSessions(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var hookLog []string
+	rec := func(s string) { mu.Lock(); hookLog = append(hookLog, s); mu.Unlock() }
+	var x executions
+	sum := summarizer(rec)
+	parent := &helix.Agent{
+		Name:  "lead",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(sum, nil, nil), noteTool(&x)},
+		Model: script(
+			calls(call("s1", "subagent__summarizer", `{"task":"alpha"}`), call("n1", "note", `{"text":"x"}`),
+				call("s2", "subagent__summarizer", `{"task":"beta"}`)),
+			text("both summarized"),
+		),
+	}
+	e := newEngine(t, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "summarize alpha and beta"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+
+	msgs := allMessages(t, e, h.SessionID)
+	require.Equal(t, []string{"user", "assistant", "tool", "tool", "tool", "assistant"}, roles(msgs))
+	require.JSONEq(t, `{"summary":"short alpha"}`, msgs[2].Content, "the child's output is the tool result")
+	require.JSONEq(t, `{"summary":"short beta"}`, msgs[4].Content)
+
+	refs, err := e.SubSessions(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, refs, 2)
+	for i, id := range []string{"s1", "s2"} {
+		require.Equal(t, h.SessionID+"-sub-"+id, refs[i].SubSessionID, "deterministic child session IDs")
+		require.Equal(t, id, refs[i].ParentToolCallID)
+		require.Equal(t, helix.SubSessionEphemeral, refs[i].Mode)
+		require.Equal(t, helix.SubSessionCompleted, refs[i].Status)
+		require.NotNil(t, refs[i].CompletedAt)
+		st, err := e.Session(t.Context(), refs[i].SubSessionID)
+		require.NoError(t, err)
+		require.Equal(t, h.SessionID, st.ParentSessionID)
+		require.Equal(t, h.SessionID, st.RootSessionID)
+		require.Equal(t, h.SessionID, st.StreamID, "children write into the root's stream")
+		require.Equal(t, helix.SessionCompleted, st.Status)
+	}
+
+	chunks := streamChunks(t, h)
+	starts := findChunks[*helix.SubAgentStartChunk](chunks)
+	ends := findChunks[*helix.SubAgentEndChunk](chunks)
+	require.Len(t, starts, 2)
+	require.Len(t, ends, 2)
+	for _, s := range starts {
+		require.Equal(t, h.SessionID, s.AgentID, "subagent_start is the parent's chunk")
+		require.Equal(t, "summarizer", s.SubAgentType)
+	}
+	endOf := map[string]string{}
+	for _, e := range ends {
+		require.Equal(t, h.SessionID, e.AgentID)
+		endOf[e.CallID] = string(e.Result)
+	}
+	require.JSONEq(t, `{"summary":"short alpha"}`, endOf["s1"])
+	var childDeltas []string
+	for _, c := range findChunks[*helix.TextDeltaChunk](chunks) {
+		if c.AgentID != h.SessionID {
+			childDeltas = append(childDeltas, c.AgentID+":"+c.Delta)
+		}
+	}
+	require.ElementsMatch(t, []string{h.SessionID + "-sub-s1:summarizing alpha", h.SessionID + "-sub-s2:summarizing beta"}, childDeltas,
+		"child chunks carry the child's agentId")
+	require.Len(t, findChunks[*helix.StreamEnd](chunks), 1, "children never end the parent's stream")
+	pos := func(match func(helix.Chunk) bool) int {
+		for i, c := range chunks {
+			if match(c) {
+				return i
+			}
+		}
+		return -1
+	}
+	s1Start := pos(func(c helix.Chunk) bool { s, ok := c.(*helix.SubAgentStartChunk); return ok && s.CallID == "s1" })
+	s1Delta := pos(func(c helix.Chunk) bool { d, ok := c.(*helix.TextDeltaChunk); return ok && d.AgentID == h.SessionID+"-sub-s1" })
+	s1End := pos(func(c helix.Chunk) bool { s, ok := c.(*helix.SubAgentEndChunk); return ok && s.CallID == "s1" })
+	require.True(t, s1Start < s1Delta && s1Delta < s1End, "the child's chunks come between its start and end")
+
+	mu.Lock()
+	require.ElementsMatch(t, []string{"start:" + h.SessionID + "-sub-s1", "complete:" + h.SessionID + "-sub-s1",
+		"start:" + h.SessionID + "-sub-s2", "complete:" + h.SessionID + "-sub-s2"}, hookLog, "children fire their own hooks")
+	mu.Unlock()
+
+	usage, err := e.Store().ListUsage(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	var subUsage int
+	for _, u := range usage {
+		if u.SourceType == store.UsageSubAgent {
+			subUsage++
+		}
+	}
+	require.Equal(t, 2, subUsage)
+}
+
+// A failed child is a failed call the parent's model reads as {"error": …};
+// a call that cannot be dispatched (invalid arguments) fails alone, logged
+// as subagent.dispatch_failed, and its sibling runs.
+func TestSubAgentFailures(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	log := zerolog.New(zerolog.SyncWriter(&lockedWriter{w: &logs, mu: &logMu}))
+	sum := summarizer(func(string) {})
+	parent := &helix.Agent{
+		Name:  "lead2",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(sum, nil, nil)},
+		Model: script(
+			calls(call("bad", "subagent__summarizer", `{"task":42}`), call("f", "subagent__summarizer", `{"task":"fail"}`),
+				call("ok", "subagent__summarizer", `{"task":"gamma"}`)),
+			text("handled"),
+		),
+	}
+	url := pgtest.NewURL(t)
+	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, Logger: &log})
+	require.NoError(t, err)
+	require.NoError(t, e.Register(parent))
+	require.NoError(t, e.Launch(t.Context()))
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	msgs := allMessages(t, e, h.SessionID)
+	require.Contains(t, msgs[2].Content, `"error"`)
+	require.Contains(t, msgs[2].Content, "invalid arguments")
+	require.Contains(t, msgs[3].Content, "the summarizer's provider is down", "a failed child is {\"error\": …} for the model")
+	require.JSONEq(t, `{"summary":"short gamma"}`, msgs[4].Content, "siblings are unaffected")
+
+	refs, err := e.SubSessions(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, refs, 2, "the undispatched call has no child")
+	require.Equal(t, helix.SubSessionFailed, refs[0].Status)
+	require.Equal(t, helix.SubSessionCompleted, refs[1].Status)
+
+	chunks := streamChunks(t, h)
+	var ends []string
+	for _, c := range findChunks[*helix.ToolEndChunk](chunks) {
+		if c.AgentID == h.SessionID {
+			ends = append(ends, c.ToolCallID+":"+c.ErrorCode)
+		}
+	}
+	require.Equal(t, []string{"bad:subagent_dispatch_failed", "f:subagent_failed", "ok:"}, ends)
+	subEnds := findChunks[*helix.SubAgentEndChunk](chunks)
+	require.Len(t, subEnds, 2)
+	require.Contains(t, string(subEnds[0].Result), "provider is down")
+	logMu.Lock()
+	require.Contains(t, logs.String(), `"event":"subagent.dispatch_failed"`)
+	logMu.Unlock()
+}
+
+// lockedWriter serializes writes to a buffer read by the test.
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
