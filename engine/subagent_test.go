@@ -132,7 +132,10 @@ func TestSubAgentsRunAsChildSessions(t *testing.T) {
 		return -1
 	}
 	s1Start := pos(func(c helix.Chunk) bool { s, ok := c.(*helix.SubAgentStartChunk); return ok && s.CallID == "s1" })
-	s1Delta := pos(func(c helix.Chunk) bool { d, ok := c.(*helix.TextDeltaChunk); return ok && d.AgentID == h.SessionID+"-sub-s1" })
+	s1Delta := pos(func(c helix.Chunk) bool {
+		d, ok := c.(*helix.TextDeltaChunk)
+		return ok && d.AgentID == h.SessionID+"-sub-s1"
+	})
 	s1End := pos(func(c helix.Chunk) bool { s, ok := c.(*helix.SubAgentEndChunk); return ok && s.CallID == "s1" })
 	require.True(t, s1Start < s1Delta && s1Delta < s1End, "the child's chunks come between its start and end")
 
@@ -220,4 +223,3 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
-
