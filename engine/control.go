@@ -91,7 +91,13 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 			if err != nil && !errors.Is(err, helix.ErrNotFound) {
 				return err
 			}
-			if cur != nil && waitingRun(st, cur) {
+			var pending []store.PendingClientToolCall
+			if cur != nil {
+				if pending, err = s.ListPendingCalls(ctx, sessionID); err != nil {
+					return err
+				}
+			}
+			if cur != nil && waitingRun(cur, pending) {
 				if opts.Message != "" {
 					return fmt.Errorf("engine: session %s waits for tool results in run %s: submit them with SubmitToolResult; a message cannot be added now", sessionID, cur.RunID)
 				}

@@ -101,7 +101,7 @@ func (h *Handle) result(ctx context.Context, run *store.Run) (helix.AgentResult,
 		res.ErrorCode = out.Code
 	}
 	if run.Status.Suspended() {
-		s, err := h.suspension(ctx)
+		s, err := h.suspension(ctx, run.Status)
 		if err != nil {
 			return res, err
 		}

@@ -130,26 +130,52 @@ func (c control) interrupt(ctx context.Context, sessionID, reason string) error 
 }
 
 // waitingRun reports whether the session's current run waits for human
-// input (or has its answers and is about to continue): Resume then hands
-// back that run instead of starting one.
-func waitingRun(st *store.SessionState, run *store.Run) bool {
-	if run.Status == helix.RunSuspendedClientTool {
+// input, in the session or in its sub-agents (or has its answers and is
+// about to continue): Resume then hands back that run instead of starting
+// one. pending are the calls of the session's subtree.
+func waitingRun(run *store.Run, pending []store.PendingClientToolCall) bool {
+	if run.Status.Suspended() {
 		return true
 	}
-	for _, c := range st.PendingClientToolCalls {
-		if c.RunID == run.RunID {
-			return !run.Status.Final()
-		}
-	}
-	return false
+	return !run.Status.Final() && len(pending) > 0
 }
 
 // suspension returns the routing information of a suspended run: the calls
-// still waiting for a submission, by step and position.
-func (h *Handle) suspension(ctx context.Context) (*helix.Suspension, error) {
+// still waiting for a submission, by step and position, and, for a run that
+// waits for sub-agents, the children whose sessions (or descendants) wait,
+// with their calls (answer them on the root session).
+func (h *Handle) suspension(ctx context.Context, status helix.RunStatus) (*helix.Suspension, error) {
 	st, err := h.e.store.LoadState(ctx, h.SessionID)
 	if err != nil {
 		return nil, err
+	}
+	s := &helix.Suspension{StepID: st.SuspendedStepID}
+	if status == helix.RunSuspendedAwaitingChildren {
+		refs, err := h.e.store.GetSubSessionRefs(ctx, h.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range refs {
+			if r.Status != helix.SubSessionPausedAwaitingClient {
+				continue
+			}
+			calls, err := h.e.store.ListPendingCalls(ctx, r.SubSessionID)
+			if err != nil {
+				return nil, err
+			}
+			c := helix.SuspendedChild{ParentToolCallID: r.ParentToolCallID, SubSessionID: r.SubSessionID,
+				AgentType: r.AgentType, Status: helix.AgentSuspendedClientTool}
+			for _, p := range calls {
+				if !p.Resolved() {
+					c.ToolCallIDs = append(c.ToolCallIDs, p.ToolCallID)
+					if p.OwnerSessionID != r.SubSessionID {
+						c.Status = helix.AgentSuspendedAwaitingChildren
+					}
+				}
+			}
+			s.Children = append(s.Children, c)
+		}
+		return s, nil
 	}
 	var calls []store.PendingClientToolCall
 	for _, c := range st.PendingClientToolCalls {
@@ -158,7 +184,6 @@ func (h *Handle) suspension(ctx context.Context) (*helix.Suspension, error) {
 		}
 	}
 	store.SortPendingCalls(calls)
-	s := &helix.Suspension{StepID: st.SuspendedStepID}
 	for _, c := range calls {
 		s.ToolCallIDs = append(s.ToolCallIDs, c.ToolCallID)
 	}

@@ -541,6 +541,9 @@ func TestInterruptWhileSuspendedThenFreshResume(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
 	submit(t, e, h.SessionID, helix.Approve("g", "")) // answered before the interrupt
+	// The approved tool runs while the run waits for c: interrupt after it
+	// ran, so the fresh run must not run it again.
+	require.Eventually(t, func() bool { return executions2(&runs, "g") == 1 }, 10*time.Second, 5*time.Millisecond)
 
 	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "lunch"))
 	res := waitFor(t, h, helix.AgentInterrupted)

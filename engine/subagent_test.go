@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
@@ -222,4 +223,93 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Nested human in the loop (unsupported in the original runtime): a client
+// tool inside an ephemeral sub-agent suspends the child in its own wait; the
+// parent reports suspended_awaiting_children with the routing information;
+// a submission on the root session reaches the child, which finishes, and
+// the parent continues, all in the same runs.
+func TestNestedHumanInTheLoop(t *testing.T) {
+	t.Parallel()
+	researcher := &helix.Agent{
+		Name: "researcher", OutputSchema: json.RawMessage(summarySchema),
+		Tools: []*helix.Tool{askUser()},
+		Model: script(
+			calls(call("ask1", "ask_user", `{"question":"which topic?"}`)),
+			func(req helix.ModelRequest, _ helix.StreamCallbacks) (helix.StepResult, error) {
+				out, _ := json.Marshal(map[string]string{"summary": "about " + req.Messages[len(req.Messages)-1].Content})
+				return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
+					ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: out}}}, nil
+			},
+		),
+	}
+	var resumed []string
+	var mu sync.Mutex
+	parent := &helix.Agent{
+		Name:  "boss",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(researcher, nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("done")),
+		Hooks: &helix.Hooks{OnAgentResumed: func(_ context.Context, hc helix.HookContext, prev string) error {
+			mu.Lock()
+			resumed = append(resumed, hc.SessionID)
+			mu.Unlock()
+			return nil
+		}},
+	}
+	e := newEngine(t, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child := h.SessionID + "-sub-r1"
+
+	var res helix.AgentResult
+	require.Eventually(t, func() bool {
+		res, err = h.Result(t.Context())
+		return err == nil && res.Status == helix.AgentSuspendedAwaitingChildren
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NotNil(t, res.Suspended)
+	require.Equal(t, []helix.SuspendedChild{{ParentToolCallID: "r1", SubSessionID: child, AgentType: "researcher",
+		Status: helix.AgentSuspendedClientTool, ToolCallIDs: []string{"ask1"}}}, res.Suspended.Children)
+	runs, err := e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.RunSuspendedAwaitingChildren, runs[0].Status)
+	childRuns, err := e.Runs(t.Context(), child)
+	require.NoError(t, err)
+	require.Equal(t, helix.RunSuspendedClientTool, childRuns[0].Status, "the child waits in its own Recv")
+	refs, err := e.SubSessions(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.SubSessionPausedAwaitingClient, refs[0].Status)
+	waiting, err := e.PendingToolCalls(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, waiting, 1)
+	require.Equal(t, child, waiting[0].OwnerSessionID)
+
+	_, err = e.SubmitToolResult(t.Context(), child, clientResult(t, "ask1", answer{Answer: "durability"}))
+	var se *helix.SubmissionError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, helix.SubmissionNotRoot, se.Code, "answers go to the root session")
+
+	sr := submit(t, e, h.SessionID, clientResult(t, "ask1", answer{Answer: "durability"}))
+	require.Equal(t, child, sr.OwnerSessionID, "routed to the child by the root's ownership map")
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.Equal(t, h.RunID, h2.RunID, "the parent's run continues in place")
+	res = result(t, h2)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+
+	msgs := allMessages(t, e, h.SessionID)
+	require.JSONEq(t, `{"summary":"about {\"answer\":\"durability\"}"}`, msgs[2].Content)
+	refs, err = e.SubSessions(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.SubSessionCompleted, refs[0].Status)
+	runs, err = e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	childRuns, err = e.Runs(t.Context(), child)
+	require.NoError(t, err)
+	require.Len(t, childRuns, 1)
+	require.Equal(t, helix.RunCompleted, childRuns[0].Status)
+	root, err := e.Session(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Empty(t, root.ClientToolCallOwnership, "the child's commit cleared the routing")
 }

@@ -152,6 +152,23 @@ func (e *Env) SuspendStep(in SuspendInput) dbos.Txn[SuspendOutput] {
 	}
 }
 
+// NameSaveSuspendedStep is the step that records a result learned while a
+// step waits.
+const NameSaveSuspendedStep = "helix.save_suspended_step"
+
+// SaveSuspendedStep returns the transaction that replaces the session's
+// record of its suspended step: an approved tool ran, and a fresh run that
+// finishes the step (after an interrupt) must not run it again.
+func (e *Env) SaveSuspendedStep(sessionID string, rec SuspendedStep) dbos.Txn[bool] {
+	return func(ctx context.Context, tx dbos.Tx) (bool, error) {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return false, err
+		}
+		return true, e.InTx(tx).SaveSuspendedStep(ctx, sessionID, b)
+	}
+}
+
 // ResolveInput is the end of one wait: TimedOut when the deadline passed
 // without a message.
 type ResolveInput struct {

@@ -52,8 +52,13 @@ type SuspensionStore interface {
 	// Idempotent.
 	RetargetPending(ctx context.Context, sessionID, runID, workflowID string) ([]string, error)
 
-	// ListPendingCalls returns the calls that wait in a session and, for a
-	// root session, in its sub-agents' sessions, by step and position.
+	// SaveSuspendedStep replaces the engine's record of the session's
+	// suspended step (a result known since, such as an approved tool's,
+	// so a fresh run does not run it again). Idempotent.
+	SaveSuspendedStep(ctx context.Context, sessionID string, record json.RawMessage) error
+
+	// ListPendingCalls returns the calls that wait in a session and in its
+	// sub-agents' sessions (its descendants), by step and position.
 	// Read-only.
 	ListPendingCalls(ctx context.Context, sessionID string) ([]PendingClientToolCall, error)
 

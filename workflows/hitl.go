@@ -108,6 +108,9 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		results = append(results, make([]steps.ToolResult, len(calls)-len(results))...)
 	}
 	for _, c := range pending {
+		if c.Index >= 0 && c.Index < len(results) && results[c.Index].ToolCallID != "" {
+			continue // its result is known (an approved tool that ran before an interrupt)
+		}
 		for c.ConsumedAt == 0 {
 			timedOut := false
 			if !c.Resolved() {
@@ -138,6 +141,13 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 				return steps.Outcome{}, true, err
 			}
 			results[c.Index] = r
+			// Durable beyond this run: a fresh resume after an interrupt
+			// must not run the tool again.
+			rec.Results = results
+			if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.SaveSuspendedStep(t.run.SessionID, rec),
+				dbos.WithStepName(steps.NameSaveSuspendedStep)); err != nil {
+				return steps.Outcome{}, true, err
+			}
 		} else {
 			results[c.Index] = steps.OutcomeResult(c)
 		}

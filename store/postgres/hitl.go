@@ -201,7 +201,10 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, step, p.Interrupted); err != nil || res.Interrupted {
 			return err
 		}
-		return tx.UpdateRunStatus(ctx, p.RunID, helix.RunSuspendedClientTool, &store.RunUpdate{StepCount: &step})
+		if err := tx.UpdateRunStatus(ctx, p.RunID, helix.RunSuspendedClientTool, &store.RunUpdate{StepCount: &step}); err != nil {
+			return err
+		}
+		return syncAwaiting(ctx, q, root.SessionID)
 	})
 	if err != nil {
 		return nil, wrap(err, "suspend step %d of %s", p.Step, p.SessionID)
@@ -259,10 +262,15 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 		}
 		res.Unresolved = unresolved(sess.PendingClientToolCalls, p.RunID)
 		if newly && len(res.Unresolved) == 0 {
-			_, err = q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
-				WHERE run_id = $1 AND status = 'suspended_client_tool'`, p.RunID)
+			if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
+				WHERE run_id = $1 AND status = 'suspended_client_tool'`, p.RunID); err != nil {
+				return err
+			}
 		}
-		return err
+		if newly {
+			return syncAwaiting(ctx, q, root.SessionID)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, wrap(err, "resolve tool call %s of %s", p.ToolCallID, p.SessionID)
@@ -368,10 +376,12 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		}
 		res.Unresolved = unresolved(owner.PendingClientToolCalls, call.RunID)
 		if len(res.Unresolved) == 0 {
-			_, err = q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
-				WHERE run_id = $1 AND status = 'suspended_client_tool'`, call.RunID)
+			if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
+				WHERE run_id = $1 AND status = 'suspended_client_tool'`, call.RunID); err != nil {
+				return err
+			}
 		}
-		return err
+		return syncAwaiting(ctx, q, root.SessionID)
 	})
 	if err != nil {
 		return nil, wrap(err, "submit tool call %s to %s", sub.ToolCallID, rootSessionID)
@@ -397,10 +407,27 @@ func (s *Store) RetargetPending(ctx context.Context, sessionID, runID, workflowI
 	return out, wrap(err, "retarget pending calls of %s", sessionID)
 }
 
+// SaveSuspendedStep implements store.SuspensionStore.
+func (s *Store) SaveSuspendedStep(ctx context.Context, sessionID string, record json.RawMessage) error {
+	if !json.Valid(record) {
+		return fmt.Errorf("store: save the suspended step of %s: the record is not valid JSON", sessionID)
+	}
+	n, err := s.q.Exec(ctx, `UPDATE helix.sessions SET suspended_step = $2, version = version + 1, updated_at = now()
+		WHERE session_id = $1 AND suspended_step IS NOT NULL`, sessionID, []byte(record))
+	if err == nil && n == 0 {
+		err = fmt.Errorf("session %s has no suspended step", sessionID)
+	}
+	return wrap(err, "save the suspended step of %s", sessionID)
+}
+
 // ListPendingCalls implements store.SuspensionStore.
 func (s *Store) ListPendingCalls(ctx context.Context, sessionID string) ([]store.PendingClientToolCall, error) {
-	rows, err := s.q.Query(ctx, `SELECT p.value FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
-		WHERE s.session_id = $1 OR s.root_session_id = $1`, sessionID)
+	rows, err := s.q.Query(ctx, `WITH RECURSIVE tree AS (
+			SELECT session_id FROM helix.sessions WHERE session_id = $1
+			UNION
+			SELECT c.session_id FROM helix.sessions c JOIN tree t ON c.parent_session_id = t.session_id
+		)
+		SELECT p.value FROM helix.sessions s JOIN tree USING (session_id), jsonb_each(s.pending_client_tool_calls) p`, sessionID)
 	if err != nil {
 		return nil, wrap(err, "list pending calls of %s", sessionID)
 	}
@@ -442,9 +469,11 @@ func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.P
 		if err := setRootMaps(ctx, q, root); err != nil {
 			return err
 		}
-		_, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
-			suspended_step_id = NULL, version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID)
-		return err
+		if _, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
+			suspended_step_id = NULL, version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID); err != nil {
+			return err
+		}
+		return syncAwaiting(ctx, q, root.SessionID)
 	})
 	return out, wrap(err, "discard pending calls of %s", sessionID)
 }

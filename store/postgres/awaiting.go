@@ -1,0 +1,92 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// syncAwaiting recomputes, for a conversation (the sessions under
+// rootSessionID), which sub-agents wait for human input: a child whose
+// session or descendants hold an unanswered call has its reference on its
+// parent at paused_awaiting_client, and every session above such a child
+// has its current run at suspended_awaiting_children (a run already
+// suspended on its own calls keeps suspended_client_tool). When nothing
+// waits any more, those go back to running. A conversation without
+// sub-agents costs one read.
+func syncAwaiting(ctx context.Context, q Querier, rootSessionID string) error {
+	rows, err := q.Query(ctx, `SELECT session_id, COALESCE(parent_session_id, ''), pending_client_tool_calls
+		FROM helix.sessions WHERE root_session_id = $1`, rootSessionID)
+	if err != nil {
+		return err
+	}
+	parent := map[string]string{}
+	waitsItself := map[string]bool{}
+	for rows.Next() {
+		var id, p string
+		var raw []byte
+		if err := rows.Scan(&id, &p, &raw); err != nil {
+			rows.Close()
+			return err
+		}
+		parent[id] = p
+		var pending map[string]store.PendingClientToolCall
+		if err := json.Unmarshal(raw, &pending); err != nil {
+			rows.Close()
+			return fmt.Errorf("decode pending calls of %s: %w", id, err)
+		}
+		for _, c := range pending {
+			if !c.Resolved() {
+				waitsItself[id] = true
+				break
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(parent) < 2 {
+		return err
+	}
+	// subtreeWaits: the session or one of its descendants waits.
+	subtreeWaits := map[string]bool{}
+	for id := range waitsItself {
+		for cur, seen := id, 0; cur != "" && seen <= len(parent); cur, seen = parent[cur], seen+1 {
+			subtreeWaits[cur] = true
+		}
+	}
+	for id, p := range parent {
+		if p == "" {
+			continue
+		}
+		ref := helix.SubSessionRunning
+		from := helix.SubSessionPausedAwaitingClient
+		if subtreeWaits[id] {
+			ref, from = helix.SubSessionPausedAwaitingClient, helix.SubSessionRunning
+		}
+		if _, err := q.Exec(ctx, `UPDATE helix.sub_session_refs SET status = $3, updated_at = now()
+			WHERE session_id = $1 AND sub_session_id = $2 AND status = $4`, p, id, string(ref), string(from)); err != nil {
+			return err
+		}
+	}
+	for id := range parent {
+		childWaits := false
+		for c, p := range parent {
+			if p == id && subtreeWaits[c] {
+				childWaits = true
+				break
+			}
+		}
+		to, from := helix.RunRunning, helix.RunSuspendedAwaitingChildren
+		if childWaits {
+			to, from = helix.RunSuspendedAwaitingChildren, helix.RunRunning
+		}
+		if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = $2, updated_at = now()
+			WHERE run_id = (SELECT run_id FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1) AND status = $3`,
+			id, string(to), string(from)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
