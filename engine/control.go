@@ -324,7 +324,8 @@ func messagesBeforeFirstAnswer(ctx context.Context, s *postgres.Store, sessionID
 
 // Abort stops a running session now: its workflow is cancelled (it stops
 // at its next step boundary) and the session and run are failed with
-// reason (error code "aborted"). An aborted session can be retried.
+// reason (error code "aborted"). Its running sub-agents are aborted with
+// it. An aborted session can be retried.
 func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 	if err := e.requireLaunched(); err != nil {
 		return err
@@ -332,13 +333,38 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 	if reason == "" {
 		reason = "aborted"
 	}
-	st, err := e.store.LoadState(ctx, sessionID)
+	tree, err := e.store.ListSubtree(ctx, sessionID)
 	if err != nil {
 		return err
 	}
-	if st.Status != helix.SessionActive {
-		return fmt.Errorf("engine: session %s is %s: only a running session can be aborted", sessionID, st.Status)
+	if len(tree) == 0 || tree[0].Status != helix.SessionActive {
+		status := helix.SessionStatus("missing")
+		if len(tree) > 0 {
+			status = tree[0].Status
+		}
+		return fmt.Errorf("engine: session %s is %s: only a running session can be aborted", sessionID, status)
 	}
+	// Deepest first: the root's stream fails last, after its sub-agents
+	// wrote their ends into it.
+	for i := len(tree) - 1; i >= 0; i-- {
+		st := tree[i]
+		if st.Status != helix.SessionActive {
+			continue
+		}
+		msg := "aborted: " + reason
+		if i > 0 {
+			msg = fmt.Sprintf("aborted with its parent session %s: %s", sessionID, reason)
+		}
+		if err := e.abortOne(ctx, st, msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abortOne cancels a session's current run and fails the session and run.
+func (e *Engine) abortOne(ctx context.Context, st *store.SessionState, msg string) error {
+	sessionID := st.SessionID
 	run, err := e.store.GetCurrentRun(ctx, sessionID)
 	if err != nil {
 		return err
@@ -348,7 +374,6 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 			return fmt.Errorf("engine: cancel workflow %s: %w", run.WorkflowID, err)
 		}
 	}
-	msg := "aborted: " + reason
 	return e.inTx(ctx, func(s *postgres.Store) error {
 		if err := s.UpdateStatus(ctx, sessionID, helix.SessionFailed, &store.StatusUpdate{Error: msg}); err != nil {
 			return err
@@ -356,15 +381,15 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 		// Calls the run waited for stay recorded (a late submission is told
 		// the session was aborted); clients are told now.
 		var ends []store.ChunkWrite
-		client := false
 		for _, c := range st.PendingClientToolCalls {
 			if c.ConsumedAt != 0 {
 				continue
 			}
+			serverSide := c.Kind != helix.SubmissionClientToolResult // an approval gate's tool runs on the server
 			ends = append(ends, store.ChunkWrite{RunID: run.RunID, Chunk: &helix.ToolEndChunk{
 				Base:       helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: c.Step},
 				ToolCallID: c.ToolCallID, ToolName: c.ToolName, Result: []byte("null"), Error: msg, ErrorCode: helix.CodeAborted,
-				ProviderExecuted: &client,
+				ProviderExecuted: &serverSide,
 			}})
 			e.log.Info().Str("event", "client_tool.aborted").Str("sessionId", sessionID).Str("runId", run.RunID).
 				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Msg("the session was aborted while the call waited")
@@ -382,12 +407,19 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 		}}}); err != nil {
 			return err
 		}
-		if st.IsRoot() {
-			return s.FailStream(ctx, st.StreamID, msg)
+		if !st.IsRoot() {
+			err := s.UpdateSubSessionRef(ctx, st.ParentSessionID, store.SubSessionRefUpdate{SubSessionID: sessionID,
+				Status: ptrTo(helix.SubSessionFailed)})
+			if errors.Is(err, helix.ErrNotFound) {
+				return nil // a child session its parent does not track
+			}
+			return err
 		}
-		return nil
+		return s.FailStream(ctx, st.StreamID, msg)
 	})
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // Session returns a session's stored state.
 func (e *Engine) Session(ctx context.Context, sessionID string) (*store.SessionState, error) {

@@ -95,9 +95,9 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 	return res, nil
 }
 
-// interrupt writes the durable interrupt flag of a running session and
-// wakes a run that waits for human input (it would see the flag only when
-// it wakes).
+// interrupt writes the durable interrupt flag of a running session and of
+// its running sub-agents, and wakes the runs that wait for human input in
+// any of them (they would see the flag only when they wake).
 func (c control) interrupt(ctx context.Context, sessionID, reason string) error {
 	st, err := c.store.LoadState(ctx, sessionID)
 	if err != nil {
@@ -109,23 +109,29 @@ func (c control) interrupt(ctx context.Context, sessionID, reason string) error 
 	if reason == "" {
 		reason = "interrupted"
 	}
-	if err := c.store.SetInterruptFlag(ctx, sessionID, reason); err != nil {
+	flagged, err := c.store.InterruptTree(ctx, sessionID, reason)
+	if err != nil {
+		return err
+	}
+	waiting, err := c.store.ListPendingCalls(ctx, sessionID)
+	if err != nil {
 		return err
 	}
 	nonce := uuid.NewString()
 	var errs []error
-	for id, p := range st.PendingClientToolCalls {
+	for _, p := range waiting {
 		if p.Resolved() || p.WorkflowID == "" {
 			continue
 		}
-		if err := recv.Send(c.dbos, nil, p.WorkflowID, id, recv.Message{Kind: recv.KindWake}, recv.WakeKey(id, nonce)); err != nil {
+		if err := recv.Send(c.dbos, nil, p.WorkflowID, p.ToolCallID, recv.Message{Kind: recv.KindWake}, recv.WakeKey(p.ToolCallID, nonce)); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("engine: session %s: the interrupt is recorded, but waking its waiting run failed (it stops when it next wakes): %w", sessionID, err)
 	}
-	c.log.Info().Str("event", "session.interrupt_requested").Str("sessionId", sessionID).Str("reason", reason).Msg("interrupt requested")
+	c.log.Info().Str("event", "session.interrupt_requested").Str("sessionId", sessionID).Str("reason", reason).
+		Int("sessions", len(flagged)).Msg("interrupt requested (with the running sub-agents)")
 	return nil
 }
 

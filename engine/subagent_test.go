@@ -313,3 +313,78 @@ func TestNestedHumanInTheLoop(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, root.ClientToolCallOwnership, "the child's commit cleared the routing")
 }
+
+// The γ-cascade: interrupting a parent reaches its running sub-agent (here
+// waiting for a client tool); the child is recorded failed with
+// failureReason parent_suspended and the parent ends interrupted. Resuming
+// the parent re-spawns the child from scratch, which asks again; once
+// answered, the child and the parent finish. Aborting a parent aborts its
+// children.
+func TestParentInterruptReachesChildrenAndResumeRespawns(t *testing.T) {
+	t.Parallel()
+	researcher := &helix.Agent{
+		Name: "researcher2", OutputSchema: json.RawMessage(summarySchema), Tools: []*helix.Tool{askUser()},
+		Model: script(
+			calls(call("ask1", "ask_user", `{"question":"which topic?"}`)),
+			func(req helix.ModelRequest, _ helix.StreamCallbacks) (helix.StepResult, error) {
+				return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
+					ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: json.RawMessage(`{"summary":"done"}`)}}}, nil
+			},
+		),
+	}
+	parent := &helix.Agent{Name: "boss2", Tools: []*helix.Tool{helix.MustSubAgentTool(researcher, nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher2", `{"task":"t"}`)), text("finished"))}
+	e := newEngine(t, parent)
+	awaitingChildren := func(h *engine.Handle) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			res, err := h.Result(t.Context())
+			return err == nil && res.Status == helix.AgentSuspendedAwaitingChildren
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child := h.SessionID + "-sub-r1"
+	awaitingChildren(h)
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "stop everything"))
+	res := waitFor(t, h, helix.AgentInterrupted)
+	require.Equal(t, "stop everything", res.Error)
+	cs, err := e.Session(t.Context(), child)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionFailed, cs.Status)
+	require.Equal(t, helix.FailureReasonParentSuspended, cs.FailureReason, "the γ-cascade discriminator")
+	refs, err := e.SubSessions(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.SubSessionFailed, refs[0].Status)
+
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.NotEqual(t, h.RunID, h2.RunID)
+	awaitingChildren(h2)
+	childRuns, err := e.Runs(t.Context(), child)
+	require.NoError(t, err)
+	require.Len(t, childRuns, 2, "re-spawned: a new run of the child")
+	require.Equal(t, child+"-respawn-"+h2.RunID, childRuns[1].WorkflowID)
+	submit(t, e, h.SessionID, clientResult(t, "ask1", answer{Answer: "durability"}))
+	res = waitFor(t, h2, helix.AgentCompleted)
+	msgs := allMessages(t, e, h.SessionID)
+	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(msgs))
+	require.JSONEq(t, `{"summary":"done"}`, msgs[2].Content)
+	cmsgs := allMessages(t, e, child)
+	require.Equal(t, []string{"user", "assistant", "tool", "assistant", "tool"}, roles(cmsgs), "the child ran from scratch, once")
+
+	// Abort reaches the children too.
+	h3, err := e.Execute(t.Context(), parent, engine.Input{Message: "again"}, nil)
+	require.NoError(t, err)
+	awaitingChildren(h3)
+	require.NoError(t, e.Abort(t.Context(), h3.SessionID, "user left"))
+	require.Equal(t, helix.AgentFailed, waitFor(t, h3, helix.AgentFailed).Status)
+	cs, err = e.Session(t.Context(), h3.SessionID+"-sub-r1")
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionFailed, cs.Status)
+	require.Contains(t, cs.Error, "aborted with its parent session")
+	refs, err = e.SubSessions(t.Context(), h3.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.SubSessionFailed, refs[0].Status)
+}

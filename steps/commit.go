@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -62,6 +63,10 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 				info.Pending = append(info.Pending, c)
 			}
 			store.SortPendingCalls(info.Pending)
+			for _, c := range st.SuspendedAwaitingChildren {
+				info.Children = append(info.Children, c)
+			}
+			slices.SortFunc(info.Children, func(a, b store.SuspendedChildWait) int { return cmp.Compare(a.SubSessionID, b.SubSessionID) })
 		}
 		interrupted, err := e.interruptIfRequested(ctx, s, info, st.StepCount, st.CheckpointID)
 		info.Interrupted = interrupted

@@ -138,6 +138,7 @@ type RunInfo struct {
 	// of RunInfo before passing it to other steps.
 	Suspended *SuspendedStep                `json:"suspended,omitempty"`
 	Pending   []store.PendingClientToolCall `json:"pending,omitempty"`
+	Children  []store.SuspendedChildWait    `json:"children,omitempty"`
 }
 
 // IsRoot reports whether the run's session is a root session.

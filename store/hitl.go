@@ -158,3 +158,64 @@ func SortPendingCalls(calls []PendingClientToolCall) {
 		return cmp.Or(cmp.Compare(a.Step, b.Step), cmp.Compare(a.Index, b.Index), cmp.Compare(a.ToolCallID, b.ToolCallID))
 	})
 }
+
+// CascadeStore carries interrupts and failures through a conversation's
+// tree of sessions: a parent's interrupt reaches its sub-agents, and a
+// parent that stops while sub-agents run records them for its resume (the
+// specification's γ-cascade).
+type CascadeStore interface {
+	// InterruptTree sets the durable interrupt flag of a session and of
+	// every active session below it, and returns their IDs. Idempotent.
+	InterruptTree(ctx context.Context, sessionID, reason string) ([]string, error)
+
+	// ListSubtree returns a session and its descendants, parents first.
+	// Read-only.
+	ListSubtree(ctx context.Context, sessionID string) ([]*SessionState, error)
+
+	// InterruptForChildren ends a parent's run interrupted while children
+	// of its step were stopped by the same interrupt: when the parent's
+	// flag is set it consumes it, records the step (the engine's record,
+	// and the children awaited), marks those children failed with
+	// failureReason parent_suspended (their references failed), and ends
+	// the session and run interrupted. Without the flag it writes nothing
+	// and reports Interrupted false (the children stopped on their own).
+	// Not idempotent: durable callers run it in their step transaction.
+	InterruptForChildren(ctx context.Context, p InterruptForChildrenParams) (*InterruptForChildrenResult, error)
+
+	// RespawnChild gives a child failed with parent_suspended a fresh run
+	// from scratch: its waiting calls dropped, its messages back to the
+	// first KeepMessages, its custom state reset, status active, reference
+	// running, and a new run record with the given IDs. Not idempotent:
+	// durable callers run it in their step transaction.
+	RespawnChild(ctx context.Context, p RespawnParams) (*Run, error)
+}
+
+// InterruptForChildrenParams describe a parent step stopped with children
+// in flight.
+type InterruptForChildrenParams struct {
+	SessionID string
+	RunID     string
+	StepID    string
+	Step      int
+	// Record is the engine's record of the step (SessionState.SuspendedStep).
+	Record json.RawMessage
+	// Children are the children the step waits for, by parent tool call ID.
+	Children map[string]SuspendedChildWait
+	// Interrupted returns the run_interrupted chunk.
+	Interrupted func(reason string) helix.Chunk
+}
+
+// InterruptForChildrenResult reports whether the parent ended interrupted.
+type InterruptForChildrenResult struct {
+	Interrupted     bool
+	InterruptReason string
+}
+
+// RespawnParams describe a child's fresh run.
+type RespawnParams struct {
+	SessionID    string
+	RunID        string
+	WorkflowID   string
+	KeepMessages int
+	CustomState  json.RawMessage
+}

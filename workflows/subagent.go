@@ -7,6 +7,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store"
 )
 
 // childPollInterval is how often a recovered parent checks a child workflow
@@ -49,14 +50,108 @@ func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, resul
 
 // awaitChildren waits for each child's run, in the model's order, and turns
 // its outcome into the call's result (the output, or {"error": …}). Each
-// wait is a recorded step: a replay does not wait again.
-func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results []steps.ToolResult) error {
+// wait is a recorded step: a replay does not wait again. The children that
+// ended interrupted are returned, their results left empty: the parent
+// decides whether its own interrupt stopped them.
+func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results []steps.ToolResult) (stopped []int, err error) {
 	for _, c := range children {
 		out, err := c.handle.GetResult(dbos.WithHandlePollingInterval(childPollInterval))
 		if err != nil && t.ctx.Err() != nil {
-			return err // shutdown or cancellation: not the child's outcome
+			return nil, err // shutdown or cancellation: not the child's outcome
+		}
+		if err == nil && out.Status == helix.RunInterrupted {
+			stopped = append(stopped, c.index)
+			continue
 		}
 		results[c.index] = steps.ChildResult(calls[c.index], out, err)
 	}
-	return nil
+	return stopped, nil
+}
+
+// stopForChildren handles children of the step that ended interrupted.
+// When the parent's own interrupt stopped them (its flag is set), the
+// parent ends interrupted too, recording the step and the children for its
+// resume, which re-spawns them (the γ-cascade); done reports that. A child
+// interrupted on its own is a failed call.
+func (t *turn) stopForChildren(step int, res helix.StepResult, results []steps.ToolResult, stopped []int) (steps.Outcome, bool, error) {
+	calls := res.ToolCalls
+	in := steps.ChildWaitInput{Run: t.run, Record: steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results}}
+	for _, i := range stopped {
+		tool := t.def.Tools[calls[i].Name]
+		in.Children = append(in.Children, store.SuspendedChildWait{ParentToolCallID: calls[i].ID,
+			SubSessionID: steps.SubSessionID(t.run.SessionID, calls[i].ID), AgentType: tool.SubAgent().Name})
+	}
+	o, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.InterruptForChildren(in), dbos.WithStepName(steps.NameInterruptForChildren))
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if o.Interrupted {
+		out, err := t.interrupted(step-1, o.Reason)
+		return out, true, err
+	}
+	for _, i := range stopped {
+		results[i] = steps.ChildResult(calls[i], steps.Outcome{Status: helix.RunInterrupted, Error: "interrupted on its own"}, nil)
+	}
+	return steps.Outcome{}, false, nil
+}
+
+// resumeStopped finishes a step whose parent was interrupted with children
+// in flight (a fresh resume): each awaited child is drained, re-spawned or
+// waited for as its durable state says (steps.ResumeChild), then the step
+// goes on as after phase 1: calls that wait for human input suspend it,
+// then it finishes.
+func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChildWait) (steps.Outcome, bool, error) {
+	step, calls := rec.Step, rec.Model.ToolCalls
+	results := rec.Results
+	if len(results) < len(calls) {
+		results = append(results, make([]steps.ToolResult, len(calls)-len(results))...)
+	}
+	index := map[string]int{}
+	for i, c := range calls {
+		index[c.ID] = i
+	}
+	var children []child
+	for _, w := range waits {
+		i, ok := index[w.ParentToolCallID]
+		if !ok {
+			continue
+		}
+		o, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource,
+			t.env.ResumeChild(steps.ResumeChildInput{Run: t.run, Call: calls[i], Wait: w}), dbos.WithStepName(steps.NameResumeChild))
+		if err != nil {
+			return steps.Outcome{}, true, err
+		}
+		if o.Result != nil {
+			results[i] = *o.Result
+			continue
+		}
+		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: w.SubSessionID, RunID: o.RunID}, dbos.WithWorkflowID(o.WorkflowID))
+		if err != nil {
+			return steps.Outcome{}, true, err
+		}
+		children = append(children, child{index: i, handle: h})
+	}
+	stopped, err := t.awaitChildren(calls, children, results)
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if len(stopped) > 0 {
+		if out, done, err := t.stopForChildren(step, rec.Model, results, stopped); done || err != nil {
+			return out, true, err
+		}
+	}
+	_, _, pending, err := t.plan(step, calls)
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	var open []steps.PendingCall
+	for _, p := range pending {
+		if results[p.Index].ToolCallID == "" {
+			open = append(open, p)
+		}
+	}
+	if len(open) > 0 {
+		return t.suspend(step, rec.Model, results, open)
+	}
+	return t.finish(step, rec.Model, results, "", true)
 }

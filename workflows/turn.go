@@ -58,8 +58,8 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if run.Done != nil {
 			return *run.Done, nil
 		}
-		susp, pending := run.Suspended, run.Pending
-		run.Suspended, run.Pending = nil, nil
+		susp, pending, children := run.Suspended, run.Pending, run.Children
+		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType), self: self}
 		if run.Interrupted {
 			return t.interrupted(run.StartStep, "interrupted before the first step")
@@ -79,15 +79,22 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		}
 		step := run.StartStep + 1
 		if susp != nil {
-			// A fresh resume of a step suspended on human input: finish
-			// that step first.
+			// A fresh resume of a step suspended on human input, or
+			// stopped with sub-agents in flight: finish that step first.
 			var own []store.PendingClientToolCall
 			for _, c := range pending {
 				if c.Step == susp.Step {
 					own = append(own, c)
 				}
 			}
-			out, done, err := t.await(*susp, own, false)
+			var out steps.Outcome
+			var done bool
+			var err error
+			if len(children) > 0 {
+				out, done, err = t.resumeStopped(*susp, children)
+			} else {
+				out, done, err = t.await(*susp, own, false)
+			}
 			if err != nil {
 				return t.infraFailure(susp.Step-1, err)
 			}
@@ -144,8 +151,14 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	}
 	// Phase 1: regular tools and sub-agents in parallel, each tool a step
 	// and each sub-agent a child workflow with a deterministic ID.
-	if err := t.runPhase1(step, res.ToolCalls, phase1, subs, results); err != nil {
+	stopped, err := t.runPhase1(step, res.ToolCalls, phase1, subs, results)
+	if err != nil {
 		return steps.Outcome{}, true, err
+	}
+	if len(stopped) > 0 {
+		if out, done, err := t.stopForChildren(step, res, results, stopped); done || err != nil {
+			return out, true, err
+		}
 	}
 	if len(pending) > 0 {
 		return t.suspend(step, res, results, pending)
@@ -247,24 +260,24 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 // calls at subs as child workflows, all in parallel, and stores their results
 // at the same indexes. Step IDs are taken in a fixed order (the dispatches,
 // the children, the tools, then the awaits), so a replay finds each one.
-func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult) error {
+func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult) (stopped []int, err error) {
 	input := func(i int) steps.ToolInput { return steps.ToolInput{Run: t.run, Step: step, Call: calls[i]} }
 	if len(tools) == 1 && len(subs) == 0 {
 		// A lone call runs as a plain step: same step ID and record as
 		// through dbos.Go, without the goroutine hand-off.
 		r, err := dbos.RunAsStep(t.ctx, t.env.RunTool(input(tools[0])), dbos.WithStepName(steps.NameRunTool), retries)
 		results[tools[0]] = r
-		return err
+		return nil, err
 	}
 	children, err := t.startChildren(step, calls, subs, results)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	chans := make([]<-chan dbos.StepOutcome[steps.ToolResult], len(tools))
 	for k, i := range tools {
 		ch, err := dbos.Go(t.ctx, t.env.RunTool(input(i)), dbos.WithStepName(steps.NameRunTool), retries)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		chans[k] = ch
 	}
@@ -275,7 +288,7 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, re
 		errs = append(errs, o.Err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, err
 	}
 	return t.awaitChildren(calls, children, results)
 }

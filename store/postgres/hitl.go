@@ -470,7 +470,8 @@ func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.P
 			return err
 		}
 		if _, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
-			suspended_step_id = NULL, version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID); err != nil {
+			suspended_step_id = NULL, suspended_awaiting_children = '{}', version = version + 1, updated_at = now()
+			WHERE session_id = $1`, sessionID); err != nil {
 			return err
 		}
 		return syncAwaiting(ctx, q, root.SessionID)
@@ -510,6 +511,7 @@ func clearSuspension(ctx context.Context, q Querier, sessionID string) error {
 		return err
 	}
 	_, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
-		suspended_step_id = NULL, version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID)
+		suspended_step_id = NULL, suspended_awaiting_children = '{}', version = version + 1, updated_at = now()
+		WHERE session_id = $1`, sessionID)
 	return err
 }

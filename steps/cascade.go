@@ -1,0 +1,126 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/google/uuid"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// Step names of the sub-agent cascade.
+const (
+	NameInterruptForChildren = "helix.interrupt_for_children"
+	NameResumeChild          = "helix.resume_child"
+)
+
+// ChildWaitInput is a parent step stopped by an interrupt while sub-agents
+// of the step ran: the step's record and the children it waits for.
+type ChildWaitInput struct {
+	Run      RunInfo                    `json:"run"`
+	Record   SuspendedStep              `json:"record"`
+	Children []store.SuspendedChildWait `json:"children"`
+}
+
+// ChildWaitOutput reports whether the parent ended interrupted.
+type ChildWaitOutput struct {
+	Interrupted bool   `json:"interrupted,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// InterruptForChildren returns the transaction that ends a parent's run
+// interrupted when its sub-agents stopped on the parent's interrupt (see
+// store.CascadeStore.InterruptForChildren): the step is recorded with the
+// children it waits for, which are marked failed with failureReason
+// parent_suspended, to be re-spawned when the parent resumes.
+func (e *Env) InterruptForChildren(in ChildWaitInput) dbos.Txn[ChildWaitOutput] {
+	return func(ctx context.Context, tx dbos.Tx) (ChildWaitOutput, error) {
+		rec, err := json.Marshal(in.Record)
+		if err != nil {
+			return ChildWaitOutput{}, err
+		}
+		children := make(map[string]store.SuspendedChildWait, len(in.Children))
+		for _, c := range in.Children {
+			children[c.ParentToolCallID] = c
+		}
+		res, err := e.InTx(tx).InterruptForChildren(ctx, store.InterruptForChildrenParams{
+			SessionID: in.Run.SessionID, RunID: in.Run.RunID, StepID: StepID(in.Record.RunID, in.Record.Step), Step: in.Record.Step,
+			Record: rec, Children: children, Interrupted: interruptedChunk(in.Run, in.Record.Step-1, ""),
+		})
+		if err != nil {
+			return ChildWaitOutput{}, err
+		}
+		if res.Interrupted {
+			e.Log.Info().Str("event", "subagent.parent_interrupted").Str("sessionId", in.Run.SessionID).Str("runId", in.Run.RunID).
+				Int("children", len(children)).Msg("the parent stopped with sub-agents in flight; they are re-spawned when it resumes")
+		}
+		return ChildWaitOutput{Interrupted: res.Interrupted, Reason: res.InterruptReason}, nil
+	}
+}
+
+// ResumeChildInput is one child a resumed parent step waits for.
+type ResumeChildInput struct {
+	Run  RunInfo                  `json:"run"`
+	Call helix.ToolCall           `json:"call"`
+	Wait store.SuspendedChildWait `json:"wait"`
+}
+
+// ResumeChildOutput is what the parent does with the child: take its
+// Result now, or wait for the run RunID (workflow WorkflowID).
+type ResumeChildOutput struct {
+	Result     *ToolResult `json:"result,omitempty"`
+	RunID      string      `json:"runId,omitempty"`
+	WorkflowID string      `json:"workflowId,omitempty"`
+}
+
+// ResumeChild returns the transaction that decides, from the child's
+// durable state, what a resumed parent does with a child its step waits
+// for (the specification's γ-cascade table): a completed child's output is
+// the result; a child failed with parent_suspended is re-spawned from
+// scratch (a new run, workflow {childSessionId}-respawn-{parentRunId}); a
+// child failed otherwise, terminated or interrupted on its own is a failure
+// result; a running child is waited for.
+func (e *Env) ResumeChild(in ResumeChildInput) dbos.Txn[ResumeChildOutput] {
+	return func(ctx context.Context, tx dbos.Tx) (ResumeChildOutput, error) {
+		s := e.InTx(tx)
+		st, err := s.LoadState(ctx, in.Wait.SubSessionID)
+		if err != nil {
+			return ResumeChildOutput{}, err
+		}
+		failed := func(msg string) (ResumeChildOutput, error) {
+			r := ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name, Error: msg, ErrorCode: CodeSubAgentFailed}
+			return ResumeChildOutput{Result: &r}, nil
+		}
+		switch {
+		case st.Status == helix.SessionCompleted:
+			r := ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name, Result: st.Output}
+			return ResumeChildOutput{Result: &r}, nil
+		case st.Status == helix.SessionFailed && st.FailureReason == helix.FailureReasonParentSuspended:
+			def, err := e.Agent(st.AgentType)
+			if err != nil {
+				return failed(err.Error())
+			}
+			out := ResumeChildOutput{RunID: uuid.Must(uuid.NewV7()).String(),
+				WorkflowID: fmt.Sprintf("%s-respawn-%s", st.SessionID, in.Run.RunID)}
+			if _, err := s.RespawnChild(ctx, store.RespawnParams{SessionID: st.SessionID, RunID: out.RunID,
+				WorkflowID: out.WorkflowID, KeepMessages: 1, CustomState: def.Agent.InitialState}); err != nil {
+				return ResumeChildOutput{}, err
+			}
+			e.Log.Info().Str("event", "subagent.respawned").Str("sessionId", in.Run.SessionID).Str("subSessionId", st.SessionID).
+				Str("workflowId", out.WorkflowID).Msg("re-spawning a sub-agent stopped by its parent's interrupt")
+			return out, nil
+		case st.Status == helix.SessionActive:
+			run, err := s.GetCurrentRun(ctx, st.SessionID)
+			if err != nil {
+				return ResumeChildOutput{}, err
+			}
+			return ResumeChildOutput{RunID: run.RunID, WorkflowID: run.WorkflowID}, nil
+		default:
+			return failed(fmt.Sprintf("the sub-agent is %s: %s", st.Status, st.Error))
+		}
+	}
+}
