@@ -53,6 +53,9 @@ type Agent struct {
 	// StopWhen, when set, is asked after every step whose result has no
 	// tool calls left to run; true ends the turn.
 	StopWhen func(StepResult) bool
+	// PersistentAgents are companions the agent can spawn and consult
+	// again (see [PersistentAgent]); they bring the companion__ tools.
+	PersistentAgents []PersistentAgent
 	// Hooks observe the agent's lifecycle (see [Hooks]); nil means none.
 	Hooks *Hooks
 	// Workspace is not supported by this runtime (as in the Helix DBOS
@@ -115,6 +118,9 @@ func (a *Agent) Validate() error {
 	if field, err := validateSkills(a.Skills); err != nil {
 		return fail(field, "%v", err)
 	}
+	if field, err := a.validatePersistentAgents(); err != nil {
+		return fail(field, "%v", err)
+	}
 	if len(a.OutputSchema) > 0 {
 		s, err := CompileSchema(a.OutputSchema)
 		if err != nil {
@@ -135,8 +141,9 @@ func (a *Agent) Validate() error {
 }
 
 // EffectiveTools returns the tools the model is offered: the agent's tools,
-// then load_skill and read_skill_file when it has Skills, then __finish__
-// when it has an OutputSchema. It validates the agent first.
+// then load_skill and read_skill_file when it has Skills, the companion
+// tools when it has PersistentAgents, then __finish__ when it has an
+// OutputSchema. It validates the agent first.
 // The engine calls it once, at registration.
 func (a *Agent) EffectiveTools() ([]*Tool, error) {
 	if err := a.Validate(); err != nil {
@@ -150,6 +157,11 @@ func (a *Agent) EffectiveTools() ([]*Tool, error) {
 		}
 		tools = append(tools, skillTools...)
 	}
+	companions, err := a.companionTools()
+	if err != nil {
+		return nil, err
+	}
+	tools = append(tools, companions...)
 	if len(a.OutputSchema) > 0 {
 		finish, err := NewFinishTool(a.OutputSchema)
 		if err != nil {

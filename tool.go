@@ -98,6 +98,7 @@ type Tool struct {
 	client      bool
 	opts        toolOptions
 	subAgent    *Agent // the delegate of a sub-agent tool
+	companion   bool   // a companion tool (companion__…)
 }
 
 // NewTool defines a server-executed tool. The input JSON Schema is derived
@@ -323,6 +324,9 @@ func (t *Tool) Execute(ctx context.Context, args json.RawMessage, tc ToolContext
 	if t.exec == nil {
 		if t.client {
 			return nil, fmt.Errorf("tool %q executes on the client: submit its result with SubmitToolResult", t.name)
+		}
+		if t.companion {
+			return nil, fmt.Errorf("tool %q manages companions: the engine handles it, not Execute", t.name)
 		}
 		if t.subAgent != nil {
 			return nil, fmt.Errorf("tool %q runs the %s agent as a child session: the engine runs it, not Execute", t.name, t.subAgent.Name)

@@ -410,12 +410,14 @@ func (e *Engine) abortOne(ctx context.Context, st *store.SessionState, msg strin
 		if !st.IsRoot() {
 			err := s.UpdateSubSessionRef(ctx, st.ParentSessionID, store.SubSessionRefUpdate{SubSessionID: sessionID,
 				Status: ptrTo(helix.SubSessionFailed)})
-			if errors.Is(err, helix.ErrNotFound) {
-				return nil // a child session its parent does not track
+			if err != nil && !errors.Is(err, helix.ErrNotFound) { // not found: a child its parent does not track
+				return err
 			}
-			return err
 		}
-		return s.FailStream(ctx, st.StreamID, msg)
+		if st.StreamID == st.SessionID { // a session that owns its stream (root, companion)
+			return s.FailStream(ctx, st.StreamID, msg)
+		}
+		return nil
 	})
 }
 

@@ -79,7 +79,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return fail(fmt.Errorf("engine: DBOS data source: %w", err))
 	}
 	env := steps.NewEnv(st, log)
-	env.DataSource = ds
+	env.DataSource, env.DBOS = ds, dctx
 	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env)}
 	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))
 	return e, nil
@@ -102,7 +102,7 @@ func (e *Engine) Register(agents ...*helix.Agent) error {
 }
 
 // register registers a and, recursively, the agents its sub-agent tools
-// delegate to (a child run may be recovered in any process that runs its
+// and persistent companions delegate to (a child run may be recovered in any process that runs its
 // parent).
 func (e *Engine) register(a *helix.Agent, seen map[*helix.Agent]bool) error {
 	if seen[a] {
@@ -120,7 +120,7 @@ func (e *Engine) register(a *helix.Agent, seen map[*helix.Agent]bool) error {
 		e.log.Warn().Str("event", "skills.unknown_preload").Str("agent", a.Name).Strs("skills", unknown).
 			Msg("PreloadSkills names skills the agent does not define; they are skipped")
 	}
-	for _, sub := range a.SubAgents() {
+	for _, sub := range append(a.SubAgents(), a.CompanionAgents()...) {
 		if err := e.register(sub, seen); err != nil {
 			return err
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	helix "github.com/helix-agents/helix-dbos"
-	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
@@ -169,7 +168,7 @@ func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *
 	if inputs == 0 {
 		return fmt.Errorf("engine: continuing session %s needs a message", st.SessionID)
 	}
-	if err := healFinish(ctx, s, st); err != nil {
+	if err := s.HealFinish(ctx, st); err != nil {
 		return err
 	}
 	version := st.Version
@@ -187,34 +186,6 @@ func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *
 		return err
 	}
 	return s.ReactivateStream(ctx, st.StreamID)
-}
-
-// healFinish appends the missing result of a dangling __finish__ call (the
-// legacy reopen heal: sessions completed before the eager heal existed).
-func healFinish(ctx context.Context, s *postgres.Store, st *store.SessionState) error {
-	if st.MessageCount == 0 {
-		return nil
-	}
-	page, err := s.GetMessages(ctx, st.SessionID, &store.GetMessagesOptions{Offset: st.MessageCount - 1, Limit: 1})
-	if err != nil || len(page.Messages) == 0 {
-		return err
-	}
-	last := page.Messages[0]
-	if last.Role != helix.RoleAssistant {
-		return nil
-	}
-	var heal []helix.Message
-	for _, c := range last.ToolCalls {
-		if helix.IsFinishTool(c.Name) {
-			heal = append(heal, helix.ToolResultMessage(c.ID, c.Name, steps.FinishAck))
-		}
-	}
-	if len(heal) == 0 {
-		return nil
-	}
-	n, err := s.AppendMessages(ctx, st.SessionID, heal)
-	st.MessageCount = n
-	return err
 }
 
 // beginRun records a run (kind: turn, resume or retry) with its

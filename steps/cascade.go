@@ -119,6 +119,32 @@ func (e *Env) ResumeChild(in ResumeChildInput) dbos.Txn[ResumeChildOutput] {
 				return ResumeChildOutput{}, err
 			}
 			return ResumeChildOutput{RunID: run.RunID, WorkflowID: run.WorkflowID}, nil
+		case st.Status == helix.SessionInterrupted && st.Mode == helix.SessionModePersistent:
+			// A companion keeps its memory: continue it where it stopped.
+			cas, err := s.CompareAndSetStatus(ctx, st.SessionID, []helix.SessionStatus{helix.SessionInterrupted}, helix.SessionActive, nil)
+			if err != nil {
+				return ResumeChildOutput{}, err
+			}
+			if !cas.OK {
+				return failed(fmt.Sprintf("the companion changed status (%s) while the parent resumed", cas.CurrentStatus))
+			}
+			if err := s.ClearInterruptFlag(ctx, st.SessionID); err != nil {
+				return ResumeChildOutput{}, err
+			}
+			latest, err := s.LatestSequence(ctx, st.StreamID)
+			if err != nil {
+				return ResumeChildOutput{}, err
+			}
+			out := ResumeChildOutput{RunID: uuid.Must(uuid.NewV7()).String(), WorkflowID: fmt.Sprintf("%s-resume-%s", st.SessionID, in.Run.RunID)}
+			if _, err := s.CreateRun(ctx, store.CreateRunParams{RunID: out.RunID, SessionID: st.SessionID, StartSequence: latest,
+				WorkflowID: out.WorkflowID}); err != nil {
+				return ResumeChildOutput{}, err
+			}
+			if err := s.UpdateSubSessionRef(ctx, in.Run.SessionID, store.SubSessionRefUpdate{SubSessionID: st.SessionID,
+				Status: ptr(helix.SubSessionRunning)}); err != nil {
+				return ResumeChildOutput{}, err
+			}
+			return out, nil
 		default:
 			return failed(fmt.Sprintf("the sub-agent is %s: %s", st.Status, st.Error))
 		}

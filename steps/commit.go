@@ -16,11 +16,6 @@ import (
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
-// FinishAck is the tool-result content appended for an accepted __finish__
-// call (the eager __finish__ heal: the transcript never ends on a tool call
-// without its result, so the next turn's request is valid).
-const FinishAck = `{"status":"output accepted"}`
-
 // BeginInput is the input of the begin step.
 type BeginInput struct {
 	SessionID  string `json:"sessionId"`
@@ -48,6 +43,7 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			RootSessionID: st.RootSessionID, WorkflowID: in.WorkflowID, Turn: run.Turn,
 			PreviousRunID: run.PreviousRunID, StartSequence: run.StartSequence, StartStep: st.StepCount,
 			Resumed: isResumeWorkflow(st.SessionID, in.WorkflowID), Parent: parentLink(st),
+			Persistent: st.Mode == helix.SessionModePersistent,
 		}
 		if run.Status.Final() {
 			info.Done = &Outcome{Status: run.Status, Error: run.Error, Output: st.Output, Steps: run.StepCount}
@@ -144,6 +140,11 @@ type CommitOutput struct {
 	// Interrupted is set when the interrupt flag was found set after the
 	// step: the run ended interrupted in the same transaction.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// Continued is set when the step asked to complete but messages had
+	// arrived in the companion's inbox: they were appended (Inbox) and
+	// the run goes on.
+	Continued bool            `json:"continued,omitempty"`
+	Inbox     []helix.Message `json:"inbox,omitempty"`
 }
 
 // CommitStep returns the per-step commit: in one transaction (which also
@@ -159,13 +160,14 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		run, step := in.Run, in.Step
 		c := store.StepCommit{
 			SessionID: run.SessionID, RunID: run.RunID, Step: step,
-			Messages: StepMessages(in), Complete: in.Complete, EndStream: in.Complete && run.IsRoot(),
+			Messages: StepMessages(in), Complete: in.Complete, EndStream: in.Complete && run.OwnsStream(),
 		}
 		if in.Complete {
 			c.Output = in.Output
 		}
 		stepID := StepID(in.stepRunID(), step)
 		c.ClearSuspension = in.Suspended
+		c.ReadInbox = run.Persistent
 		if in.Complete && run.Parent != nil {
 			c.RefStatus = helix.SubSessionCompleted
 		}
@@ -194,10 +196,10 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 				&helix.CheckpointCreatedChunk{Base: base(run, step), RunID: run.RunID, CheckpointID: cl.CheckpointID, StepCount: step},
 				&helix.StepCommittedChunk{Base: base(run, step), RunID: run.RunID, StepID: stepID, CheckpointID: cl.CheckpointID},
 			}
-			if in.Complete && len(in.Output) > 0 {
+			if in.Complete && !cl.Continued && len(in.Output) > 0 {
 				out = append(out, &helix.OutputChunk{Base: base(run, step), Output: in.Output})
 			}
-			if in.Complete && run.Parent != nil {
+			if in.Complete && !cl.Continued && run.Parent != nil && !run.Persistent {
 				out = append(out, subAgentEnd(run, in.Output))
 			}
 			if cl.Interrupted {
@@ -212,7 +214,8 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		for _, w := range res.Warnings {
 			e.Log.Warn().Str("event", "state.patch_skipped").Str("sessionId", run.SessionID).Int("step", step).Msg(w)
 		}
-		return CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.MessageCount, Interrupted: res.Interrupted}, nil
+		return CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.MessageCount, Interrupted: res.Interrupted,
+			Continued: res.Continued, Inbox: res.Inbox}, nil
 	}
 }
 
@@ -241,7 +244,7 @@ func StepMessages(in CommitInput) []helix.Message {
 	for _, r := range in.Tools {
 		content := r.Content()
 		if helix.IsFinishTool(r.ToolName) && r.Error == "" {
-			content = FinishAck
+			content = helix.FinishAck
 		}
 		msgs = append(msgs, helix.ToolResultMessage(r.ToolCallID, r.ToolName, content))
 	}
@@ -289,16 +292,18 @@ func (e *Env) FailRun(in EndInput) dbos.Txn[bool] {
 			return false, err
 		}
 		if run.Parent != nil {
-			if _, err := s.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID,
-				Chunk: subAgentEnd(run, errorResult(f.Message))}}); err != nil {
-				return false, err
+			if !run.Persistent {
+				if _, err := s.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID,
+					Chunk: subAgentEnd(run, errorResult(f.Message))}}); err != nil {
+					return false, err
+				}
 			}
 			if err := s.UpdateSubSessionRef(ctx, run.Parent.SessionID, store.SubSessionRefUpdate{
 				SubSessionID: run.SessionID, Status: ptr(helix.SubSessionFailed)}); err != nil {
 				return false, err
 			}
 		}
-		if run.IsRoot() {
+		if run.OwnsStream() {
 			if err := s.FailStream(ctx, run.StreamID, f.Message); err != nil {
 				return false, fmt.Errorf("fail stream: %w", err)
 			}

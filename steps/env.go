@@ -38,7 +38,10 @@ const InfraRetries = 5
 type Env struct {
 	Store      *postgres.Store
 	DataSource *dbos.DataSource
-	Log        zerolog.Logger
+	// DBOS is the engine's DBOS context, for steps that manage workflows
+	// (cancelling a terminated companion's).
+	DBOS dbos.Context
+	Log  zerolog.Logger
 
 	mu     sync.RWMutex
 	agents map[string]*AgentDef
@@ -133,6 +136,9 @@ type RunInfo struct {
 	Resumed bool `json:"resumed,omitempty"`
 	// Parent is set for a sub-agent's run: where its parent delegated.
 	Parent *ParentLink `json:"parent,omitempty"`
+	// Persistent is set for a persistent companion's run (it reads its
+	// inbox at each step's commit).
+	Persistent bool `json:"persistent,omitempty"`
 	// Suspended and Pending hand a step that waits for human input to the
 	// run that finishes it (a fresh resume): the workflow takes them out
 	// of RunInfo before passing it to other steps.
@@ -143,6 +149,11 @@ type RunInfo struct {
 
 // IsRoot reports whether the run's session is a root session.
 func (r RunInfo) IsRoot() bool { return r.RootSessionID == r.SessionID }
+
+// OwnsStream reports whether the run's session owns its stream (a root
+// session or a persistent companion): its run's end ends the stream.
+// Ephemeral sub-agents write into their root's stream and never end it.
+func (r RunInfo) OwnsStream() bool { return r.StreamID == r.SessionID }
 
 // Outcome is how a run ended; it is the turn workflow's result.
 type Outcome struct {

@@ -99,6 +99,10 @@ type StepCommit struct {
 	// (store.SubSessionRef) to this status with the commit: a sub-agent's
 	// run ending.
 	RefStatus helix.SubSessionStatus
+	// ReadInbox takes the messages waiting in the session's inbox (a
+	// persistent companion's): they are appended after Messages, and a
+	// step that would complete goes on instead (Continued).
+	ReadInbox bool
 	// ClearSuspension ends the step's suspension: the session's pending
 	// calls, their ownership on the root session and the suspended-step
 	// record are removed with the commit that appends their results.
@@ -113,6 +117,9 @@ type StepCommit struct {
 // checkpoint.
 type StepClosing struct {
 	CheckpointID string
+	// Continued is set when the step asked to complete but inbox messages
+	// arrived: the session stays active and the run goes on.
+	Continued bool
 	// Interrupted is set when the interrupt flag was set: the commit
 	// consumed it and ended the session and the run interrupted, with
 	// InterruptReason.
@@ -123,6 +130,8 @@ type StepClosing struct {
 // StepCommitResult reports what CommitStep wrote.
 type StepCommitResult struct {
 	StepClosing
+	// Inbox are the inbox messages appended after the step's.
+	Inbox        []helix.Message
 	MessageCount int
 	// Version is the session's version after the commit.
 	Version int64

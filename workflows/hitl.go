@@ -15,19 +15,25 @@ import (
 
 // plan splits a step's calls (finish and finishWith aside) into the regular
 // calls of phase 1, the sub-agent calls (which run in phase 1 too, as child
-// workflows) and the calls that wait for human input: client-executed
+// workflows), the companion calls and the calls that wait for human input: client-executed
 // tools and approval-gated tools whose gate requires approval. Predicate
 // gates are asked in one step, so the decision is checkpointed. A call with
 // invalid arguments goes to phase 1, where it fails at once: nobody is asked
 // to run or approve a call the model got wrong.
-func (t *turn) plan(step int, calls []helix.ToolCall) (phase1, subs []int, pending []steps.PendingCall, err error) {
+func (t *turn) plan(step int, calls []helix.ToolCall) (p stepPlan, err error) {
 	_, _, rest := t.classify(calls)
 	var gated []int
+	var phase1 []int
+	var pending []steps.PendingCall
 	for _, i := range rest {
 		call := calls[i]
 		tool, known := t.def.Tools[call.Name]
-		if known && tool.SubAgent() != nil {
-			subs = append(subs, i) // the dispatch step validates and reports
+		switch {
+		case known && tool.SubAgent() != nil:
+			p.subs = append(p.subs, i) // the dispatch step validates and reports
+			continue
+		case known && tool.IsCompanion():
+			p.comps = append(p.comps, i)
 			continue
 		}
 		if !known || tool.ValidateArguments(argsOrEmpty(call)) != nil {
@@ -52,7 +58,7 @@ func (t *turn) plan(step int, calls []helix.ToolCall) (phase1, subs []int, pendi
 		}
 		required, err := dbos.RunAsStep(t.ctx, t.env.EvaluateApprovals(in), dbos.WithStepName(steps.NameApprovalGate), retries)
 		if err != nil {
-			return nil, nil, nil, err
+			return stepPlan{}, err
 		}
 		for k, i := range gated {
 			if k < len(required) && !required[k] {
@@ -64,7 +70,16 @@ func (t *turn) plan(step int, calls []helix.ToolCall) (phase1, subs []int, pendi
 	}
 	sortInts(phase1)
 	sortPendingCalls(pending)
-	return phase1, subs, pending, nil
+	p.phase1, p.pending = phase1, pending
+	return p, nil
+}
+
+// stepPlan is how a step's calls run (finish and finishWith aside): phase
+// 1's tools and sub-agents, then the companion calls, then the calls that
+// wait for human input.
+type stepPlan struct {
+	phase1, subs, comps []int
+	pending             []steps.PendingCall
 }
 
 // suspend writes the step's suspension (phase 1 has run) and waits for its

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"slices"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -68,19 +69,27 @@ func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results [
 	return stopped, nil
 }
 
-// stopForChildren handles children of the step that ended interrupted.
-// When the parent's own interrupt stopped them (its flag is set), the
-// parent ends interrupted too, recording the step and the children for its
-// resume, which re-spawns them (the γ-cascade); done reports that. A child
-// interrupted on its own is a failed call.
-func (t *turn) stopForChildren(step int, res helix.StepResult, results []steps.ToolResult, stopped []int) (steps.Outcome, bool, error) {
-	calls := res.ToolCalls
-	in := steps.ChildWaitInput{Run: t.run, Record: steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results}}
-	for _, i := range stopped {
+// childWaits describes the ephemeral sub-agents at idx as children a step
+// waits for.
+func (t *turn) childWaits(calls []helix.ToolCall, idx []int) []store.SuspendedChildWait {
+	out := make([]store.SuspendedChildWait, 0, len(idx))
+	for _, i := range idx {
 		tool := t.def.Tools[calls[i].Name]
-		in.Children = append(in.Children, store.SuspendedChildWait{ParentToolCallID: calls[i].ID,
+		out = append(out, store.SuspendedChildWait{ParentToolCallID: calls[i].ID,
 			SubSessionID: steps.SubSessionID(t.run.SessionID, calls[i].ID), AgentType: tool.SubAgent().Name})
 	}
+	return out
+}
+
+// stopForChildren handles children of the step (sub-agents, blocking
+// companions) that ended interrupted. When the parent's own interrupt
+// stopped them (its flag is set), the parent ends interrupted too,
+// recording the step and the children for its resume, which re-spawns the
+// sub-agents and continues the companions (the γ-cascade); done reports
+// that. A child interrupted on its own is a failed call.
+func (t *turn) stopForChildren(step int, res helix.StepResult, results []steps.ToolResult, waits []store.SuspendedChildWait) (steps.Outcome, bool, error) {
+	in := steps.ChildWaitInput{Run: t.run, Record: steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results},
+		Children: waits}
 	o, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.InterruptForChildren(in), dbos.WithStepName(steps.NameInterruptForChildren))
 	if err != nil {
 		return steps.Outcome{}, true, err
@@ -89,8 +98,13 @@ func (t *turn) stopForChildren(step int, res helix.StepResult, results []steps.T
 		out, err := t.interrupted(step-1, o.Reason)
 		return out, true, err
 	}
-	for _, i := range stopped {
-		results[i] = steps.ChildResult(calls[i], steps.Outcome{Status: helix.RunInterrupted, Error: "interrupted on its own"}, nil)
+	index := map[string]int{}
+	for i, c := range res.ToolCalls {
+		index[c.ID] = i
+	}
+	for _, w := range waits {
+		i := index[w.ParentToolCallID]
+		results[i] = steps.ChildResult(res.ToolCalls[i], steps.Outcome{Status: helix.RunInterrupted, Error: "interrupted on its own"}, nil)
 	}
 	return steps.Outcome{}, false, nil
 }
@@ -135,17 +149,23 @@ func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChi
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
-	if len(stopped) > 0 {
-		if out, done, err := t.stopForChildren(step, rec.Model, results, stopped); done || err != nil {
+	var again []store.SuspendedChildWait
+	for _, w := range waits {
+		if i, ok := index[w.ParentToolCallID]; ok && slices.Contains(stopped, i) {
+			again = append(again, w)
+		}
+	}
+	if len(again) > 0 {
+		if out, done, err := t.stopForChildren(step, rec.Model, results, again); done || err != nil {
 			return out, true, err
 		}
 	}
-	_, _, pending, err := t.plan(step, calls)
+	p, err := t.plan(step, calls)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
 	var open []steps.PendingCall
-	for _, p := range pending {
+	for _, p := range p.pending {
 		if results[p.Index].ToolCallID == "" {
 			open = append(open, p)
 		}

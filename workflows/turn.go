@@ -43,7 +43,15 @@ func Register(ctx dbos.Context, env *steps.Env) {
 // step budget.
 func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 	var self dbos.Workflow[TurnInput, steps.Outcome]
-	self = func(ctx dbos.Context, in TurnInput) (steps.Outcome, error) {
+	self = func(ctx dbos.Context, in TurnInput) (result steps.Outcome, resultErr error) {
+		// A persistent companion's run publishes its outcome as a DBOS
+		// event, which a parent's waitForResult waits on.
+		persistent := false
+		defer func() {
+			if resultErr == nil && persistent {
+				resultErr = dbos.SetEvent(ctx, steps.OutcomeEvent, result)
+			}
+		}()
 		wfID, err := dbos.GetWorkflowID(ctx)
 		if err != nil {
 			return steps.Outcome{}, err
@@ -55,6 +63,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return steps.Outcome{}, err
 		}
 		defer env.Forget(run.SessionID)
+		persistent = run.Persistent
 		if run.Done != nil {
 			return *run.Done, nil
 		}
@@ -135,6 +144,9 @@ type turn struct {
 
 // step runs one agent step; done reports that the run ended.
 func (t *turn) step(step int) (steps.Outcome, bool, error) {
+	if err := t.deliverCompletions(); err != nil {
+		return steps.Outcome{}, true, err
+	}
 	m, err := dbos.RunAsStep(t.ctx, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step}), dbos.WithStepName(steps.NameCallModel), retries)
 	if err != nil {
 		return steps.Outcome{}, true, err
@@ -145,23 +157,31 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	}
 	res := m.Result
 	results := make([]steps.ToolResult, len(res.ToolCalls))
-	phase1, subs, pending, err := t.plan(step, res.ToolCalls)
+	p, err := t.plan(step, res.ToolCalls)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
 	// Phase 1: regular tools and sub-agents in parallel, each tool a step
 	// and each sub-agent a child workflow with a deterministic ID.
-	stopped, err := t.runPhase1(step, res.ToolCalls, phase1, subs, results)
+	stopped, err := t.runPhase1(step, res.ToolCalls, p.phase1, p.subs, results)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
-	if len(stopped) > 0 {
-		if out, done, err := t.stopForChildren(step, res, results, stopped); done || err != nil {
+	waits := t.childWaits(res.ToolCalls, stopped)
+	if len(p.comps) > 0 {
+		more, err := t.runCompanions(step, res.ToolCalls, p.comps, results)
+		if err != nil {
+			return steps.Outcome{}, true, err
+		}
+		waits = append(waits, more...)
+	}
+	if len(waits) > 0 {
+		if out, done, err := t.stopForChildren(step, res, results, waits); done || err != nil {
 			return out, true, err
 		}
 	}
-	if len(pending) > 0 {
-		return t.suspend(step, res, results, pending)
+	if len(p.pending) > 0 {
+		return t.suspend(step, res, results, p.pending)
 	}
 	return t.finish(step, res, results, "", false)
 }
@@ -240,12 +260,12 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	// The committed messages join this process's copy of the log, so the
 	// next step reads none of them back (a pure cache update: replays
 	// write the same messages at the same positions).
-	env.Remember(run.SessionID, c.MessageCount, steps.StepMessages(in))
+	env.Remember(run.SessionID, c.MessageCount, append(steps.StepMessages(in), c.Inbox...))
 	if err := t.fire(step, stepEvents(in)...); err != nil {
 		return steps.Outcome{}, true, err
 	}
 	switch {
-	case in.Complete:
+	case in.Complete && !c.Continued:
 		out := steps.Outcome{Status: helix.RunCompleted, Output: in.Output, Text: in.Text, Steps: step}
 		result := helix.AgentResult{SessionID: run.SessionID, RunID: run.RunID, Status: helix.AgentCompleted, Output: in.Output}
 		return out, true, t.fire(step, steps.HookEvent{Kind: steps.HookAgentComplete, Result: &result})

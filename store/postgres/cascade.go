@@ -83,13 +83,21 @@ func (s *Store) InterruptForChildren(ctx context.Context, p store.InterruptForCh
 		}
 		msg := "the parent was interrupted (" + req.Reason + "): the sub-agent runs again when the parent resumes"
 		for _, c := range p.Children {
-			if _, err := q.Exec(ctx, `UPDATE helix.sessions SET status = 'failed', failure_reason = $2, error = $3,
+			// An ephemeral child is failed (parent_suspended) and re-spawned
+			// from scratch on resume; a persistent companion keeps its
+			// memory: it stays interrupted and is continued on resume.
+			n, err := q.Exec(ctx, `UPDATE helix.sessions SET status = 'failed', failure_reason = $2, error = $3,
 				interrupt_requested = false, interrupt_reason = NULL, version = version + 1, updated_at = now()
-				WHERE session_id = $1 AND status IN ('active', 'interrupted')`,
-				c.SubSessionID, helix.FailureReasonParentSuspended, msg); err != nil {
+				WHERE session_id = $1 AND status IN ('active', 'interrupted') AND mode IS DISTINCT FROM 'persistent'`,
+				c.SubSessionID, helix.FailureReasonParentSuspended, msg)
+			if err != nil {
 				return err
 			}
-			if err := setOwnRef(ctx, q, c.SubSessionID, helix.SubSessionFailed); err != nil {
+			ref := helix.SubSessionFailed
+			if n == 0 {
+				ref = helix.SubSessionInterrupted
+			}
+			if err := setOwnRef(ctx, q, c.SubSessionID, ref); err != nil {
 				return err
 			}
 		}

@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -187,9 +189,27 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 				return err
 			}
 		}
+		complete := c.Complete
+		if c.ReadInbox {
+			inbox, err := takeInbox(ctx, q, c.SessionID)
+			if err != nil {
+				return err
+			}
+			if len(inbox) > 0 {
+				enc, err := encodeMessages(inbox)
+				if err != nil {
+					return err
+				}
+				res.Inbox = inbox
+				msgs = append(slices.Clip(msgs), enc...)
+				if complete {
+					complete, res.Continued = false, true // a message arrived: read it before finishing
+				}
+			}
+		}
 		mode := commitContinue
 		switch {
-		case c.Complete:
+		case complete:
 			mode = commitComplete
 		case interrupt:
 			mode = commitInterrupt
@@ -208,7 +228,7 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 				return err
 			}
 		}
-		end := c.Complete && c.EndStream
+		end := complete && c.EndStream
 		if end {
 			if err := chunks.addStreamEnd(c.Output); err != nil {
 				return err
@@ -229,7 +249,7 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 			}
 		}
 		var output []byte
-		if c.Complete {
+		if complete {
 			output = rawOrNil(c.Output)
 		}
 		var runs, notified int64
@@ -243,7 +263,7 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 		if runs == 0 {
 			return notFound("run", c.RunID)
 		}
-		if c.RefStatus != "" {
+		if c.RefStatus != "" && !res.Continued {
 			return setOwnRef(ctx, q, c.SessionID, c.RefStatus)
 		}
 		return nil
@@ -252,6 +272,42 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 		return nil, wrap(err, "commit step %d of %s", c.Step, c.SessionID)
 	}
 	return &res, nil
+}
+
+// takeInbox marks a session's unread inbox messages read and returns them
+// in the order they were sent.
+func takeInbox(ctx context.Context, q Querier, sessionID string) ([]helix.Message, error) {
+	rows, err := q.Query(ctx, `UPDATE helix.inbox SET consumed_at = now()
+		WHERE session_id = $1 AND consumed_at IS NULL RETURNING seq, message`, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	type item struct {
+		seq int64
+		msg helix.Message
+	}
+	var items []item
+	for rows.Next() {
+		var it item
+		var raw []byte
+		if err := rows.Scan(&it.seq, &raw); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw, &it.msg); err != nil {
+			return nil, fmt.Errorf("decode inbox message %d of %s: %w", it.seq, sessionID, err)
+		}
+		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(items, func(a, b item) int { return cmp.Compare(a.seq, b.seq) })
+	out := make([]helix.Message, len(items))
+	for i, it := range items {
+		out[i] = it.msg
+	}
+	return out, nil
 }
 
 // setOwnRef moves a child session's reference on its parent to status (a
