@@ -271,9 +271,14 @@ func TestCompanionWaitListTerminate(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
 
 	got := toolResults(t, e, h.SessionID)
-	var wait map[string]any
+	var wait struct {
+		Name, Status string
+		Output       json.RawMessage
+	}
 	require.NoError(t, json.Unmarshal([]byte(got["c2"]), &wait), got["c2"])
-	require.Equal(t, map[string]any{"answer": "r1"}, wait, "waitForResult returns the companion's output")
+	require.Equal(t, "researcher-1", wait.Name)
+	require.Equal(t, "completed", wait.Status)
+	require.JSONEq(t, `{"answer":"r1"}`, string(wait.Output), "waitForResult returns the companion's output")
 	var list struct {
 		Children []map[string]string `json:"children"`
 	}

@@ -207,7 +207,12 @@ func TestSubAgentFailures(t *testing.T) {
 	require.Equal(t, []string{"bad:subagent_dispatch_failed", "f:subagent_failed", "ok:"}, ends)
 	subEnds := findChunks[*helix.SubAgentEndChunk](chunks)
 	require.Len(t, subEnds, 2)
-	require.Contains(t, string(subEnds[0].Result), "provider is down")
+	endOf := map[string]string{}
+	for _, c := range subEnds {
+		endOf[c.CallID] = string(c.Result)
+	}
+	require.Contains(t, endOf["f"], "provider is down", "the children end in either order")
+	require.JSONEq(t, `{"summary":"short gamma"}`, endOf["ok"])
 	logMu.Lock()
 	require.Contains(t, logs.String(), `"event":"subagent.dispatch_failed"`)
 	logMu.Unlock()

@@ -249,6 +249,9 @@ func runCrashChild(ctx context.Context) error {
 	case hitlModeRun, hitlModeRecover:
 		agent, sessions, input = rig.hitlAgent(), []string{hitlTarget}, hitlInput
 		mode = map[string]string{hitlModeRun: crashModeRun, hitlModeRecover: crashModeRecover}[mode]
+	case companionModeRun, companionModeRecover:
+		agent, sessions, input = rig.companionLead(), []string{companionTarget}, companionInput
+		mode = map[string]string{companionModeRun: crashModeRun, companionModeRecover: crashModeRecover}[mode]
 	}
 	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: crashExecutorID, Logger: &log, ShutdownTimeout: 2 * time.Second})
 	if err != nil {
@@ -298,6 +301,23 @@ func runCrashChild(ctx context.Context) error {
 			}
 			if _, err := wh.GetResult(dbos.WithHandleTimeout(30*time.Second), dbos.WithHandlePollingInterval(20*time.Millisecond)); err != nil {
 				return fmt.Errorf("session %s: workflow %s: %w", sid, h.WorkflowID, err)
+			}
+		}
+		// Child workflows (companions) may end just after their parent
+		// got what it waited for.
+		for {
+			pending, err := dbos.ListWorkflows(e.DBOS(), dbos.WithFilterStatus(dbos.WorkflowStatusPending),
+				dbos.WithFilterExecutorIDs(crashExecutorID))
+			if err != nil {
+				return err
+			}
+			if len(pending) == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("workflow %s is still pending: %w", pending[0].ID, ctx.Err())
+			case <-time.After(20 * time.Millisecond):
 			}
 		}
 		return e.Shutdown(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 const (
 	NameCompanion          = "helix.companion"
 	NameCompanionCancel    = "helix.companion_cancel"
-	NameCompanionDelivered = "helix.companion_delivered"
+	NameCompanionWaitEnded = "helix.companion_wait_ended"
 	NameDeliverCompletions = "helix.deliver_completions"
 )
 
@@ -196,13 +197,10 @@ func companionStatus(ref *store.SubSessionRef, child *store.SessionState) map[st
 // CompanionResult turns the outcome of a companion's run the parent waited
 // for into the call's result: its output, or the failure (a failed
 // companion is reported failed).
-func CompanionResult(call helix.ToolCall, d *store.CompanionDispatch, out Outcome, err error) ToolResult {
+func CompanionResult(call helix.ToolCall, name string, out Outcome, err error) ToolResult {
 	r := ChildResult(call, out, err)
 	if r.Error != "" {
-		r.ErrorCode = CodeCompanion
-		if d != nil {
-			r.Error = fmt.Sprintf("companion %q failed: %s", d.Name, r.Error)
-		}
+		r.Error, r.ErrorCode = fmt.Sprintf("companion %q failed: %s", name, r.Error), CodeCompanion
 	}
 	return r
 }
@@ -228,11 +226,30 @@ func (e *Env) CancelWorkflow(workflowID string) dbos.Step[bool] {
 	}
 }
 
-// MarkDelivered returns the transaction that marks a companion's outcome
-// delivered (the parent got it from waitForResult).
-func (e *Env) MarkDelivered(parentSessionID, childSessionID string) dbos.Txn[bool] {
-	return func(ctx context.Context, tx dbos.Tx) (bool, error) {
-		return true, e.InTx(tx).MarkDelivered(ctx, parentSessionID, childSessionID)
+// WaitEnded returns the transaction that ends a waitForResult whose wait
+// saw the companion's run end: it marks the outcome delivered and answers
+// with the companion's status, as a waitForResult that finds the companion
+// already ended does.
+func (e *Env) WaitEnded(run RunInfo, call helix.ToolCall, childSessionID string) dbos.Txn[ToolResult] {
+	return func(ctx context.Context, tx dbos.Tx) (ToolResult, error) {
+		s := e.InTx(tx)
+		refs, err := s.GetSubSessionRefs(ctx, run.SessionID)
+		if err != nil {
+			return ToolResult{}, err
+		}
+		i := slices.IndexFunc(refs, func(r store.SubSessionRef) bool { return r.SubSessionID == childSessionID })
+		if i < 0 {
+			return ToolResult{}, fmt.Errorf("steps: session %s has no companion %s", run.SessionID, childSessionID)
+		}
+		child, err := s.LoadState(ctx, childSessionID)
+		if err != nil {
+			return ToolResult{}, err
+		}
+		if err := s.MarkDelivered(ctx, run.SessionID, childSessionID); err != nil {
+			return ToolResult{}, err
+		}
+		b, err := json.Marshal(companionStatus(&refs[i], child))
+		return ToolResult{ToolCallID: call.ID, ToolName: call.Name, Result: b}, err
 	}
 }
 

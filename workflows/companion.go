@@ -47,7 +47,7 @@ func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, result
 					AgentType: o.Start.AgentType, WorkflowID: o.Start.WorkflowID})
 				continue
 			}
-			results[i] = steps.CompanionResult(call, o.Start, out, err)
+			results[i] = steps.CompanionResult(call, o.Start.Name, out, err)
 		case o.WaitWorkflowID != "":
 			out, err := dbos.GetEvent[*steps.Outcome](t.ctx, o.WaitWorkflowID, steps.OutcomeEvent, time.Duration(o.WaitTimeoutMS)*time.Millisecond)
 			if err != nil && !errors.Is(err, dbos.ErrTimeout) {
@@ -57,11 +57,12 @@ func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, result
 				results[i] = steps.StillRunningResult(call)
 				continue
 			}
-			results[i] = steps.CompanionResult(call, nil, *out, nil)
-			if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.MarkDelivered(t.run.SessionID, o.WaitSessionID),
-				dbos.WithStepName(steps.NameCompanionDelivered)); err != nil {
+			r, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.WaitEnded(t.run, call, o.WaitSessionID),
+				dbos.WithStepName(steps.NameCompanionWaitEnded))
+			if err != nil {
 				return nil, err
 			}
+			results[i] = r
 		case o.Cancel != "":
 			if _, err := dbos.RunAsStep(t.ctx, t.env.CancelWorkflow(o.Cancel), dbos.WithStepName(steps.NameCompanionCancel), retries); err != nil {
 				return nil, err
