@@ -41,7 +41,7 @@ func newDemoCmd(g *globals) *cobra.Command {
 	var delay time.Duration
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run the demo: provisions Postgres, runs a durable agent, kills it mid-run and recovers it, approves a call from another process",
+		Short: "Run the demo: provisions Postgres, runs a durable agent, kills it mid-run and recovers it, approves a call from another process, runs a team of agents",
 		Long: "Runs with no configuration: finds or starts PostgreSQL (HELIX_DATABASE_URL, a Docker\n" +
 			"container, or the local cluster) and creates a database " + demoDatabase + ", or uses --database-url\n" +
 			"as it is. Then:\n\n" +
@@ -53,7 +53,10 @@ func newDemoCmd(g *globals) *cobra.Command {
 			"  phase 3  a publisher agent calls " + toolPublishReport + ", a tool that requires approval: the run\n" +
 			"           suspends durably (tool_approval_request in the stream); a second process (this\n" +
 			"           binary, re-executed as `helix-dbos approve <session> <toolCallId>`) approves it,\n" +
-			"           and the same run continues live: the tool runs once and the agent answers.\n\n" +
+			"           and the same run continues live: the tool runs once and the agent answers;\n" +
+			"  phase 4  an editorial lead delegates a check to a sub-agent (a child workflow whose chunks\n" +
+			"           stream into the lead's) and consults a persistent companion twice: the second\n" +
+			"           consultation continues the companion's session, which remembers the first.\n\n" +
 			"Every model call and tool execution is also recorded in helix_demo.executions, outside the\n" +
 			"engine, to show that no completed tool ran twice. Exit status 0 means every check passed.",
 		Args: cobra.NoArgs,
@@ -154,7 +157,10 @@ func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration
 	if err := d.phase3(ctx); err != nil {
 		return fmt.Errorf("phase 3: %w", err)
 	}
-	d.phase("done in %s: all three sessions completed, the crashed one from its last checkpoint, the approved one in place",
+	if err := d.phase4(ctx); err != nil {
+		return fmt.Errorf("phase 4: %w", err)
+	}
+	d.phase("done in %s: all four sessions completed, the crashed one from its last checkpoint, the approved one in place, the team's with its children",
 		time.Since(start).Round(100*time.Millisecond))
 	if inspect != "" {
 		d.say("inspect them: %s", inspect)

@@ -45,6 +45,14 @@ func TestDemo(t *testing.T) {
 		"│ no other call waits: the run continues now",
 		"✓ publish_report ran exactly once, in this process (pid ",
 		"the run completed in place: run ",
+		"==> phase 4: a lead delegates to a sub-agent and consults a persistent companion twice",
+		"subagent_start       editorial-lead       fact-checker demo-",
+		"subagent_end         editorial-lead       fact-checker demo-",
+		`companion__spawnAgent → {"suggestion":"Agents That Never Lose Work"}`,
+		`companion__sendMessage → {"suggestion":"“Agents That Never Lose Work”: every step`,
+		"the editor's own stream",
+		"✓ editor: one session (demo-",
+		"two runs (workflows …-turn-1 and …-continue-call_consult_editor), each consultation in its log once",
 		"==> done in ",
 	} {
 		require.Contains(t, out, want)
@@ -83,7 +91,7 @@ func TestDemo(t *testing.T) {
 	require.NoError(t, err)
 	sessions, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Len(t, sessions, 3)
+	require.Len(t, sessions, 6, "four sessions and the team's two children")
 	crashed := sessions[1]
 	require.True(t, strings.HasSuffix(crashed, "-b"), crashed)
 
@@ -113,6 +121,16 @@ func TestDemo(t *testing.T) {
 	require.Equal(t, 1, published)
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1 AND status = 'completed'`, approved).Scan(&runs))
 	require.Equal(t, 1, runs, "the run that suspended completed in place")
+
+	// The team: the editor's second consultation continued its session.
+	team := sessions[3]
+	require.True(t, strings.HasSuffix(team, "-d"), team)
+	require.Equal(t, []string{team + "-agent-editor", team + "-sub-call_check"}, sessions[4:])
+	rows, err = conn.Query(t.Context(), `SELECT workflow_id FROM helix.runs WHERE session_id = $1 ORDER BY started_at`, team+"-agent-editor")
+	require.NoError(t, err)
+	workflows, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{team + "-agent-editor-turn-1", team + "-agent-editor-continue-call_consult_editor"}, workflows)
 }
 
 // A demo that cannot reach its database fails with a non-zero status and
