@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -102,6 +103,9 @@ func sessionStatus(t *testing.T, e *engine.Engine, sessionID string, want helix.
 	require.Eventually(t, func() bool {
 		var err error
 		st, err = e.Session(t.Context(), sessionID)
+		if errors.Is(err, helix.ErrNotFound) {
+			return false
+		}
 		require.NoError(t, err)
 		return st.Status == want
 	}, 30*time.Second, 20*time.Millisecond, "session %s never became %s", sessionID, want)
@@ -328,4 +332,58 @@ func contents(msgs []helix.Message) []string {
 		out[i] = m.Content
 	}
 	return out
+}
+
+// Interrupting a parent that waits for a blocking companion interrupts the
+// companion too; the parent ends interrupted, the companion's reference
+// says interrupted, and resuming the parent continues the companion where
+// it stopped (not from scratch), after which both finish.
+func TestCompanionInterruptedWithParentResumes(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	var x executions
+	worker := &helix.Agent{
+		Name: "worker", OutputSchema: json.RawMessage(answerSchema), Tools: []*helix.Tool{noteTool(&x)},
+		Model: script(
+			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+				select {
+				case <-gate:
+				case <-time.After(30 * time.Second):
+				}
+				return calls(call("n1", "note", `{"text":"half way"}`))(req, cb)
+			},
+			func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+				return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
+					ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: json.RawMessage(`{"answer":"finished"}`)}}}, nil
+			},
+		),
+	}
+	parent := &helix.Agent{
+		Name:             "boss3",
+		PersistentAgents: []helix.PersistentAgent{{Agent: worker}},
+		Model: script(calls(call("c1", helix.CompanionSpawnAgent, `{"agentType":"worker","name":"w","message":"work"}`)),
+			text("all done")),
+	}
+	e := newEngine(t, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child := h.SessionID + "-agent-w"
+	sessionStatus(t, e, child, helix.SessionActive)
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "pause the team"))
+	close(gate)
+	res := waitFor(t, h, helix.AgentInterrupted)
+	require.Equal(t, "pause the team", res.Error)
+	cs := sessionStatus(t, e, child, helix.SessionInterrupted)
+	require.Equal(t, 1, cs.StepCount, "the companion stopped after its first step")
+	require.Equal(t, helix.SubSessionInterrupted, companionRef(t, e, h.SessionID, "w").Status)
+
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	waitFor(t, h2, helix.AgentCompleted)
+	require.JSONEq(t, `{"answer":"finished"}`, toolResults(t, e, h.SessionID)["c1"])
+	require.Equal(t, []string{child + "-turn-1", child + "-resume-" + h2.RunID}, workflowIDs(t, e, child),
+		"the companion was continued, not re-spawned")
+	require.Equal(t, []string{"user", "assistant", "tool", "assistant", "tool"}, roles(allMessages(t, e, child)))
+	require.Len(t, x.keys, 1, "the companion's tool ran once")
+	require.Equal(t, helix.SubSessionCompleted, companionRef(t, e, h.SessionID, "w").Status)
 }
