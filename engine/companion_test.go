@@ -340,12 +340,14 @@ func contents(msgs []helix.Message) []string {
 // it stopped (not from scratch), after which both finish.
 func TestCompanionInterruptedWithParentResumes(t *testing.T) {
 	t.Parallel()
-	gate := make(chan struct{})
+	gate, running := make(chan struct{}), make(chan struct{})
+	var started sync.Once
 	var x executions
 	worker := &helix.Agent{
 		Name: "worker", OutputSchema: json.RawMessage(answerSchema), Tools: []*helix.Tool{noteTool(&x)},
 		Model: script(
 			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+				started.Do(func() { close(running) })
 				select {
 				case <-gate:
 				case <-time.After(30 * time.Second):
@@ -368,7 +370,11 @@ func TestCompanionInterruptedWithParentResumes(t *testing.T) {
 	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
 	require.NoError(t, err)
 	child := h.SessionID + "-agent-w"
-	sessionStatus(t, e, child, helix.SessionActive)
+	select {
+	case <-running: // the companion is in its first model call
+	case <-time.After(30 * time.Second):
+		t.Fatal("the companion never called its model")
+	}
 	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "pause the team"))
 	close(gate)
 	res := waitFor(t, h, helix.AgentInterrupted)

@@ -175,9 +175,13 @@ type CascadeStore interface {
 	// InterruptForChildren ends a parent's run interrupted while children
 	// of its step were stopped by the same interrupt: when the parent's
 	// flag is set it consumes it, records the step (the engine's record,
-	// and the children awaited), marks those children failed with
-	// failureReason parent_suspended (their references failed), and ends
-	// the session and run interrupted. Without the flag it writes nothing
+	// and the children awaited), marks the ephemeral children failed with
+	// failureReason parent_suspended (their references failed; the
+	// parent's resume re-spawns them), leaves persistent companions
+	// interrupted (their references interrupted; the resume continues
+	// them), and ends the session and run interrupted. A child that cannot
+	// be failed (it ended meanwhile) gets its reference interrupted; the
+	// resume reads its outcome. Without the flag it writes nothing
 	// and reports Interrupted false (the children stopped on their own).
 	// Not idempotent: durable callers run it in their step transaction.
 	InterruptForChildren(ctx context.Context, p InterruptForChildrenParams) (*InterruptForChildrenResult, error)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
@@ -39,12 +40,18 @@ func (s *Store) DispatchCompanion(ctx context.Context, p store.CompanionDispatch
 			if p.Kind == store.DispatchSend {
 				return refused("sendMessage needs the companion's name")
 			}
+			// {agentType}-{n}: n counts the companions of the type, skipping
+			// a name already taken (say, given explicitly).
 			var n int
-			if err := q.QueryRow(ctx, `SELECT count(*) FROM helix.sub_session_refs WHERE session_id = $1 AND mode = 'persistent' AND agent_type = $2`,
-				parent.SessionID, p.AgentType).Scan(&n); err != nil {
+			var taken []string
+			if err := q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE agent_type = $2), COALESCE(array_agg(name) FILTER (WHERE name IS NOT NULL), '{}')
+				FROM helix.sub_session_refs WHERE session_id = $1 AND mode = 'persistent'`,
+				parent.SessionID, p.AgentType).Scan(&n, &taken); err != nil {
 				return err
 			}
-			name = fmt.Sprintf("%s-%d", p.AgentType, n+1)
+			for n++; slices.Contains(taken, fmt.Sprintf("%s-%d", p.AgentType, n)); n++ {
+			}
+			name = fmt.Sprintf("%s-%d", p.AgentType, n)
 		}
 		childID := companionSessionID(parent.SessionID, name)
 		child, err := s.loadState(ctx, q, childID, true)
@@ -74,6 +81,17 @@ func (s *Store) DispatchCompanion(ctx context.Context, p store.CompanionDispatch
 			}
 			out = &store.CompanionDispatch{Action: store.ActionStart, SessionID: childID, Name: name, AgentType: child.AgentType,
 				RunID: run.RunID, WorkflowID: run.WorkflowID, How: "replayed"}
+			return nil
+		}
+		// A message this call already put in the inbox (read or not):
+		// delivered, whatever the companion did since.
+		var sent bool
+		if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM helix.inbox WHERE session_id = $1 AND message_id = $2)`,
+			childID, p.ToolCallID).Scan(&sent); err != nil {
+			return err
+		}
+		if sent {
+			out = &store.CompanionDispatch{Action: store.ActionDelivered, SessionID: childID, Name: name, AgentType: child.AgentType}
 			return nil
 		}
 		switch {
@@ -290,7 +308,18 @@ func (s *Store) TerminateCompanion(ctx context.Context, parentSessionID, name, r
 			WHERE session_id = $1`, childID, store.FailureReasonTerminated, msg); err != nil {
 			return err
 		}
-		return setOwnRef(ctx, q, childID, helix.SubSessionTerminated)
+		// Its unanswered calls wait no more (and the ancestors waiting for
+		// them follow).
+		if _, err := tx.DiscardPending(ctx, childID); err != nil {
+			return err
+		}
+		if err := setOwnRef(ctx, q, childID, helix.SubSessionTerminated); err != nil {
+			return err
+		}
+		// The parent ended it: there is no outcome to deliver.
+		_, err = q.Exec(ctx, `UPDATE helix.sub_session_refs SET completion_delivered = true WHERE session_id = $1 AND sub_session_id = $2`,
+			parentSessionID, childID)
+		return err
 	})
 	return workflowID, wrap(err, "terminate companion %s of %s", name, parentSessionID)
 }

@@ -1,6 +1,7 @@
 // Package storetest is the contract suite of package store: every
-// implementation of store.SessionStore, store.StreamStore, store.StepStore
-// and store.SuspensionStore must pass it.
+// implementation of store.SessionStore, store.StreamStore, store.StepStore,
+// store.SuspensionStore, store.CompanionStore and store.CascadeStore must
+// pass it.
 //
 //	func TestContract(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) storetest.Store { return newStore(t) })
@@ -11,8 +12,10 @@
 // checks the concurrency guarantees the durable runtime relies on:
 // exactly-one-wins session creation, compare-and-set, serialized custom-state
 // merges, atomic commits that leave no trace on failure, the checkpoint
-// pointer rule, readers that see every chunk exactly once in order, and
-// tool-call submissions that are recorded exactly once.
+// pointer rule, readers that see every chunk exactly once in order,
+// tool-call submissions that are recorded exactly once, one companion
+// started of concurrent spawns of its name, and companion outcomes delivered
+// exactly once.
 //
 // Import rule: helix, store, testify and the standard library.
 package storetest
@@ -35,6 +38,8 @@ type Store interface {
 	store.StreamStore
 	store.StepStore
 	store.SuspensionStore
+	store.CompanionStore
+	store.CascadeStore
 }
 
 // Factory returns a store on fresh storage; cleanup is the factory's job
@@ -57,6 +62,8 @@ func Run(t *testing.T, newStore Factory) {
 		{"Streams", streamCases},
 		{"Steps", stepCases},
 		{"Suspensions", suspensionCases},
+		{"Companions", companionCases},
+		{"Cascade", cascadeCases},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
