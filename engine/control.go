@@ -99,7 +99,7 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 			}
 			if cur != nil && waitingRun(cur, pending) {
 				if opts.Message != "" {
-					return fmt.Errorf("engine: session %s waits for tool results in run %s: submit them with SubmitToolResult; a message cannot be added now", sessionID, cur.RunID)
+					return refuse(RefusedAwaitingToolResults, sessionID, "session %s waits for tool results in run %s: submit them with SubmitToolResult; a message cannot be added now", sessionID, cur.RunID)
 				}
 				waiting = cur
 				return nil
@@ -136,7 +136,7 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 			cp = &st.CheckpointID
 		}
 		if len(st.SuspendedStep) > 0 && len(msgs) > 0 {
-			return fmt.Errorf("engine: session %s was interrupted while waiting for tool results: resume it without a message and submit them", sessionID)
+			return refuse(RefusedAwaitingToolResults, sessionID, "session %s was interrupted while waiting for tool results: resume it without a message and submit them", sessionID)
 		}
 		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "resume", prev.RunID, msgs, func(runID string) helix.Chunk {
 			return &helix.RunResumedChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
@@ -342,7 +342,7 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 		if len(tree) > 0 {
 			status = tree[0].Status
 		}
-		return fmt.Errorf("engine: session %s is %s: only a running session can be aborted", sessionID, status)
+		return refuse(RefusedNotRunning, sessionID, "session %s is %s: only a running session can be aborted", sessionID, status)
 	}
 	// Deepest first: the root's stream fails last, after its sub-agents
 	// wrote their ends into it.
@@ -399,7 +399,7 @@ func (e *Engine) abortOne(ctx context.Context, st *store.SessionState, msg strin
 				return err
 			}
 		}
-		if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{Error: msg}); err != nil {
+		if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{Error: msg, ErrorCode: helix.CodeAborted}); err != nil {
 			return err
 		}
 		if _, err := s.Append(ctx, st.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.ErrorChunk{

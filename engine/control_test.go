@@ -191,3 +191,40 @@ func TestStaleInterruptFlagDoesNotStopNextTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
 }
+
+// Requests the session's state does not allow are refused with a typed
+// error whose code a server can map, and write nothing.
+func TestRefusalsAreTyped(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "refuser", Model: script(text("one"), text("two"))}
+	other := &helix.Agent{Name: "other", Model: script(text("x"))}
+	e := newEngine(t, agent, other)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "hi"}, &engine.ExecuteOptions{UserID: "alice"})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+
+	code := func(err error) string {
+		t.Helper()
+		var r *engine.RefusedError
+		require.True(t, errors.As(err, &r), "want a RefusedError, got %v", err)
+		require.NotContains(t, r.Message, "engine:", "the message reads without the package prefix")
+		return r.Code
+	}
+	require.Equal(t, engine.RefusedNotRunning, code(e.Interrupt(t.Context(), h.SessionID, "")))
+	require.Equal(t, engine.RefusedNotRunning, code(e.Abort(t.Context(), h.SessionID, "")))
+	_, err = e.Execute(t.Context(), other, engine.Input{Message: "x"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.Equal(t, engine.RefusedAgentMismatch, code(err))
+	_, err = e.Execute(t.Context(), agent, engine.Input{Message: "x"}, &engine.ExecuteOptions{SessionID: h.SessionID, UserID: "mallory"})
+	require.Equal(t, engine.RefusedOwnerMismatch, code(err))
+	_, err = e.Execute(t.Context(), agent, engine.Input{}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.Equal(t, engine.RefusedMessageRequired, code(err))
+	_, err = e.Execute(t.Context(), agent, engine.Input{Message: "x", State: json.RawMessage(`{}`)}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.Equal(t, engine.RefusedStateNotAllowed, code(err))
+	runs, err := e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, runs, 1, "nothing was written")
+
+	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "again"}, &engine.ExecuteOptions{SessionID: h.SessionID, UserID: "alice"})
+	require.NoError(t, err, "the owner continues")
+	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
+}

@@ -245,9 +245,9 @@ func (e *Engine) requireLaunched() error {
 	defer e.mu.Unlock()
 	switch {
 	case e.closed:
-		return errors.New("engine: the engine is shut down")
+		return refuse(RefusedNotLaunched, "", "the engine is shut down")
 	case !e.launched:
-		return errors.New("engine: call Launch before running agents")
+		return refuse(RefusedNotLaunched, "", "call Launch before running agents")
 	}
 	return nil
 }

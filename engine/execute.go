@@ -44,7 +44,9 @@ type ExecuteOptions struct {
 	SessionID string
 	// Branch creates the new session from a checkpoint of another session.
 	Branch *Branch
-	// UserID, Tags and Metadata are stored on a new session.
+	// UserID, Tags and Metadata are stored on a new session. When UserID
+	// is set and SessionID names an existing session of another user,
+	// Execute refuses (RefusedOwnerMismatch) and writes nothing.
 	UserID   string
 	Tags     []string
 	Metadata map[string]string
@@ -100,7 +102,11 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 		case err != nil:
 			return err
 		case opts.Branch != nil:
-			return fmt.Errorf("engine: session %s already exists: a branch needs a new session ID", sessionID)
+			return refuse(RefusedSessionExists, sessionID, "session %s already exists: a branch needs a new session ID", sessionID)
+		case opts.UserID != "" && st.UserID != opts.UserID:
+			// Checked in the transaction that continues the session, so an
+			// ownership check before the call cannot be raced.
+			return refuse(RefusedOwnerMismatch, sessionID, "session %s belongs to another user", sessionID)
 		default:
 			if err := e.continueSession(ctx, s, agent, in, st, len(msgs)); err != nil {
 				return err
@@ -118,20 +124,20 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, opts *ExecuteOptions, sessionID string, inputs int) error {
 	if b := opts.Branch; b != nil {
 		if len(in.State) > 0 {
-			return errors.New("engine: Input.State is not allowed with a branch: the branch starts from the checkpoint's state")
+			return refuse(RefusedStateNotAllowed, sessionID, "Input.State is not allowed with a branch: the branch starts from the checkpoint's state")
 		}
 		src, err := s.LoadState(ctx, b.FromSessionID)
 		if err != nil {
 			return fmt.Errorf("engine: branch source: %w", err)
 		}
 		if src.AgentType != agent.Name {
-			return fmt.Errorf("engine: cannot branch session %s of agent %q with agent %q", b.FromSessionID, src.AgentType, agent.Name)
+			return refuse(RefusedAgentMismatch, sessionID, "cannot branch session %s of agent %q with agent %q", b.FromSessionID, src.AgentType, agent.Name)
 		}
 		_, err = s.CloneSession(ctx, store.CloneParams{FromSessionID: b.FromSessionID, CheckpointID: b.CheckpointID, ToSessionID: sessionID})
 		return err
 	}
 	if inputs == 0 && len(in.State) == 0 {
-		return errors.New("engine: empty input: give a message (Input.Message or Input.Messages) or an initial state")
+		return refuse(RefusedMessageRequired, sessionID, "empty input: give a message (Input.Message or Input.Messages) or an initial state")
 	}
 	state := in.State
 	if len(state) == 0 {
@@ -151,22 +157,22 @@ func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *he
 // continueSession reopens a completed session for its next turn.
 func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, st *store.SessionState, inputs int) error {
 	if st.AgentType != agent.Name {
-		return fmt.Errorf("engine: session %s belongs to agent %q, not %q", st.SessionID, st.AgentType, agent.Name)
+		return refuse(RefusedAgentMismatch, st.SessionID, "session %s belongs to agent %q, not %q", st.SessionID, st.AgentType, agent.Name)
 	}
 	switch st.Status {
 	case helix.SessionCompleted:
 	case helix.SessionActive:
 		return &helix.AgentAlreadyRunningError{SessionID: st.SessionID, CurrentStatus: string(st.Status)}
 	case helix.SessionInterrupted:
-		return fmt.Errorf("engine: session %s is interrupted: continue it with Resume, or start over with Retry", st.SessionID)
+		return refuse(RefusedNotContinuable, st.SessionID, "session %s is interrupted: continue it with Resume, or start over with Retry", st.SessionID)
 	default:
-		return fmt.Errorf("engine: session %s is %s: only a completed session takes a new turn; use Retry to run it again", st.SessionID, st.Status)
+		return refuse(RefusedNotContinuable, st.SessionID, "session %s is %s: only a completed session takes a new turn; use Retry to run it again", st.SessionID, st.Status)
 	}
 	if len(in.State) > 0 {
-		return fmt.Errorf("engine: session %s exists: Input.State only seeds new sessions", st.SessionID)
+		return refuse(RefusedStateNotAllowed, st.SessionID, "session %s exists: Input.State only seeds new sessions", st.SessionID)
 	}
 	if inputs == 0 {
-		return fmt.Errorf("engine: continuing session %s needs a message", st.SessionID)
+		return refuse(RefusedMessageRequired, st.SessionID, "continuing session %s needs a message", st.SessionID)
 	}
 	if err := s.HealFinish(ctx, st); err != nil {
 		return err

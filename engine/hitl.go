@@ -104,7 +104,7 @@ func (c control) interrupt(ctx context.Context, sessionID, reason string) error 
 		return err
 	}
 	if st.Status != helix.SessionActive {
-		return fmt.Errorf("engine: session %s is %s: only a running session can be interrupted", sessionID, st.Status)
+		return refuse(RefusedNotRunning, sessionID, "session %s is %s: only a running session can be interrupted", sessionID, st.Status)
 	}
 	if reason == "" {
 		reason = "interrupted"

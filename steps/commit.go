@@ -283,7 +283,7 @@ func (e *Env) FailRun(in EndInput) dbos.Txn[bool] {
 			return false, err
 		}
 		step := in.Step
-		if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{StepCount: &step, Error: f.Message}); err != nil {
+		if err := s.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{StepCount: &step, Error: f.Message, ErrorCode: f.Code}); err != nil {
 			return false, err
 		}
 		if _, err := s.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.ErrorChunk{

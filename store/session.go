@@ -224,9 +224,12 @@ type Run struct {
 	WorkflowID    string          `json:"workflowId,omitempty"`
 	PreviousRunID string          `json:"previousRunId,omitempty"`
 	Error         string          `json:"error,omitempty"`
-	StartedAt     time.Time       `json:"startedAt"`
-	CompletedAt   *time.Time      `json:"completedAt,omitempty"`
-	UpdatedAt     time.Time       `json:"updatedAt"`
+	// ErrorCode classifies the failure of a failed run (a helix.Code*
+	// value such as max_steps_exceeded or aborted); empty otherwise.
+	ErrorCode   string     `json:"errorCode,omitempty"`
+	StartedAt   time.Time  `json:"startedAt"`
+	CompletedAt *time.Time `json:"completedAt,omitempty"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
 }
 
 // CreateRunParams describes a new run. Turn 0 means "the next turn" (one more
@@ -245,6 +248,8 @@ type CreateRunParams struct {
 type RunUpdate struct {
 	StepCount *int
 	Error     string
+	// ErrorCode classifies a failure (see Run.ErrorCode).
+	ErrorCode string
 }
 
 // Checkpoint is a snapshot of a session after a step. It references the

@@ -55,7 +55,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 
 func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchFlags) error {
 	say := func(format string, args ...any) { fmt.Fprintf(progress, "• "+format+"\n", args...) }
-	dbURL := g.databaseURL
+	dbURL := g.cfg.DatabaseURL
 	if dbURL == "" {
 		srv, err := pgprovision.Provision(ctx, pgprovision.Options{Logf: say})
 		if err != nil {

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
@@ -23,10 +27,11 @@ import (
 // process configured with it) recovers the run.
 const defaultCLIExecutorID = "helix-cli"
 
-// cliAgents are the agent types this CLI can run, by name. Resuming a
-// session needs its agent's model and tools, which live in the process that
-// defined the agent; the CLI only defines the demo agent.
-var cliAgents = map[string]func(researchOpts) *helix.Agent{
+// cliDemoAgents are the agent types this CLI defines itself, by name.
+// Resuming a session needs its agent's model and tools, which live in the
+// process that defined the agent: besides these, the CLI runs the agents of
+// an agent file (--agents).
+var cliDemoAgents = map[string]func(researchOpts) *helix.Agent{
 	researchAgentName: newResearchAgent,
 }
 
@@ -139,29 +144,45 @@ func waitInactive(ctx context.Context, st *postgres.Store, sessionID string, tim
 
 func newResumeCmd(g *globals) *cobra.Command {
 	var (
-		message, executorID string
-		delay               time.Duration
+		message string
+		delay   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "resume <session>",
-		Short: "Continue an interrupted session from its last committed step (agents this CLI defines)",
+		Short: "Continue an interrupted session from its last committed step (the demo agent, or agents of an agent file)",
 		Long: "Starts an engine, resumes the session in a new run, prints the run's stream live and waits\n" +
 			"for it to end. Resuming runs the agent's model and tools, so it needs the agent's definition:\n" +
-			"this CLI defines only the demo agent (" + strings.Join(slices.Sorted(maps.Keys(cliAgents)), ", ") + "). Sessions of your own\n" +
-			"agents are resumed by the process that defines them (engine.Resume).",
+			"this CLI defines the demo agent (" + strings.Join(slices.Sorted(maps.Keys(cliDemoAgents)), ", ") + ") and the agents of an agent file\n" +
+			"(--agents FILE, as `serve` runs them). Sessions of agents defined in Go are resumed by the\n" +
+			"process that defines them (engine.Resume).\n\n" +
+			"The run belongs to this command's executor ID (--executor-id, default " + defaultCLIExecutorID + "): if the\n" +
+			"command dies before the run ends, the next engine launched with that ID recovers it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runResume(cmd.Context(), cmd.OutOrStdout(), g, args[0], message, executorID, delay)
+			return runContinue(cmd.Context(), cmd.OutOrStdout(), g, args[0], delay, "resumed", func(ctx context.Context, e *engine.Engine) (*engine.Handle, error) {
+				return e.Resume(ctx, args[0], &engine.ResumeOptions{Message: message})
+			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&message, "message", "", "a user message to add before the run continues")
-	f.StringVar(&executorID, "executor-id", defaultCLIExecutorID, "DBOS executor ID of this command's engine")
+	addEngineFlags(f, defaultCLIExecutorID)
 	f.DurationVar(&delay, "delay", 25*time.Millisecond, "demo agent: pause between streamed words")
 	return cmd
 }
 
-func runResume(ctx context.Context, out io.Writer, g *globals, sessionID, message, executorID string, delay time.Duration) error {
+// addEngineFlags adds the settings of a command that starts an engine
+// for the agents of an agent file.
+func addEngineFlags(f *pflag.FlagSet, executorID string) {
+	f.String("executor-id", executorID, "DBOS executor ID of this command's engine (env HELIX_EXECUTOR_ID)")
+	f.String("agents", "", "agent file (YAML) defining the agents this command may run (env HELIX_AGENTS)")
+}
+
+// runContinue continues a session in an engine of its own (resume,
+// retry): it finds the session's agent, starts the engine, calls start,
+// prints the run's stream live and its outcome.
+func runContinue(ctx context.Context, out io.Writer, g *globals, sessionID string, delay time.Duration, verb string,
+	start func(context.Context, *engine.Engine) (*engine.Handle, error)) error {
 	url, err := g.requireDatabaseURL()
 	if err != nil {
 		return err
@@ -177,39 +198,26 @@ func runResume(ctx context.Context, out io.Writer, g *globals, sessionID, messag
 	}); err != nil {
 		return err
 	}
-	build, ok := cliAgents[agentType]
-	if !ok {
-		return fmt.Errorf("session %s belongs to agent %q, which this CLI does not define (it knows only %s): "+
-			"the process that owns the agent must resume it (engine.Resume), because resuming runs the agent's model and tools",
-			sessionID, agentType, strings.Join(slices.Sorted(maps.Keys(cliAgents)), ", "))
-	}
-	rec, err := newRecorder(ctx, url, true)
+	agents, err := g.agentsFor(ctx, url, sessionID, agentType, delay)
 	if err != nil {
 		return err
 	}
-	defer rec.close()
-	agent := build(researchOpts{delay: delay, rec: rec})
-
-	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: executorID, Logger: g.logger()})
+	defer agents.close()
+	say := func(format string, args ...any) { fmt.Fprintf(out, "• "+format+"\n", args...) }
+	if agents.file != nil {
+		say("agents from %s: %s", g.cfg.Agents, strings.Join(agents.file.Names(), ", "))
+	}
+	executorID := g.cfg.ExecutorID
+	c, err := g.startEngine(ctx, url, engineOpts{executorID: executorID, agents: agents, claim: true, progress: say})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer cancel()
-		_ = e.Shutdown(sctx)
-	}()
-	if err := e.Register(agent); err != nil {
-		return err
-	}
-	if err := e.Launch(ctx); err != nil {
-		return err
-	}
-	h, err := e.Resume(ctx, sessionID, &engine.ResumeOptions{Message: message})
+	defer c.shutdown(ctx)
+	h, err := start(ctx, c.e)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "resumed session %s in run %s (workflow %s, executor %s)\n", sessionID, h.RunID, h.WorkflowID, executorID)
+	fmt.Fprintf(out, "%s session %s in run %s (workflow %s, executor %s)\n", verb, sessionID, h.RunID, h.WorkflowID, executorID)
 	p := &chunkPrinter{w: out, showAgent: true, maxValue: 120, session: sessionID}
 	for c, err := range h.Stream(ctx) {
 		if err != nil {
@@ -220,6 +228,16 @@ func runResume(ctx context.Context, out io.Writer, g *globals, sessionID, messag
 			return err
 		}
 		p.chunk(c)
+		// The run waits for a person: say how to answer, from another
+		// terminal (this command keeps following the run).
+		switch v := c.Chunk.(type) {
+		case *helix.ToolStartChunk:
+			if v.ProviderExecuted != nil && !*v.ProviderExecuted {
+				p.line("      ↳ answer from another terminal: helix-dbos submit %s %s --result JSON", sessionID, v.ToolCallID)
+			}
+		case *helix.ToolApprovalRequestChunk:
+			p.line("      ↳ answer from another terminal: helix-dbos approve|deny %s %s", sessionID, v.ToolCallID)
+		}
 	}
 	p.endLine()
 	res, err := h.Result(ctx)
@@ -234,5 +252,176 @@ func runResume(ctx context.Context, out io.Writer, g *globals, sessionID, messag
 		fmt.Fprintf(out, "session %s was interrupted again (%s)\n", sessionID, res.Error)
 		return nil
 	}
+	if res.Status.Suspended() {
+		fmt.Fprintf(out, "session %s waits for tool results (%s): answer with `helix-dbos approve|deny|submit %s <call>`; "+
+			"the run continues when an engine with executor ID %q runs (this one stops now: `helix-dbos serve --executor-id %s`, or resume again)\n",
+			sessionID, res.Status, sessionID, executorID, executorID)
+		return nil
+	}
 	return fmt.Errorf("session %s: run %s ended %s: %s", sessionID, res.RunID, res.Status, res.Error)
+}
+
+func newRetryCmd(g *globals) *cobra.Command {
+	var (
+		checkpoint, message string
+		fromStart           bool
+		delay               time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "retry <session> [--checkpoint ID | --from-start]",
+		Short: "Run a failed or interrupted session again, from a checkpoint (the latest by default) or from the start",
+		Long: "Starts an engine and runs the session again in a new run, printing its stream live.\n\n" +
+			"From a checkpoint (the latest unless --checkpoint names one; `helix-dbos sessions\n" +
+			"checkpoints <session>` lists them) the message log, custom state and step count go back to\n" +
+			"the checkpoint's. With --from-start the session keeps only its messages before the first\n" +
+			"model answer and its initial state. Stream chunks after the restored point are removed\n" +
+			"(readers see a stream_resync) and tool calls the session waited for are dropped.\n\n" +
+			"Retrying runs the agent's model and tools, so it needs the agent's definition: the demo\n" +
+			"agent, or an agent of an agent file (--agents FILE), as for `resume`.",
+		Example: "  helix-dbos retry support-42                       # from the latest checkpoint\n" +
+			"  helix-dbos retry support-42 --checkpoint cp_support-42_3 --agents agents.yaml\n" +
+			"  helix-dbos retry support-42 --from-start --message \"Try again, briefly.\"",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if fromStart && checkpoint != "" {
+				return fmt.Errorf("give --checkpoint ID or --from-start, not both")
+			}
+			sessionID := args[0]
+			opts := &engine.RetryOptions{Mode: engine.RetryFromCheckpoint, CheckpointID: checkpoint, Message: message}
+			if fromStart {
+				opts.Mode = engine.RetryFromStart
+			}
+			out := cmd.OutOrStdout()
+			if err := withStore(cmd.Context(), g, func(st *postgres.Store) error {
+				return describeRetry(cmd.Context(), out, st, sessionID, opts)
+			}); err != nil {
+				return err
+			}
+			return runContinue(cmd.Context(), out, g, sessionID, delay, "retrying", func(ctx context.Context, e *engine.Engine) (*engine.Handle, error) {
+				return e.Retry(ctx, sessionID, opts)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&checkpoint, "checkpoint", "", "the checkpoint to go back to (default: the latest)")
+	f.BoolVar(&fromStart, "from-start", false, "start over from the session's first messages and initial state")
+	f.StringVar(&message, "message", "", "a user message to add before the run")
+	addEngineFlags(f, defaultCLIExecutorID)
+	f.DurationVar(&delay, "delay", 25*time.Millisecond, "demo agent: pause between streamed words")
+	return cmd
+}
+
+// describeRetry checks that the session can be retried from where asked,
+// before any engine starts, and says where it goes back to.
+func describeRetry(ctx context.Context, out io.Writer, st *postgres.Store, sessionID string, opts *engine.RetryOptions) error {
+	s, err := st.LoadState(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	switch s.Status {
+	case helix.SessionFailed, helix.SessionInterrupted:
+	case helix.SessionActive:
+		return fmt.Errorf("session %s is running: abort it first (`helix-dbos abort %s`), or interrupt it and wait (`helix-dbos interrupt %s --wait`)", sessionID, sessionID, sessionID)
+	default:
+		return fmt.Errorf("session %s is %s: only a failed or interrupted session can be retried", sessionID, s.Status)
+	}
+	if opts.Mode == engine.RetryFromStart {
+		fmt.Fprintf(out, "• retrying session %s (%s) from the start: back to its first messages and initial state\n", sessionID, s.Status)
+		return nil
+	}
+	var cp *store.Checkpoint
+	if opts.CheckpointID != "" {
+		if cp, err = st.GetCheckpoint(ctx, opts.CheckpointID); err != nil {
+			return fmt.Errorf("%w: `helix-dbos sessions checkpoints %s` lists the session's checkpoints", err, sessionID)
+		}
+		if cp.SessionID != sessionID {
+			return fmt.Errorf("checkpoint %s belongs to session %s, not %s: `helix-dbos sessions checkpoints %s` lists this session's",
+				cp.ID, cp.SessionID, sessionID, sessionID)
+		}
+	} else if cp, err = st.GetLatestCheckpoint(ctx, sessionID); errors.Is(err, helix.ErrNotFound) {
+		fmt.Fprintf(out, "• retrying session %s (%s): it has no checkpoint yet, so from the start\n", sessionID, s.Status)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "• retrying session %s (%s) from checkpoint %s: step %d, %d messages\n", sessionID, s.Status, cp.ID, cp.StepCount, cp.MessageCount)
+	return nil
+}
+
+func newAbortCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "abort <session>",
+		Short: "Stop a running session now: its workflow is cancelled and the session fails (it can be retried)",
+		Long: "Cancels the session's workflow (it stops at its next step boundary, in whichever process\n" +
+			"runs it) and fails the session and its run with \"aborted: <reason>\" (error code aborted).\n" +
+			"Running sub-agents are aborted with it; calls the run waited for are ended. Unlike\n" +
+			"`interrupt`, which lets the current step commit and can be resumed, abort is immediate and\n" +
+			"final for the run: continue the session with `helix-dbos retry`.\n\n" +
+			"Needs no agent definition. Cancelling a workflow needs a launched engine, so the command\n" +
+			"starts one with a throwaway executor ID that recovers nothing.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runAbort(cmd.Context(), cmd.OutOrStdout(), g, args[0], reason)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "aborted by operator", "why, recorded on the session and the run")
+	return cmd
+}
+
+func runAbort(ctx context.Context, out io.Writer, g *globals, sessionID, reason string) error {
+	url, err := g.requireDatabaseURL()
+	if err != nil {
+		return err
+	}
+	var run *store.Run
+	var children int
+	if err := withStore(ctx, g, func(st *postgres.Store) error {
+		s, err := st.LoadState(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		if s.Status != helix.SessionActive {
+			hint := ""
+			switch s.Status {
+			case helix.SessionInterrupted, helix.SessionFailed:
+				hint = fmt.Sprintf(": it is not running; continue it with `helix-dbos retry %s`", sessionID)
+			}
+			return fmt.Errorf("session %s is %s: only a running (active) session can be aborted%s", sessionID, s.Status, hint)
+		}
+		if run, err = st.GetCurrentRun(ctx, sessionID); err != nil {
+			return fmt.Errorf("%w (an active session without a run: `helix-dbos doctor` explains)", err)
+		}
+		tree, err := st.ListSubtree(ctx, sessionID)
+		if err != nil {
+			return err
+		}
+		for _, c := range tree[min(1, len(tree)):] {
+			if c.Status == helix.SessionActive {
+				children++
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	fmt.Fprintf(out, "• aborting session %s: run %s (workflow %s)", sessionID, run.RunID, cmp.Or(run.WorkflowID, "none"))
+	if children > 0 {
+		fmt.Fprintf(out, " and %d running sub-agent session(s)", children)
+	}
+	fmt.Fprintln(out)
+	say := func(format string, args ...any) { fmt.Fprintf(out, "• "+format+"\n", args...) }
+	c, err := g.startEngine(ctx, url, engineOpts{executorID: fmt.Sprintf("helix-cli-abort-%s-%d", host, os.Getpid()),
+		skipMigrations: true, progress: say})
+	if err != nil {
+		return err
+	}
+	defer c.shutdown(ctx)
+	if err := c.e.Abort(ctx, sessionID, reason); err != nil {
+		return explain(err)
+	}
+	fmt.Fprintf(out, "session %s aborted (%s): it failed with error code %s; continue it with `helix-dbos retry %s`\n",
+		sessionID, reason, helix.CodeAborted, sessionID)
+	return nil
 }

@@ -98,7 +98,7 @@ func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration
 
 	d.phase("provisioning Postgres")
 	inspect := "helix-dbos sessions list --database-url <the same URL>"
-	if d.dbURL = g.databaseURL; d.dbURL != "" {
+	if d.dbURL = g.cfg.DatabaseURL; d.dbURL != "" {
 		d.say("using the database given by --database-url / HELIX_DATABASE_URL (%s)", redactURL(d.dbURL))
 	} else {
 		srv, err := pgprovision.Provision(ctx, pgprovision.Options{Logf: d.say})
@@ -249,7 +249,7 @@ func (d *demo) startWorker(sessionID, executorID string) (*worker, error) {
 		return nil, fmt.Errorf("find this program to re-execute it: %w", err)
 	}
 	args := []string{demoWorkerName, "--session", sessionID, "--executor-id", executorID, "--delay", d.delay.String()}
-	if d.g.verbose {
+	if d.g.cfg.Verbose {
 		args = append(args, "--verbose")
 	}
 	w := &worker{cmd: exec.Command(exe, args...), exited: make(chan struct{})}
@@ -258,7 +258,7 @@ func (d *demo) startWorker(sessionID, executorID string) (*worker, error) {
 	w.cmd.Env = append(os.Environ(), pgprovision.EnvDatabaseURL+"="+d.dbURL)
 	w.cmd.Stdout = &w.output
 	w.cmd.Stderr = &w.output
-	if d.g.verbose {
+	if d.g.cfg.Verbose {
 		w.cmd.Stderr = io.MultiWriter(&w.output, os.Stderr)
 	}
 	if w.stdin, err = w.cmd.StdinPipe(); err != nil {

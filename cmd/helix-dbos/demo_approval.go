@@ -198,7 +198,7 @@ func (d *demo) approveElsewhere(ctx context.Context, sessionID, runID string, re
 		return 0, fmt.Errorf("find this program to re-execute it: %w", err)
 	}
 	args := []string{"approve", sessionID, req.ToolCallID, "--reason", approvalReason}
-	if d.g.verbose {
+	if d.g.cfg.Verbose {
 		args = append(args, "--verbose")
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)

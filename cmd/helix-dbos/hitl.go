@@ -408,7 +408,7 @@ func rejectionHint(se *helix.SubmissionError, sessionID string, sub helix.ToolSu
 	case helix.SubmissionTimedOut:
 		return "nothing to do: the run went on without the answer (the model was told the call timed out)"
 	case helix.SubmissionSessionInterrupted:
-		return "resume the session first (engine.Resume in the process that defines its agent, or `helix-dbos resume` for the demo agent), then answer the call again"
+		return "resume the session first (engine.Resume in the process that defines its agent, or `helix-dbos resume " + sessionID + " --agents FILE` for an agent of an agent file), then answer the call again"
 	case helix.SubmissionNotWaiting:
 		return "nothing consumes the answer any more; `helix-dbos sessions show " + sessionID + "` shows why the session ended"
 	}

@@ -1,17 +1,26 @@
 // Command helix-dbos is the command-line companion of the helix-dbos
-// library: database migrations, a self-provisioning demo, and operator
-// commands for sessions and their streams.
+// library: an HTTP agent server for agents declared in YAML, operator
+// commands for sessions and their streams, database migrations and a
+// self-provisioning demo.
 //
-//	helix-dbos demo                          # no setup: provisions Postgres, runs an agent, crashes it, recovers
-//	helix-dbos migrate up|status|down        # the helix schema
-//	helix-dbos sessions list|show|messages|runs
+//	helix-dbos serve --agents agents.yaml (--auth-token NAME:SECRET | --allow-unauthenticated)
+//	helix-dbos sessions list|show|messages|runs|checkpoints
 //	helix-dbos stream <session> [--from N] [--no-follow]
 //	helix-dbos interrupt <session> [--reason R] [--wait]
-//	helix-dbos resume <session> [--message M]
+//	helix-dbos resume <session> [--message M] [--agents FILE]
+//	helix-dbos retry <session> [--checkpoint ID | --from-start] [--agents FILE]
+//	helix-dbos abort <session> [--reason R]
 //	helix-dbos approve|deny <session> <toolCallId> [--reason R]
 //	helix-dbos submit <session> <toolCallId> (--result JSON | --result-file F | --error MSG)
+//	helix-dbos doctor [--json]
+//	helix-dbos config [--json]
+//	helix-dbos migrate up|status|down
+//	helix-dbos demo                          # no setup: provisions Postgres, runs an agent, crashes it, recovers
 //
-// Every command but demo connects with --database-url or HELIX_DATABASE_URL.
+// Settings come from flags, HELIX_* environment variables and a YAML config
+// file (--config, HELIX_CONFIG, ./helix-dbos.yaml), in that precedence, with
+// one name each: --database-url, HELIX_DATABASE_URL, database-url. See
+// docs/cli.md.
 package main
 
 import (
@@ -30,10 +39,12 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// globals are the flags every command shares.
+// globals are the configuration every command shares: the merged
+// configuration (see config.go) and where it came from.
 type globals struct {
-	databaseURL string
-	verbose     bool
+	cfg     config
+	cfgFile string
+	sources map[string]configSource
 }
 
 func main() { os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -72,10 +83,14 @@ func newRootCmd() *cobra.Command {
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every command reads its settings from flags, HELIX_* variables
+		// and the config file (config.go).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.loadConfig(cmd) },
 	}
-	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", os.Getenv("HELIX_DATABASE_URL"),
-		"Postgres URL (env HELIX_DATABASE_URL)")
-	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "print more detail (engine logs on stderr)")
+	pf := root.PersistentFlags()
+	pf.String(configFlag, "", "config file (YAML; env HELIX_CONFIG; default ./"+defaultConfigFile+" when it exists)")
+	pf.String("database-url", "", "Postgres URL (env HELIX_DATABASE_URL, config key database-url)")
+	pf.BoolP("verbose", "v", false, "print more detail: engine logs on stderr (env HELIX_VERBOSE)")
 	// One command per line: add yours below.
 	root.AddCommand(newMigrateCmd(g))
 	root.AddCommand(newDemoCmd(g))
@@ -88,22 +103,28 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newDenyCmd(g))
 	root.AddCommand(newSubmitCmd(g))
 	root.AddCommand(newBenchCmd(g))
+	root.AddCommand(newAbortCmd(g))
+	root.AddCommand(newRetryCmd(g))
+	root.AddCommand(newDoctorCmd(g))
+	root.AddCommand(newServeCmd(g))
+	root.AddCommand(newConfigCmd(g))
 	return root
 }
 
 // requireDatabaseURL returns the configured URL or an error saying how to
 // set it.
 func (g *globals) requireDatabaseURL() (string, error) {
-	if g.databaseURL == "" {
-		return "", errors.New("no database: pass --database-url postgres://user:pass@host:5432/db or set HELIX_DATABASE_URL")
+	if g.cfg.DatabaseURL == "" {
+		return "", errors.New("no database: pass --database-url postgres://user:pass@host:5432/db, set HELIX_DATABASE_URL, " +
+			"or put database-url: in the config file (" + defaultConfigFile + ")")
 	}
-	return g.databaseURL, nil
+	return g.cfg.DatabaseURL, nil
 }
 
 // logger returns the engine logger: human-readable lines on stderr with
 // --verbose, nil (silent) otherwise.
 func (g *globals) logger() *zerolog.Logger {
-	if !g.verbose {
+	if !g.cfg.Verbose {
 		return nil
 	}
 	fi, err := os.Stderr.Stat()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -19,6 +20,10 @@ func TestMain(m *testing.M) {
 	// call: under `go test` that binary is this test binary.
 	if len(os.Args) > 1 && (os.Args[1] == demoWorkerName || os.Args[1] == "approve") {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if err := buildBinary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	pgtest.Main(m)
 }
@@ -76,7 +81,9 @@ func TestMigrateCommands(t *testing.T) {
 	out = mustCLI(t, "migrate", "status", "--json", "--database-url", url)
 	require.Contains(t, out, `"Applied": true`)
 	out = mustCLI(t, "migrate", "down", "--database-url", url)
-	require.Contains(t, out, "rolled back 00004_inbox.sql", "down rolls back one migration")
+	require.Contains(t, out, "rolled back 00005_run_error_code.sql", "down rolls back one migration")
+	out = mustCLI(t, "migrate", "down", "--database-url", url)
+	require.Contains(t, out, "rolled back 00004_inbox.sql")
 	out = mustCLI(t, "migrate", "down", "--database-url", url)
 	require.Contains(t, out, "rolled back 00003_sub_session_statuses.sql")
 	out = mustCLI(t, "migrate", "down", "--database-url", url)
@@ -92,6 +99,7 @@ func TestCommandsNeedADatabase(t *testing.T) {
 		{"migrate", "up"}, {"sessions", "list"}, {"sessions", "show", "s"}, {"sessions", "messages", "s"},
 		{"sessions", "runs", "s"}, {"stream", "s"}, {"interrupt", "s"}, {"resume", "s"},
 		{"approve", "s", "c"}, {"deny", "s", "c"}, {"submit", "s", "c", "--error", "failed"}, {"submit", "s", "c", "--result", "{}"},
+		{"sessions", "checkpoints", "s"}, {"abort", "s"}, {"retry", "s"}, {"doctor"}, {"serve", "--allow-unauthenticated"},
 	} {
 		_, err := runCLI(t, args...)
 		require.ErrorContains(t, err, "--database-url", "%v", args)

@@ -22,11 +22,12 @@ import (
 func newSessionsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sessions",
-		Short: "Inspect sessions: list, show, messages, runs",
+		Short: "Inspect sessions: list, show, messages, runs, checkpoints",
 		Long: "Read sessions from the helix tables (--database-url or HELIX_DATABASE_URL). These commands\n" +
 			"only read: they need no engine and work while agents run in other processes.",
 	}
-	cmd.AddCommand(newSessionsListCmd(g), newSessionsShowCmd(g), newSessionsMessagesCmd(g), newSessionsRunsCmd(g))
+	cmd.AddCommand(newSessionsListCmd(g), newSessionsShowCmd(g), newSessionsMessagesCmd(g), newSessionsRunsCmd(g),
+		newSessionsCheckpointsCmd(g))
 	return cmd
 }
 
@@ -342,6 +343,92 @@ func newSessionsRunsCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for scripts")
 	return cmd
+}
+
+// checkpointList is what `sessions checkpoints --json` prints.
+type checkpointList struct {
+	Checkpoints []store.Checkpoint `json:"checkpoints"`
+	Total       int                `json:"total"`
+	HasMore     bool               `json:"hasMore"`
+	// Current is the checkpoint the session is at now.
+	Current string `json:"current,omitempty"`
+}
+
+func newSessionsCheckpointsCmd(g *globals) *cobra.Command {
+	var (
+		offset, limit int
+		asJSON        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "checkpoints <session>",
+		Short: "List a session's checkpoints, oldest first: the points `retry --checkpoint` can go back to",
+		Long: "A checkpoint is written at every committed step: the step count, the length of the message\n" +
+			"log, the custom state and the stream position at that point. `helix-dbos retry <session>\n" +
+			"--checkpoint <id>` runs a failed or interrupted session again from one of them.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
+				s, err := st.LoadState(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				page, err := st.ListCheckpoints(cmd.Context(), args[0], &store.ListOptions{Offset: offset, Limit: limit})
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					list := checkpointList{Checkpoints: page.Items, Total: page.Total, HasMore: page.HasMore, Current: s.CheckpointID}
+					if list.Checkpoints == nil {
+						list.Checkpoints = []store.Checkpoint{}
+					}
+					return printJSON(out, list)
+				}
+				printCheckpoints(out, s, page, offset)
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&offset, "offset", 0, "skip this many checkpoints")
+	f.IntVar(&limit, "limit", 50, fmt.Sprintf("at most this many checkpoints (max %d)", store.MaxPageSize))
+	f.BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	return cmd
+}
+
+func printCheckpoints(out io.Writer, s *store.SessionState, page *store.CheckpointPage, offset int) {
+	if page.Total == 0 {
+		fmt.Fprintln(out, "no checkpoints (the session has not committed a step)")
+		return
+	}
+	if len(page.Items) == 0 {
+		fmt.Fprintf(out, "no checkpoints at offset %d (%d in total)\n", offset, page.Total)
+		return
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CHECKPOINT\tSTEP\tMESSAGES\tSTATUS\tSEQUENCE\tRUN\tCREATED")
+	for _, c := range page.Items {
+		seq := "-"
+		if c.StreamSequence != nil {
+			seq = fmt.Sprint(*c.StreamSequence)
+		}
+		current := ""
+		if c.ID == s.CheckpointID {
+			current = "  ← current"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s%s\n", c.ID, c.StepCount, c.MessageCount, c.Status, seq,
+			cmp.Or(shortID(c.RunID), "-"), fmtTime(c.CreatedAt), current)
+	}
+	_ = w.Flush()
+	fmt.Fprintf(out, "checkpoints %d–%d of %d", offset+1, offset+len(page.Items), page.Total)
+	if page.HasMore {
+		fmt.Fprintf(out, " (more: --offset %d)", offset+len(page.Items))
+	}
+	fmt.Fprintln(out)
+	switch s.Status {
+	case helix.SessionFailed, helix.SessionInterrupted:
+		fmt.Fprintf(out, "retry from one: helix-dbos retry %s --checkpoint <id>\n", s.SessionID)
+	}
 }
 
 func fmtTime(t time.Time) string {

@@ -10,13 +10,13 @@ import (
 )
 
 const runColumns = `run_id, session_id, turn, status, step_count, start_sequence, COALESCE(workflow_id, ''),
-	COALESCE(previous_run_id, ''), COALESCE(error, ''), started_at, completed_at, updated_at`
+	COALESCE(previous_run_id, ''), COALESCE(error, ''), COALESCE(error_code, ''), started_at, completed_at, updated_at`
 
 func scanRun(row Row) (*store.Run, error) {
 	var r store.Run
 	var status string
 	if err := row.Scan(&r.RunID, &r.SessionID, &r.Turn, &status, &r.StepCount, &r.StartSequence, &r.WorkflowID,
-		&r.PreviousRunID, &r.Error, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt); err != nil {
+		&r.PreviousRunID, &r.Error, &r.ErrorCode, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt); err != nil {
 		return nil, err
 	}
 	r.Status = helix.RunStatus(status)
@@ -76,15 +76,15 @@ func (s *Store) UpdateRunStatus(ctx context.Context, runID string, status helix.
 		return fmt.Errorf("store: update run %s: unknown status %q", runID, status)
 	}
 	var stepCount *int
-	var errMsg any
+	var errMsg, errCode any
 	if u != nil {
-		stepCount, errMsg = u.StepCount, nullIfEmpty(u.Error)
+		stepCount, errMsg, errCode = u.StepCount, nullIfEmpty(u.Error), nullIfEmpty(u.ErrorCode)
 	}
 	n, err := s.q.Exec(ctx, `UPDATE helix.runs SET status = $2, step_count = COALESCE($3, step_count),
-			error = COALESCE($4, error),
+			error = COALESCE($4, error), error_code = COALESCE($6, error_code),
 			completed_at = CASE WHEN $5 THEN COALESCE(completed_at, now()) ELSE NULL END,
 			updated_at = now()
-		WHERE run_id = $1`, runID, string(status), stepCount, errMsg, status.Final())
+		WHERE run_id = $1`, runID, string(status), stepCount, errMsg, status.Final(), errCode)
 	if err == nil && n == 0 {
 		err = notFound("run", runID)
 	}

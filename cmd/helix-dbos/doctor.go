@@ -1,0 +1,529 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/helix-agents/helix-dbos/migrations"
+)
+
+// Statuses of a doctor check.
+const (
+	checkOK      = "ok"
+	checkWarn    = "warn"
+	checkFail    = "fail"
+	checkSkipped = "skipped"
+)
+
+// doctorReport is what `doctor --json` prints.
+type doctorReport struct {
+	// OK is false when a check failed (the exit status is then 1).
+	OK     bool          `json:"ok"`
+	Checks []doctorCheck `json:"checks"`
+	// Executors and Stuck detail the last two checks.
+	Executors []executorInfo `json:"executors"`
+	Stuck     []stuckSession `json:"stuck"`
+}
+
+type doctorCheck struct {
+	Name    string `json:"name"` // database, migrations, dbos, executors, sessions
+	Title   string `json:"title"`
+	Status  string `json:"status"` // ok, warn, fail, skipped
+	Summary string `json:"summary"`
+	// Problems are what is wrong, each with what to do.
+	Problems []doctorProblem `json:"problems,omitempty"`
+}
+
+type doctorProblem struct {
+	Subject string `json:"subject,omitempty"`
+	Problem string `json:"problem"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+// executorInfo is one executor: a heartbeat row of helix.executors, the
+// workflows DBOS holds for it, or both.
+type executorInfo struct {
+	ExecutorID string `json:"executorId"`
+	// Heartbeat is false for an executor known only from its workflows
+	// (an engine embedded in your process records no heartbeat).
+	Heartbeat          bool       `json:"heartbeat"`
+	Alive              bool       `json:"alive"`
+	Hostname           string     `json:"hostname,omitempty"`
+	PID                int        `json:"pid,omitempty"`
+	ApplicationVersion string     `json:"applicationVersion,omitempty"`
+	StartedAt          *time.Time `json:"startedAt,omitempty"`
+	HeartbeatAt        *time.Time `json:"heartbeatAt,omitempty"`
+	// HeartbeatAge is the time since the last heartbeat, in seconds.
+	HeartbeatAge float64 `json:"heartbeatAgeSeconds,omitempty"`
+	// PendingWorkflows are the workflows DBOS would recover for it
+	// (PENDING, ENQUEUED or DELAYED).
+	PendingWorkflows int `json:"pendingWorkflows"`
+}
+
+// stuckSession is an active session that nothing is running or will run.
+type stuckSession struct {
+	SessionID      string `json:"sessionId"`
+	AgentType      string `json:"agentType"`
+	RunID          string `json:"runId,omitempty"`
+	RunStatus      string `json:"runStatus,omitempty"`
+	WorkflowID     string `json:"workflowId,omitempty"`
+	WorkflowStatus string `json:"workflowStatus,omitempty"`
+	ExecutorID     string `json:"executorId,omitempty"`
+	Problem        string `json:"problem"`
+	Hint           string `json:"hint"`
+}
+
+func newDoctorCmd(g *globals) *cobra.Command {
+	var (
+		asJSON bool
+		grace  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check the deployment: database, migrations, DBOS schema, executors, stuck sessions",
+		Long: "Runs these checks and prints one line each (✓ ok, ! warning, ✗ problem), with what to do\n" +
+			"about every problem:\n\n" +
+			"  database     the database answers (with the round-trip time)\n" +
+			"  migrations   every helix migration this binary knows is applied\n" +
+			"  dbos         DBOS's system schema exists (an engine has run here)\n" +
+			"  executors    the executors recorded in helix.executors (serve, resume and retry record\n" +
+			"               themselves with a heartbeat) are alive; a dead one that still owns pending\n" +
+			"               workflows is a problem: they resume only when an engine launches with its ID\n" +
+			"  sessions     no active session is stuck: its run has no workflow or its workflow ended,\n" +
+			"               its executor is dead, or it waits for a tool call past the call's deadline\n\n" +
+			"Exit status: 0 when nothing failed (warnings included), 1 otherwise. Reads only.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			url, err := g.requireDatabaseURL()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			emit := func(c doctorCheck) {
+				if !asJSON {
+					printCheck(out, c)
+				}
+			}
+			rep := runDoctor(cmd.Context(), url, grace, emit)
+			if asJSON {
+				if err := printJSON(out, rep); err != nil {
+					return err
+				}
+			}
+			if rep.OK {
+				return nil
+			}
+			failed := 0
+			for _, c := range rep.Checks {
+				if c.Status == checkFail {
+					failed++
+				}
+			}
+			return fmt.Errorf("doctor: %d check(s) failed", failed)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print JSON for scripts")
+	f.DurationVar(&grace, "grace", time.Minute, "how long a run may lack a workflow, or a call outlive its deadline, before it counts as stuck")
+	return cmd
+}
+
+// runDoctor runs the checks in order, passing each to emit as it is done.
+func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(doctorCheck)) *doctorReport {
+	rep := &doctorReport{OK: true, Executors: []executorInfo{}, Stuck: []stuckSession{}}
+	add := func(c doctorCheck) {
+		rep.Checks = append(rep.Checks, c)
+		if c.Status == checkFail {
+			rep.OK = false
+		}
+		emit(c)
+	}
+	skipRest := func(why string, names ...string) {
+		for _, n := range names {
+			add(doctorCheck{Name: n, Title: checkTitles[n], Status: checkSkipped, Summary: why})
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	conn, err := pgx.Connect(cctx, url)
+	if err != nil {
+		add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: redactURL(url),
+			Problems: []doctorProblem{{Problem: err.Error(), Hint: "check --database-url / HELIX_DATABASE_URL, and that Postgres runs and accepts connections from here"}}})
+		skipRest("no database", "migrations", "dbos", "executors", "sessions")
+		return rep
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	connect := time.Since(start)
+	rtt := time.Duration(1<<63 - 1)
+	var version string
+	for range 3 {
+		t := time.Now()
+		if err := conn.QueryRow(cctx, `SELECT current_setting('server_version')`).Scan(&version); err != nil {
+			add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: redactURL(url),
+				Problems: []doctorProblem{{Problem: err.Error()}}})
+			skipRest("no database", "migrations", "dbos", "executors", "sessions")
+			return rep
+		}
+		rtt = min(rtt, time.Since(t))
+	}
+	version, _, _ = strings.Cut(version, " ") // "15.18 (Debian 15.18-0+deb12u1)"
+	add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkOK,
+		Summary: fmt.Sprintf("%s · PostgreSQL %s · connect %s · round trip %s", redactURL(url), version, fmtMillis(connect), fmtMillis(rtt))})
+
+	helixOK := checkMigrations(ctx, conn, add)
+	var dbosOK bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('dbos.workflow_status') IS NOT NULL`).Scan(&dbosOK); err != nil {
+		add(doctorCheck{Name: "dbos", Title: checkTitles["dbos"], Status: checkFail, Problems: []doctorProblem{{Problem: err.Error()}}})
+	} else if dbosOK {
+		add(doctorCheck{Name: "dbos", Title: checkTitles["dbos"], Status: checkOK, Summary: "schema dbos"})
+	} else {
+		add(doctorCheck{Name: "dbos", Title: checkTitles["dbos"], Status: checkWarn, Summary: "no engine has run on this database yet",
+			Problems: []doctorProblem{{Problem: "DBOS's system schema (dbos) is missing, so nothing has run here",
+				Hint: "start an engine on this database (`helix-dbos serve --agents FILE`, or your process); if one runs, check --database-url: it must be the database your engines use"}}})
+	}
+	if !helixOK || !dbosOK {
+		skipRest("needs the helix and dbos schemas", "executors", "sessions")
+		return rep
+	}
+	execs, c := checkExecutors(ctx, conn)
+	rep.Executors = execs
+	add(c)
+	stuck, c := checkSessions(ctx, conn, execs, grace)
+	rep.Stuck = stuck
+	add(c)
+	return rep
+}
+
+var checkTitles = map[string]string{
+	"database":   "database reachable",
+	"migrations": "migrations current",
+	"dbos":       "DBOS schema present",
+	"executors":  "executors alive",
+	"sessions":   "no stuck sessions",
+}
+
+// fmtAge formats an age in seconds: 7s, 5m, 2h13m.
+func fmtAge(seconds float64) string {
+	d := time.Duration(seconds * float64(time.Second))
+	if d < time.Minute {
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Truncate(time.Minute).String(), "0s")
+}
+
+func fmtMillis(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) + " ms"
+}
+
+// checkMigrations compares the applied helix migrations with those this
+// binary embeds, reading goose's version table (migrations.Status would
+// create the schema: doctor only reads). It reports whether the helix
+// schema exists.
+func checkMigrations(ctx context.Context, conn *pgx.Conn, add func(doctorCheck)) bool {
+	c := doctorCheck{Name: "migrations", Title: checkTitles["migrations"]}
+	known := map[int64]string{}
+	_ = fs.WalkDir(migrations.FS(), ".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if v, err := strconv.ParseInt(strings.SplitN(path, "_", 2)[0], 10, 64); err == nil {
+				known[v] = path
+			}
+		}
+		return nil
+	})
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&exists); err != nil {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+		add(c)
+		return false
+	}
+	if !exists {
+		c.Status, c.Summary = checkFail, "the helix schema is missing"
+		c.Problems = []doctorProblem{{Problem: "no helix migration is applied", Hint: "run `helix-dbos migrate up` (an engine also migrates when it launches), or check --database-url"}}
+		add(c)
+		return false
+	}
+	rows, err := conn.Query(ctx, `SELECT DISTINCT version_id FROM `+migrations.VersionTable+` WHERE version_id > 0`)
+	if err != nil {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+		add(c)
+		return false
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+		add(c)
+		return false
+	}
+	var pending, unknown []string
+	for _, v := range slices.Sorted(func(yield func(int64) bool) {
+		for v := range known {
+			if !yield(v) {
+				return
+			}
+		}
+	}) {
+		if !slices.Contains(applied, v) {
+			pending = append(pending, known[v])
+		}
+	}
+	for _, v := range applied {
+		if _, ok := known[v]; !ok {
+			unknown = append(unknown, strconv.FormatInt(v, 10))
+		}
+	}
+	c.Status, c.Summary = checkOK, fmt.Sprintf("%d of %d applied", len(known)-len(pending), len(known))
+	if len(pending) > 0 {
+		c.Status = checkFail
+		c.Problems = append(c.Problems, doctorProblem{Problem: fmt.Sprintf("%d pending: %s", len(pending), strings.Join(pending, ", ")),
+			Hint: "run `helix-dbos migrate up` (safe while engines run; an engine also migrates when it launches)"})
+	}
+	if len(unknown) > 0 {
+		if c.Status == checkOK {
+			c.Status = checkWarn
+		}
+		c.Problems = append(c.Problems, doctorProblem{Problem: "the database has migrations this binary does not know (version " + strings.Join(unknown, ", ") + ")",
+			Hint: "a newer helix-dbos migrated it: use that version of the CLI"})
+	}
+	add(c)
+	return true
+}
+
+// checkExecutors lists the executors and fails on a dead one that still
+// owns workflows.
+func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctorCheck) {
+	c := doctorCheck{Name: "executors", Title: checkTitles["executors"], Status: checkOK}
+	fail := func(err error) ([]executorInfo, doctorCheck) {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+		return []executorInfo{}, c
+	}
+	byID := map[string]*executorInfo{}
+	rows, err := conn.Query(ctx, `SELECT executor_id, application_version, coalesce(hostname, ''), coalesce(pid, 0),
+		started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8 FROM helix.executors`)
+	if err != nil {
+		return fail(err)
+	}
+	for rows.Next() {
+		var e executorInfo
+		var started, beat time.Time
+		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &started, &beat, &e.HeartbeatAge); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		e.Heartbeat, e.StartedAt, e.HeartbeatAt = true, &started, &beat
+		e.Alive = e.HeartbeatAge < heartbeatStale.Seconds()
+		byID[e.ExecutorID] = &e
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	rows, err = conn.Query(ctx, `SELECT coalesce(executor_id, ''), count(*) FROM dbos.workflow_status
+		WHERE status IN ('PENDING', 'ENQUEUED', 'DELAYED') GROUP BY 1`)
+	if err != nil {
+		return fail(err)
+	}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		e, ok := byID[id]
+		if !ok {
+			e = &executorInfo{ExecutorID: id}
+			byID[id] = e
+		}
+		e.PendingWorkflows = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	list := make([]executorInfo, 0, len(byID))
+	for _, e := range byID {
+		list = append(list, *e)
+	}
+	slices.SortFunc(list, func(a, b executorInfo) int { return strings.Compare(a.ExecutorID, b.ExecutorID) })
+	var alive, dead, silent []string
+	for _, e := range list {
+		switch {
+		case e.Alive:
+			alive = append(alive, describeExecutor(e))
+		case e.Heartbeat && e.PendingWorkflows > 0:
+			dead = append(dead, e.ExecutorID)
+			c.Problems = append(c.Problems, doctorProblem{Subject: e.ExecutorID,
+				Problem: fmt.Sprintf("dead (last heartbeat %s ago, pid %d on %s) with %d pending workflow(s)",
+					fmtAge(e.HeartbeatAge), e.PID, e.Hostname, e.PendingWorkflows),
+				Hint: fmt.Sprintf("its workflows resume only in an engine launched with executor ID %s: restart the process that used it, "+
+					"or `helix-dbos serve --agents FILE --executor-id %s`", e.ExecutorID, e.ExecutorID)})
+		case !e.Heartbeat && e.PendingWorkflows > 0:
+			silent = append(silent, fmt.Sprintf("%s (%d pending workflow(s))", cmp.Or(e.ExecutorID, `""`), e.PendingWorkflows))
+		}
+	}
+	switch {
+	case len(dead) > 0:
+		c.Status = checkFail
+		c.Summary = fmt.Sprintf("%d alive, %d dead with pending workflows", len(alive), len(dead))
+	case len(alive) == 0 && len(silent) == 0:
+		c.Status, c.Summary = checkWarn, "none recorded: no engine runs here now"
+		c.Problems = append(c.Problems, doctorProblem{Problem: "no executor has a fresh heartbeat in helix.executors",
+			Hint: "start one (`helix-dbos serve --agents FILE`); engines embedded in your own processes do not record heartbeats, so they do not show here"})
+	default:
+		c.Summary = fmt.Sprintf("%d alive", len(alive))
+		if len(alive) > 0 {
+			c.Summary += ": " + strings.Join(alive, "; ")
+		}
+	}
+	if len(silent) > 0 {
+		if c.Status == checkOK {
+			c.Status = checkWarn
+		}
+		c.Problems = append(c.Problems, doctorProblem{Problem: "own pending workflows but record no heartbeat: " + strings.Join(silent, ", "),
+			Hint: "engines embedded in your own processes do not record heartbeats: make sure a process with each of these executor IDs runs"})
+	}
+	return list, c
+}
+
+func describeExecutor(e executorInfo) string {
+	return fmt.Sprintf("%s (pid %d on %s, heartbeat %s ago, %d pending workflow(s))", e.ExecutorID, e.PID, e.Hostname,
+		fmtAge(e.HeartbeatAge), e.PendingWorkflows)
+}
+
+// checkSessions finds active sessions that nothing runs.
+func checkSessions(ctx context.Context, conn *pgx.Conn, execs []executorInfo, grace time.Duration) ([]stuckSession, doctorCheck) {
+	c := doctorCheck{Name: "sessions", Title: checkTitles["sessions"], Status: checkOK}
+	fail := func(err error) ([]stuckSession, doctorCheck) {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+		return []stuckSession{}, c
+	}
+	dead := map[string]executorInfo{}
+	for _, e := range execs {
+		if e.Heartbeat && !e.Alive {
+			dead[e.ExecutorID] = e
+		}
+	}
+	rows, err := conn.Query(ctx, `
+SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''), coalesce(r.workflow_id, ''),
+       coalesce(r.updated_at < now() - make_interval(secs => $1), true),
+       coalesce(w.status, ''), coalesce(w.executor_id, ''),
+       (SELECT string_agg(c.key || ' (' || coalesce(c.value->>'toolName', '?') || ')', ', ' ORDER BY c.key)
+          FROM jsonb_each(s.pending_client_tool_calls) c
+         WHERE coalesce((c.value->>'deadlineAt')::bigint, 0) > 0
+           AND (c.value->>'deadlineAt')::bigint < (extract(epoch FROM now() - make_interval(secs => $1)) * 1000)::bigint
+           AND c.value->'submission' IS NULL AND coalesce((c.value->>'timedOutAt')::bigint, 0) = 0
+           AND coalesce((c.value->>'consumedAt')::bigint, 0) = 0)
+FROM helix.sessions s
+LEFT JOIN LATERAL (SELECT r.run_id, r.status, r.workflow_id, r.updated_at FROM helix.runs r
+                   WHERE r.session_id = s.session_id ORDER BY r.turn DESC LIMIT 1) r ON true
+LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
+WHERE s.status = 'active'
+ORDER BY s.updated_at`, grace.Seconds())
+	if err != nil {
+		return fail(err)
+	}
+	stuck := []stuckSession{}
+	active := 0
+	for rows.Next() {
+		active++
+		var s stuckSession
+		var old bool
+		var overdue *string
+		if err := rows.Scan(&s.SessionID, &s.AgentType, &s.RunID, &s.RunStatus, &s.WorkflowID, &old, &s.WorkflowStatus, &s.ExecutorID, &overdue); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		id := s.SessionID
+		abortRetry := fmt.Sprintf("`helix-dbos abort %s` fails it, then `helix-dbos retry %s --agents FILE` runs it again", id, id)
+		switch {
+		case s.RunID == "":
+			s.Problem = "active, but it has no run: nothing will run it"
+			s.Hint = fmt.Sprintf("inspect it with `helix-dbos sessions show %s`", id)
+		case s.WorkflowID == "":
+			if !old {
+				continue
+			}
+			s.Problem = fmt.Sprintf("its run %s (%s) has no workflow", s.RunID, s.RunStatus)
+			s.Hint = fmt.Sprintf("inspect it with `helix-dbos sessions runs %s`", id)
+		case s.WorkflowStatus == "":
+			if !old {
+				continue // the workflow is being started
+			}
+			s.Problem = fmt.Sprintf("its run %s was recorded but its workflow %s never started (a process died in between)", s.RunID, s.WorkflowID)
+			s.Hint = fmt.Sprintf("the next engine that launches starts it: start a process that defines agent %s (`helix-dbos serve --agents FILE`)", s.AgentType)
+		case !slices.Contains([]string{"PENDING", "ENQUEUED", "DELAYED"}, s.WorkflowStatus):
+			s.Problem = fmt.Sprintf("its workflow %s ended %s, but the session is still active", s.WorkflowID, s.WorkflowStatus)
+			s.Hint = abortRetry
+		case dead[s.ExecutorID].Heartbeat:
+			e := dead[s.ExecutorID]
+			s.Problem = fmt.Sprintf("its workflow %s belongs to executor %s, which is dead (last heartbeat %s ago)", s.WorkflowID, s.ExecutorID,
+				fmtAge(e.HeartbeatAge))
+			s.Hint = fmt.Sprintf("launch an engine with executor ID %s to recover it (`helix-dbos serve --agents FILE --executor-id %s`), or %s", s.ExecutorID, s.ExecutorID, abortRetry)
+		case overdue != nil:
+			s.Problem = fmt.Sprintf("its run %s (%s) waits for tool call(s) past their deadline: %s; the run should have timed them out", s.RunID, s.RunStatus, *overdue)
+			s.Hint = fmt.Sprintf("make sure a process with executor ID %s runs (it times the calls out when it recovers the run), or answer them (`helix-dbos submit %s <call> ...`), or %s",
+				cmp.Or(s.ExecutorID, "?"), id, abortRetry)
+		default:
+			continue
+		}
+		stuck = append(stuck, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	var interrupted int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM helix.sessions WHERE status = 'interrupted'`).Scan(&interrupted); err != nil {
+		return fail(err)
+	}
+	c.Summary = fmt.Sprintf("%d active", active)
+	if len(stuck) > 0 {
+		c.Status = checkFail
+		c.Title = "stuck sessions"
+		c.Summary = fmt.Sprintf("%d stuck of %d active", len(stuck), active)
+		for _, s := range stuck {
+			c.Problems = append(c.Problems, doctorProblem{Subject: s.SessionID, Problem: s.Problem, Hint: s.Hint})
+		}
+	}
+	if interrupted > 0 {
+		c.Summary += fmt.Sprintf(", %d interrupted (waiting for `helix-dbos resume <session>`: `helix-dbos sessions list --status interrupted`)", interrupted)
+	}
+	return stuck, c
+}
+
+// maxProblems bounds the problems printed per check (--json has them all).
+const maxProblems = 20
+
+func printCheck(out io.Writer, c doctorCheck) {
+	mark := map[string]string{checkOK: "✓", checkWarn: "!", checkFail: "✗", checkSkipped: "-"}[c.Status]
+	line := fmt.Sprintf("%s %-20s", mark, c.Title)
+	if c.Summary != "" {
+		line += " " + c.Summary
+	}
+	fmt.Fprintln(out, strings.TrimRight(line, " "))
+	for i, p := range c.Problems {
+		if i == maxProblems {
+			fmt.Fprintf(out, "    … and %d more (--json lists them all)\n", len(c.Problems)-maxProblems)
+			break
+		}
+		text := p.Problem
+		if p.Subject != "" {
+			text = p.Subject + ": " + text
+		}
+		fmt.Fprintf(out, "    %s\n", text)
+		if p.Hint != "" {
+			fmt.Fprintf(out, "      → %s\n", p.Hint)
+		}
+	}
+}

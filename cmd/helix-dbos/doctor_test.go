@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/migrations"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+func doctorJSON(t *testing.T, o binOpts, args ...string) (*doctorReport, binResult) {
+	t.Helper()
+	r := runBin(t, o, append([]string{"doctor", "--json"}, args...)...)
+	var rep doctorReport
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), "%s", r)
+	return &rep, r
+}
+
+func statuses(rep *doctorReport) map[string]string {
+	out := map[string]string{}
+	for _, c := range rep.Checks {
+		out[c.Name] = c.Status
+	}
+	return out
+}
+
+// A database an engine ran on, with nothing stuck, passes (the only
+// warning: no executor records a heartbeat).
+func TestDoctorHealthy(t *testing.T) {
+	t.Parallel()
+	url, _, _ := completedSession(t)
+	o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
+	out := mustBin(t, o, "doctor")
+	require.Regexp(t, `(?m)^✓ database reachable\s+postgres://\S+ · PostgreSQL [\d.]+ · connect [\d.]+ ms · round trip [\d.]+ ms$`, out)
+	n := migrationCount(t)
+	require.Regexp(t, fmt.Sprintf(`(?m)^✓ migrations current\s+%d of %d applied$`, n, n), out)
+	require.Regexp(t, `(?m)^✓ DBOS schema present\s+schema dbos$`, out)
+	require.Regexp(t, `(?m)^! executors alive\s+none recorded: no engine runs here now$`, out)
+	require.Regexp(t, `(?m)^✓ no stuck sessions\s+0 active$`, out)
+
+	rep, r := doctorJSON(t, o)
+	require.Equal(t, 0, r.code)
+	require.True(t, rep.OK)
+	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkWarn, "sessions": checkOK}, statuses(rep))
+	require.Empty(t, rep.Stuck)
+}
+
+// What doctor finds wrong makes it exit 1, with a hint for each problem.
+func TestDoctorProblems(t *testing.T) {
+	t.Parallel()
+	t.Run("unreachable", func(t *testing.T) {
+		t.Parallel()
+		rep, r := doctorJSON(t, binOpts{}, "--database-url", "postgres://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
+		require.Equal(t, 1, r.code)
+		require.False(t, rep.OK)
+		require.Equal(t, map[string]string{"database": checkFail, "migrations": checkSkipped, "dbos": checkSkipped,
+			"executors": checkSkipped, "sessions": checkSkipped}, statuses(rep))
+		require.Contains(t, rep.Checks[0].Problems[0].Hint, "check --database-url")
+		require.Equal(t, "helix-dbos: doctor: 1 check(s) failed\n", r.stderr)
+		require.NotContains(t, r.stdout, "secret", "the password is redacted")
+	})
+	t.Run("no schema", func(t *testing.T) {
+		t.Parallel()
+		r := runBin(t, binOpts{}, "doctor", "--database-url", pgtest.NewEmptyURL(t))
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stdout, "✗ migrations current   the helix schema is missing\n    no helix migration is applied\n"+
+			"      → run `helix-dbos migrate up` (an engine also migrates when it launches), or check --database-url\n")
+		require.Contains(t, r.stdout, "! DBOS schema present  no engine has run on this database yet\n")
+	})
+	t.Run("pending migration", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewURL(t)
+		mustCLI(t, "migrate", "down", "--database-url", url)
+		r := runBin(t, binOpts{}, "doctor", "--database-url", url)
+		require.Equal(t, 1, r.code)
+		n := migrationCount(t)
+		require.Contains(t, r.stdout, fmt.Sprintf("✗ migrations current   %d of %d applied\n    1 pending: %s\n", n-1, n, lastMigration(t))+
+			"      → run `helix-dbos migrate up` (safe while engines run; an engine also migrates when it launches)\n")
+	})
+}
+
+// doctor finds the sessions nothing runs: a run whose workflow never
+// started, a workflow that ended under an active session, a workflow of a
+// dead executor, a call waiting past its deadline, a session without a run.
+func TestDoctorStuckSessions(t *testing.T) {
+	t.Parallel()
+	url, e, _ := completedSession(t) // an engine ran: the dbos schema exists
+	st := e.Store()
+	ctx := t.Context()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := st.Pool().Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	session := func(id, workflowID string, runStatus helix.RunStatus) {
+		t.Helper()
+		_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: id, AgentType: "billing"})
+		require.NoError(t, err)
+		if workflowID != "" {
+			_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "run-" + id, SessionID: id, Turn: 1, Status: runStatus, WorkflowID: workflowID})
+			require.NoError(t, err)
+		}
+	}
+	workflow := func(id, status, executor string) {
+		t.Helper()
+		exec(`INSERT INTO dbos.workflow_status (workflow_uuid, status, name, executor_id) VALUES ($1, $2, 'helix.turn', $3)`, id, status, executor)
+	}
+	exec(`INSERT INTO helix.executors (executor_id, application_version, hostname, pid, heartbeat_at) VALUES
+		('alive', 'v', 'h1', 11, now()), ('gone', 'v', 'h2', 22, now() - interval '5 minutes 20 seconds'), ('stopped', 'v', 'h3', 33, now() - interval '1 hour')`)
+
+	session("orphan", "wf-orphan", helix.RunRunning)
+	session("ended", "wf-ended", helix.RunRunning)
+	workflow("wf-ended", "ERROR", "alive")
+	session("dead", "wf-dead", helix.RunRunning)
+	workflow("wf-dead", "PENDING", "gone")
+	session("overdue", "wf-overdue", helix.RunSuspendedClientTool)
+	workflow("wf-overdue", "PENDING", "alive")
+	past := time.Now().Add(-time.Hour).UnixMilli()
+	exec(`UPDATE helix.sessions SET pending_client_tool_calls = $1 WHERE session_id = 'overdue'`,
+		fmt.Sprintf(`{"call-1": {"toolCallId": "call-1", "toolName": "ask_user", "kind": "client-tool-result", "deadlineAt": %d},
+		              "call-2": {"toolCallId": "call-2", "toolName": "ask_user", "kind": "client-tool-result", "deadlineAt": %d, "timedOutAt": %d}}`,
+			past, past, past))
+	session("waiting", "wf-waiting", helix.RunSuspendedClientTool) // waits, within its deadline: fine
+	workflow("wf-waiting", "PENDING", "alive")
+	session("norun", "", "")
+
+	o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
+	r := runBin(t, o, "doctor", "--grace", "0s")
+	require.Equal(t, 1, r.code, "%s", r)
+	out := r.stdout
+	require.Contains(t, out, "✗ executors alive      1 alive, 1 dead with pending workflows\n"+
+		"    gone: dead (last heartbeat 5m ago, pid 22 on h2) with 1 pending workflow(s)\n"+
+		"      → its workflows resume only in an engine launched with executor ID gone: restart the process that used it, or `helix-dbos serve --agents FILE --executor-id gone`\n")
+	require.Contains(t, out, "✗ stuck sessions       5 stuck of 6 active\n")
+	require.Contains(t, out, "    orphan: its run run-orphan was recorded but its workflow wf-orphan never started (a process died in between)\n"+
+		"      → the next engine that launches starts it: start a process that defines agent billing (`helix-dbos serve --agents FILE`)\n")
+	require.Contains(t, out, "    ended: its workflow wf-ended ended ERROR, but the session is still active\n"+
+		"      → `helix-dbos abort ended` fails it, then `helix-dbos retry ended --agents FILE` runs it again\n")
+	require.Contains(t, out, "    dead: its workflow wf-dead belongs to executor gone, which is dead (last heartbeat 5m ago)\n"+
+		"      → launch an engine with executor ID gone to recover it (`helix-dbos serve --agents FILE --executor-id gone`), or `helix-dbos abort dead` fails it")
+	require.Contains(t, out, "    overdue: its run run-overdue (suspended_client_tool) waits for tool call(s) past their deadline: call-1 (ask_user); the run should have timed them out\n")
+	require.Contains(t, out, "    norun: active, but it has no run: nothing will run it\n")
+	require.NotContains(t, out, "waiting:")
+
+	rep, r := doctorJSON(t, o, "--grace", "0s")
+	require.Equal(t, 1, r.code)
+	var ids []string
+	for _, s := range rep.Stuck {
+		ids = append(ids, s.SessionID)
+	}
+	require.ElementsMatch(t, []string{"orphan", "ended", "dead", "overdue", "norun"}, ids)
+	byID := map[string]executorInfo{}
+	for _, e := range rep.Executors {
+		byID[e.ExecutorID] = e
+	}
+	require.True(t, byID["alive"].Alive)
+	require.Equal(t, 2, byID["alive"].PendingWorkflows)
+	require.False(t, byID["gone"].Alive)
+	require.False(t, byID["stopped"].Alive)
+	require.Zero(t, byID["stopped"].PendingWorkflows, "a stopped executor without workflows is no problem")
+
+	// Within the grace period a run without a workflow is being started.
+	rep, _ = doctorJSON(t, o)
+	for _, s := range rep.Stuck {
+		require.NotEqual(t, "orphan", s.SessionID)
+	}
+}
+
+// migrationCount is the number of helix migrations.
+func migrationCount(t *testing.T) int {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	return len(files)
+}
+
+// lastMigration is the file name of the newest helix migration.
+func lastMigration(t *testing.T) string {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS(), "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	return files[len(files)-1]
+}

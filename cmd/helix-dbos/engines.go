@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/agentfile"
+	"github.com/helix-agents/helix-dbos/migrations"
+)
+
+// loadAgentFile builds the agents of the configured agent file (--agents,
+// HELIX_AGENTS, agents:), or returns nil when none is configured.
+func (g *globals) loadAgentFile() (*agentfile.Agents, error) {
+	if g.cfg.Agents == "" {
+		return nil, nil
+	}
+	return agentfile.Load(g.cfg.Agents, nil)
+}
+
+// cliAgents are the agents resume, retry and abort register: those of the
+// agent file, then the demo agent (unless the file defines its name).
+type cliAgentSet struct {
+	all  []*helix.Agent
+	file *agentfile.Agents
+	rec  *recorder
+}
+
+// known returns the agent types the set runs, sub-agents and companions
+// included.
+func (s *cliAgentSet) known() map[string]bool {
+	out := map[string]bool{}
+	var walk func(a *helix.Agent)
+	walk = func(a *helix.Agent) {
+		if out[a.Name] {
+			return
+		}
+		out[a.Name] = true
+		for _, sub := range append(a.SubAgents(), a.CompanionAgents()...) {
+			walk(sub)
+		}
+	}
+	for _, a := range s.all {
+		walk(a)
+	}
+	return out
+}
+
+func (s *cliAgentSet) close() { s.rec.close() }
+
+// agentsFor returns the agents a command that continues a session of
+// agentType registers, or an error saying how to define that agent. The
+// demo agent records its executions (helix_demo.executions) only when it
+// is the one that runs.
+func (g *globals) agentsFor(ctx context.Context, url, sessionID, agentType string, delay time.Duration) (*cliAgentSet, error) {
+	file, err := g.loadAgentFile()
+	if err != nil {
+		return nil, err
+	}
+	s := &cliAgentSet{file: file}
+	if file != nil {
+		s.all = append(s.all, file.All...)
+	}
+	if file == nil || !slices.Contains(file.Names(), researchAgentName) {
+		o := researchOpts{delay: delay}
+		if agentType == researchAgentName {
+			if s.rec, err = newRecorder(ctx, url, true); err != nil {
+				return nil, err
+			}
+			o.rec = s.rec
+		}
+		s.all = append(s.all, cliDemoAgents[researchAgentName](o))
+	}
+	if agentType != "" && !s.known()[agentType] {
+		s.close()
+		knows := slices.Sorted(maps.Keys(s.known()))
+		how := "or give this command an agent file that defines it (--agents FILE, HELIX_AGENTS or agents: in the config file)"
+		if file != nil {
+			how = fmt.Sprintf("the agent file %s does not define it either", g.cfg.Agents)
+		}
+		return nil, fmt.Errorf("session %s belongs to agent %q, which this CLI does not define (it knows only %s): "+
+			"the process that owns the agent must resume it (engine.Resume), because resuming runs the agent's model and tools; %s",
+			sessionID, agentType, strings.Join(knows, ", "), how)
+	}
+	return s, nil
+}
+
+// cliEngine is an engine a command started.
+type cliEngine struct {
+	e  *engine.Engine
+	hb *executorHeartbeat
+	id string
+}
+
+// engineOpts describe the engine a command starts.
+type engineOpts struct {
+	executorID     string
+	agents         *cliAgentSet
+	skipMigrations bool
+	// claim records the executor ID in helix.executors with a heartbeat
+	// (and refuses an ID a live process holds). Off for a throwaway ID.
+	claim bool
+	// progress reports each stage; nil is silent.
+	progress func(format string, args ...any)
+	// beforeLaunch runs after the agents are registered, before Launch
+	// (serve builds its HTTP server there: it registers its agents too).
+	beforeLaunch func(e *engine.Engine) error
+}
+
+// startEngine builds, prepares and launches an engine: migrations (unless
+// skipped), agents, the orphaned-runs check, the executor claim, Launch.
+func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ *cliEngine, err error) {
+	say := o.progress
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	say("starting an engine (executor %s)", o.executorID)
+	if err := ping(ctx, url); err != nil {
+		return nil, err
+	}
+	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, SkipMigrations: true, Logger: g.logger()})
+	if err != nil {
+		return nil, err
+	}
+	c := &cliEngine{e: e, id: o.executorID}
+	defer func() {
+		if err != nil {
+			c.shutdown(ctx)
+		}
+	}()
+	pool := e.Store().Pool()
+	if !o.skipMigrations {
+		db := stdlib.OpenDBFromPool(pool)
+		applied, err := migrations.Up(ctx, db)
+		_ = db.Close()
+		if err != nil {
+			return nil, fmt.Errorf("migrate %s: %w", redactURL(url), err)
+		}
+		for _, r := range applied {
+			say("applied migration %s", r.Name)
+		}
+	}
+	known := map[string]bool{}
+	if o.agents != nil {
+		if err := e.Register(o.agents.all...); err != nil {
+			return nil, err
+		}
+		known = o.agents.known()
+	}
+	if o.beforeLaunch != nil {
+		if err := o.beforeLaunch(e); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkOrphans(ctx, pool, known); err != nil {
+		return nil, err
+	}
+	if o.claim {
+		if c.hb, err = claimExecutor(ctx, url, o.executorID, engine.DefaultApplicationVersion, g.logger()); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.Launch(ctx); err != nil {
+		return nil, explain(err)
+	}
+	return c, nil
+}
+
+// ping says clearly when the database does not answer (DBOS's own error
+// is long and names no setting).
+func ping(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w (check --database-url or HELIX_DATABASE_URL)", redactURL(url), err)
+	}
+	return conn.Close(ctx)
+}
+
+// shutdown stops the engine, then the heartbeat (freeing the executor ID):
+// runs still going stop at their next step and are recovered by the next
+// engine with this executor ID.
+func (c *cliEngine) shutdown(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	_ = c.e.Shutdown(sctx)
+	c.hb.stop(sctx)
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+)
+
+// serveAddr waits for serve to listen and returns its address.
+func serveAddr(t *testing.T, p *bgProcess) string {
+	t.Helper()
+	p.waitFor(t, "stop with Ctrl-C", time.Minute)
+	m := regexp.MustCompile(`listening on http://(\S+) \(executor `).FindStringSubmatch(p.stdout.String())
+	require.NotNil(t, m, p.stdout.String())
+	return m[1]
+}
+
+// request sends a JSON request with an optional bearer secret; the caller
+// closes the response body.
+func request(t *testing.T, method, url, secret, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+// statusOf sends a request and returns the response's status code.
+func statusOf(t *testing.T, method, url, secret, body string) int {
+	t.Helper()
+	resp := request(t, method, url, secret, body)
+	defer resp.Body.Close()
+	return resp.StatusCode
+}
+
+// serve runs the agents of an agent file over HTTP: a scripted agent
+// started with POST /start streams to its end over /sse; SIGTERM stops the
+// server cleanly and frees its executor ID.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t) // serve migrates
+	env := []string{"HELIX_DATABASE_URL=" + url}
+	const secret = "test-secret-0123456789abcdef"
+	p := startBin(t, binOpts{env: env}, "serve", "--agents", exampleAgents, "--addr", "127.0.0.1:0", "--auth-token", "tester:"+secret)
+	addr := serveAddr(t, p)
+	base := "http://" + addr
+	out := p.stdout.String()
+	require.Contains(t, out, "• agents from "+exampleAgents+": assistant, researcher, intake, publisher, editor\n")
+	require.Contains(t, out, "• applied migration 00001_initial.sql\n")
+	require.Regexp(t, `(?m)^assistant\s+scripted scripts/agents.yaml\s+ask_user, subagent__researcher$`, out)
+	require.Contains(t, out, "authentication: bearer tokens for tester\n")
+	require.NotContains(t, out, secret)
+
+	require.Equal(t, http.StatusUnauthorized, statusOf(t, http.MethodPost, base+"/start", "", `{"agentType":"assistant","message":"Hello"}`), "no token")
+	require.Equal(t, http.StatusUnauthorized, statusOf(t, http.MethodPost, base+"/start", "wrong-secret", `{"agentType":"assistant","message":"Hello"}`),
+		"an unknown token")
+
+	start := request(t, http.MethodPost, base+"/start", secret, `{"agentType":"assistant","message":"Hello","sessionId":"web-1"}`)
+	defer start.Body.Close()
+	require.Equal(t, http.StatusAccepted, start.StatusCode)
+	var run struct{ SessionID, RunID, StreamURL string }
+	require.NoError(t, json.NewDecoder(start.Body).Decode(&run))
+	require.Equal(t, "web-1", run.SessionID)
+
+	resp := request(t, http.MethodGet, base+run.StreamURL, secret, "")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", strings.Split(resp.Header.Get("Content-Type"), ";")[0])
+	var types []string
+	var end map[string]any
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() { // until the server ends the response
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev map[string]any
+		require.NoError(t, json.Unmarshal([]byte(data), &ev))
+		if ev["type"] == "end" {
+			end = ev
+			continue
+		}
+		if c, ok := ev["chunk"].(map[string]any); ok {
+			types = append(types, c["type"].(string))
+		}
+	}
+	require.NoError(t, sc.Err())
+	require.NotNil(t, end, "the stream ends with an end event")
+	require.Contains(t, end["finalOutput"], "Durable execution checkpoints every model call")
+	require.Contains(t, types, "subagent_start")
+	require.Contains(t, types, "subagent_end")
+	require.Equal(t, "output", types[len(types)-1], "then stream_end, sent as the end event")
+
+	// While it serves, doctor sees its executor alive; another process
+	// cannot take its executor ID.
+	doctor := mustBin(t, binOpts{env: env}, "doctor")
+	require.Regexp(t, `(?m)^✓ executors alive\s+1 alive: helix-serve \(pid \d+ on `, doctor)
+	second := runBin(t, binOpts{env: env}, "serve", "--agents", exampleAgents, "--addr", "127.0.0.1:0", "--allow-unauthenticated")
+	require.Equal(t, 1, second.code, "%s", second)
+	require.Contains(t, second.stderr, `executor ID "helix-serve" is in use by process`)
+	require.Contains(t, second.stderr, "WARNING: --allow-unauthenticated: every caller can start, read, answer and abort every session.")
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t), "%s\n%s", p.stdout, p.stderr)
+	require.True(t, strings.HasSuffix(p.stdout.String(), "• shutting down: ending SSE streams, finishing requests, stopping the engine\nstopped\n"), p.stdout.String())
+	doctor = mustBin(t, binOpts{env: env}, "doctor")
+	require.Regexp(t, `(?m)^! executors alive\s+none recorded`, doctor, "a clean stop frees the executor ID")
+}
+
+// Without a token serve refuses to start, unless told to serve everyone;
+// a client tool started over HTTP is answered from the command line.
+func TestServeAuthenticationChoices(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	env := []string{"HELIX_DATABASE_URL=" + url}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--agents", exampleAgents}, "helix-dbos: serve needs authentication: pass --auth-token NAME:SECRET"},
+		{[]string{"--agents", exampleAgents, "--auth-token", "a:b", "--allow-unauthenticated"}, "give --auth-token or --allow-unauthenticated, not both"},
+		{[]string{"--agents", exampleAgents, "--auth-token", "no-colon-secret"}, `auth-token #1: want NAME:SECRET (the principal's name, a colon, the bearer secret), got "no***"`},
+		{[]string{"--agents", exampleAgents, "--auth-token", "a:same-secret-0123456789", "--auth-token", "b:same-secret-0123456789"}, `principals "a" and "b" have the same secret`},
+		{[]string{"--allow-unauthenticated"}, "serve needs agents: pass --agents FILE"},
+		{[]string{"--allow-unauthenticated", "--agents", "nope.yaml"}, "nope.yaml: read the agent file: no such file or directory"},
+	} {
+		r := runBin(t, binOpts{env: env}, append([]string{"serve", "--addr", "127.0.0.1:0"}, tc.args...)...)
+		require.Equal(t, 1, r.code, "%v: %s", tc.args, r)
+		require.Contains(t, r.stderr, tc.want, "%v", tc.args)
+	}
+
+	// A process of this machine that died without cleaning up left a fresh
+	// heartbeat: a restart takes its executor ID over at once.
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	host, _ := os.Hostname()
+	st, done, err := openStoreURL(t.Context(), url)
+	require.NoError(t, err)
+	defer done()
+	_, err = st.Pool().Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid)
+		VALUES ('web-a', 'v', $1, $2)`, host, dead.ProcessState.Pid())
+	require.NoError(t, err)
+
+	// Settings from the environment, --allow-unauthenticated included.
+	p := startBin(t, binOpts{env: append(env, "HELIX_AGENTS="+exampleAgents, "HELIX_ALLOW_UNAUTHENTICATED=true",
+		"HELIX_ADDR=127.0.0.1:0", "HELIX_EXECUTOR_ID=web-a")}, "serve")
+	base := "http://" + serveAddr(t, p)
+	require.Contains(t, p.stderr.String(), "WARNING: --allow-unauthenticated")
+	require.Contains(t, p.stdout.String(), "(executor web-a)")
+	require.Equal(t, http.StatusAccepted, statusOf(t, http.MethodPost, base+"/start", "", `{"agentType":"intake","message":"Hi","sessionId":"intake-web"}`))
+	require.Eventually(t, func() bool { // the run waits for its client tool
+		calls, err := st.ListPendingCalls(t.Context(), "intake-web")
+		return err == nil && len(calls) == 1
+	}, time.Minute, 20*time.Millisecond)
+	mustBin(t, binOpts{env: env}, "submit", "intake-web", "call-0-0", "--result", `{"answer":"Lin"}`)
+	s, err := waitInactive(t.Context(), st, "intake-web", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionCompleted, s.Status)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, 0, p.wait(t), "%s\n%s", p.stdout, p.stderr)
+}

@@ -1,0 +1,12 @@
+package anthropic_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every test closes its fake server, which closes the client's idle
+// connections: a goroutine left behind is a leak of the adapter or the SDK
+// (a stream not closed, a retry timer not stopped).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,321 @@
+package aisdk_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/llm/scripted"
+	"github.com/helix-agents/helix-dbos/server/aisdk"
+)
+
+type question struct {
+	Question string `json:"question"`
+}
+
+type answer struct {
+	Answer string `json:"answer" jsonschema:"minLength=1"`
+}
+
+type cityIn struct {
+	City string `json:"city"`
+}
+
+type transferIn struct {
+	To     string `json:"to"`
+	Amount int    `json:"amount"`
+}
+
+// lastContent is the content of a request's last message (the tool result
+// a continuation step reads).
+func lastContent(req helix.ModelRequest) string { return req.Messages[len(req.Messages)-1].Content }
+
+// slowDeltas are the answer of the slow agent, streamed one per 40 ms.
+var slowDeltas = []string{"one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight ", "nine ", "ten."}
+
+// agents returns the test agents: weather (the default: a server tool),
+// asker (a client-executed tool), lead (a sub-agent with a client tool),
+// slow (paced text) and banker (an approval-gated tool), each scripted by
+// its position in the conversation.
+func agents() []*helix.Agent {
+	getWeather := helix.MustNewTool("get_weather", "Forecast for a city",
+		func(_ context.Context, in cityIn, _ helix.ToolContext) (map[string]string, error) {
+			return map[string]string{"forecast": "sunny in " + in.City}, nil
+		})
+	askUser := helix.MustNewClientTool[question, answer]("ask_user", "Ask the user")
+	transfer := helix.MustNewTool("transfer", "Move money",
+		func(_ context.Context, in transferIn, _ helix.ToolContext) (map[string]any, error) {
+			return map[string]any{"sent": in.Amount, "to": in.To}, nil
+		}, helix.RequireApproval())
+	checker := &helix.Agent{Name: "checker", Tools: []*helix.Tool{askUser},
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"verdict":{"type":"string"}},"required":["verdict"]}`),
+		Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
+			if i == 0 {
+				return scripted.Step{Text: "checking", ToolCalls: []scripted.Call{{ID: "sub-ask", Name: "ask_user", Args: question{Question: "is it true?"}}}}, nil
+			}
+			return scripted.Step{Output: map[string]string{"verdict": "user says " + lastContent(req)}}, nil
+		})}
+	return []*helix.Agent{
+		{Name: "weather", Tools: []*helix.Tool{getWeather}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
+			switch i {
+			case 0:
+				return scripted.Step{Text: "Let me check.", ToolCalls: []scripted.Call{{ID: "w1", Name: "get_weather", Args: cityIn{City: "Paris"}}}}, nil
+			case 1:
+				return scripted.Step{Text: "It is " + lastContent(req)}, nil
+			}
+			return scripted.Step{Text: "You are welcome."}, nil
+		})},
+		{Name: "asker", Tools: []*helix.Tool{askUser}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
+			if i%2 == 0 {
+				return scripted.Step{ToolCalls: []scripted.Call{{ID: "ask" + strconv.Itoa(i), Name: "ask_user", Args: question{Question: "favourite colour?"}}}}, nil
+			}
+			return scripted.Step{Text: "You said " + lastContent(req)}, nil
+		})},
+		{Name: "lead", Tools: []*helix.Tool{helix.MustSubAgentTool(checker, nil, nil)}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
+			if i == 0 {
+				return scripted.Step{ToolCalls: []scripted.Call{{ID: "delegate", Name: "subagent__checker", Args: map[string]string{"task": "check"}}}}, nil
+			}
+			return scripted.Step{Text: "Verdict: " + lastContent(req)}, nil
+		})},
+		{Name: "slow", Model: scripted.New(scripted.Step{Deltas: slowDeltas, DeltaDelay: 40 * time.Millisecond})},
+		{Name: "banker", Tools: []*helix.Tool{transfer}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
+			if i == 0 {
+				return scripted.Step{Text: "I will transfer.", ToolCalls: []scripted.Call{{ID: "t1", Name: "transfer", Args: transferIn{To: "bob", Amount: 5}}}}, nil
+			}
+			return scripted.Step{Text: "Result: " + lastContent(req)}, nil
+		})},
+	}
+}
+
+// env is an engine with the chat handler on a test server. The principal
+// is the X-User header; a request without one is unauthenticated.
+type env struct {
+	t   *testing.T
+	eng *engine.Engine
+	url string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	eng, err := engine.New(t.Context(), engine.Config{DatabaseURL: pgtest.NewURL(t)})
+	require.NoError(t, err)
+	h, err := aisdk.NewHandler(eng, aisdk.Options{
+		Agents: agents(),
+		Authenticate: func(r *http.Request) (string, error) {
+			if u := r.Header.Get("X-User"); u != "" {
+				return u, nil
+			}
+			return "", errors.New("no user")
+		},
+		PollInterval: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, eng.Launch(t.Context()))
+	mux := http.NewServeMux()
+	mux.Handle("/chat", h)
+	mux.Handle("/chat/", h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		srv.Close()
+		require.NoError(t, eng.Shutdown(context.Background()))
+	})
+	return &env{t: t, eng: eng, url: srv.URL}
+}
+
+// reply is a response; the test's cleanup closes its body.
+type reply struct{ *http.Response }
+
+func (e *env) do(method, path, user string, body any, header http.Header) reply {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		require.NoError(e.t, err)
+		rd = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(e.t.Context(), 30*time.Second)
+	e.t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, method, e.url+path, rd)
+	require.NoError(e.t, err)
+	maps.Copy(req.Header, header)
+	if user != "" {
+		req.Header.Set("X-User", user)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = resp.Body.Close() })
+	return reply{resp}
+}
+
+// chat posts a useChat request.
+func (e *env) chat(user, id string, msgs ...aisdk.UIMessage) reply {
+	e.t.Helper()
+	return e.do(http.MethodPost, "/chat", user, aisdk.ChatRequest{ID: id, Messages: msgs, Trigger: aisdk.TriggerSubmitMessage}, nil)
+}
+
+func userMsg(id, text string) aisdk.UIMessage {
+	return aisdk.UIMessage{ID: id, Role: "user", Parts: []aisdk.UIPart{{Type: "text", Text: text}}}
+}
+
+// event is one SSE event of a response: its chunk (nil for [DONE]) and id.
+type event struct {
+	id    int64
+	chunk map[string]any
+	done  bool
+}
+
+// sse reads a response's events as they arrive.
+type sse struct {
+	t  *testing.T
+	br *bufio.Reader
+}
+
+func newSSE(t *testing.T, resp reply) *sse {
+	t.Helper()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", peek(resp))
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.Equal(t, "v1", resp.Header.Get(aisdk.HeaderUIMessageStream))
+	return &sse{t: t, br: bufio.NewReader(resp.Body)}
+}
+
+func peek(resp reply) string {
+	if resp.StatusCode == http.StatusOK {
+		return ""
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// next returns the next event, or false at the end of the body.
+func (s *sse) next() (event, bool) {
+	s.t.Helper()
+	var ev event
+	for {
+		line, err := s.br.ReadString('\n')
+		if errors.Is(err, io.EOF) && line == "" {
+			return ev, false
+		}
+		require.NoError(s.t, err)
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case line == "":
+			if ev.chunk != nil || ev.done {
+				return ev, true
+			}
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "id: "):
+			n, err := strconv.ParseInt(line[4:], 10, 64)
+			require.NoError(s.t, err)
+			ev.id = n
+		case line == "data: [DONE]":
+			ev.done = true
+		case strings.HasPrefix(line, "data: "):
+			require.NoError(s.t, json.Unmarshal([]byte(line[6:]), &ev.chunk), line)
+		default:
+			s.t.Fatalf("unexpected SSE line %q", line)
+		}
+	}
+}
+
+// all reads the rest of the response; it must end with [DONE].
+func (s *sse) all() []event {
+	s.t.Helper()
+	var out []event
+	for {
+		ev, ok := s.next()
+		if !ok {
+			require.NotEmpty(s.t, out)
+			require.True(s.t, out[len(out)-1].done, "the stream ends with [DONE]")
+			return out[:len(out)-1]
+		}
+		out = append(out, ev)
+	}
+}
+
+func readAll(t *testing.T, resp reply) []event { return newSSE(t, resp).all() }
+
+func types(evs []event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.chunk["type"].(string)
+	}
+	return out
+}
+
+func find(evs []event, typ string) []map[string]any {
+	var out []map[string]any
+	for _, e := range evs {
+		if e.chunk["type"] == typ {
+			out = append(out, e.chunk)
+		}
+	}
+	return out
+}
+
+// text concatenates the response's text deltas.
+func text(evs []event) string {
+	var b strings.Builder
+	for _, c := range find(evs, "text-delta") {
+		b.WriteString(c["delta"].(string))
+	}
+	return b.String()
+}
+
+// finish returns the finish chunk (the last event) and its helix metadata.
+func finish(t *testing.T, evs []event) (reason string, meta map[string]any) {
+	t.Helper()
+	last := evs[len(evs)-1].chunk
+	require.Equal(t, "finish", last["type"])
+	r, _ := last["finishReason"].(string)
+	return r, last["messageMetadata"].(map[string]any)["helix"].(map[string]any)
+}
+
+// assistant is the assistant message a client holds after a response, for
+// a continuation request: its tool parts (with the given answers applied)
+// and the finish metadata.
+func assistant(t *testing.T, evs []event, parts ...aisdk.UIPart) aisdk.UIMessage {
+	t.Helper()
+	start := evs[0].chunk
+	require.Equal(t, "start", start["type"])
+	_, meta := finish(t, evs)
+	md, err := json.Marshal(map[string]any{"helix": meta})
+	require.NoError(t, err)
+	return aisdk.UIMessage{ID: start["messageId"].(string), Role: "assistant", Metadata: md, Parts: parts}
+}
+
+// apiErr decodes an error response.
+func apiErr(t *testing.T, resp reply, status int) (code string, body map[string]any) {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, status, resp.StatusCode, "%s", b)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	var v struct {
+		Error map[string]any `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(b, &v), "%s", b)
+	require.NotEmpty(t, v.Error["message"])
+	return v.Error["code"].(string), v.Error
+}

@@ -1,0 +1,279 @@
+package aisdk
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// streamSpec is one response: a run of a chat, the last stream sequence
+// the client already has, and the ID of the assistant message the response
+// writes into.
+type streamSpec struct {
+	st        *store.SessionState
+	run       *store.Run
+	from      int64
+	messageID string
+}
+
+// primePageSize is the page size of the catch-up read that rebuilds the
+// translator's state from the chunks the client already has.
+const primePageSize = 500
+
+// streamRun writes a run's chunks after spec.from as a UI message stream,
+// live, until the run ends (its closing chunk, or a final status with
+// nothing left to read) or suspends on a tool call or approval with
+// nothing left to read: the response then ends with finish
+// ("tool-calls") and the run keeps waiting in Postgres for the answers.
+// It returns an error only before the response started.
+func (h *handler) streamRun(w http.ResponseWriter, r *http.Request, spec streamSpec) *apiError {
+	ctx := r.Context()
+	s := h.eng.Store()
+	tr := NewTranslator(spec.st.SessionID, &TranslatorOptions{ErrorText: h.opts.ErrorText,
+		StructuredOutput: h.structured(spec.st.AgentType)})
+	if err := h.prime(ctx, tr, spec); err != nil {
+		return internalError(err)
+	}
+	reader, err := s.NewReader(ctx, spec.st.StreamID, &store.ReaderOptions{FromSequence: spec.from})
+	if err != nil {
+		return internalError(err)
+	}
+	readCtx, cancel := context.WithCancel(ctx)
+	results := make(chan readResult)
+	var wg sync.WaitGroup
+	wg.Go(func() { readLoop(readCtx, reader, results) })
+	defer func() {
+		cancel()
+		_ = reader.Close()
+		wg.Wait()
+	}()
+
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no")
+	hdr.Set(HeaderUIMessageStream, UIMessageStreamVersion)
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives a server's WriteTimeout
+	sw := &sseWriter{w: w, rc: rc}
+	log := h.log.With().Str("sessionId", spec.st.SessionID).Str("runId", spec.run.RunID).Logger()
+
+	meta := map[string]any{"sessionId": spec.st.SessionID, "runId": spec.run.RunID}
+	if err := sw.event(Chunk{Type: TypeStart, MessageID: spec.messageID, MessageMetadata: map[string]any{"helix": meta}}, 0); err != nil {
+		return nil
+	}
+	last := spec.from
+	poll := time.NewTicker(h.opts.PollInterval)
+	defer poll.Stop()
+	heartbeat := time.NewTicker(h.opts.HeartbeatInterval)
+	defer heartbeat.Stop()
+	var end ending
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil // the client went away; the run goes on
+		case <-heartbeat.C:
+			if sw.keepAlive() != nil {
+				return nil
+			}
+		case <-poll.C:
+			settled, e, err := h.settled(ctx, spec, last)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				log.Warn().Err(err).Msg("chat stream: status check failed; retrying")
+				continue
+			}
+			if settled {
+				end = e
+				break loop
+			}
+		case res := <-results:
+			if res.err != nil {
+				end = h.readEnd(ctx, sw, res.err, log)
+				if ctx.Err() != nil {
+					return nil
+				}
+				break loop
+			}
+			out := tr.Translate(res.chunk)
+			for i, c := range out {
+				var seq int64
+				if i == len(out)-1 {
+					seq = res.chunk.Sequence // Last-Event-ID resumes after the whole chunk
+				}
+				if sw.event(c, seq) != nil {
+					return nil
+				}
+			}
+			last = res.chunk.Sequence
+			if e, ok := ends(res.chunk, spec.run.RunID); ok {
+				end = e
+				break loop
+			}
+		}
+	}
+	for _, c := range tr.Close() {
+		if sw.event(c, 0) != nil {
+			return nil
+		}
+	}
+	reason := end.reason
+	if reason == FinishStop && tr.FinishReason() != "" {
+		reason = tr.FinishReason()
+	}
+	meta["sequence"] = last
+	if end.status != "" {
+		meta["status"] = end.status
+	}
+	if sw.event(Chunk{Type: TypeFinish, FinishReason: reason, MessageMetadata: map[string]any{"helix": meta}}, 0) != nil {
+		return nil
+	}
+	_ = sw.done()
+	log.Debug().Str("finishReason", reason).Int64("sequence", last).Msg("chat stream ended")
+	return nil
+}
+
+// structured reports whether the chat's agent has an output schema (its
+// output is then a data part; otherwise it is the final text).
+func (h *handler) structured(agentType string) bool {
+	a, ok := h.agents[agentType]
+	return ok && len(a.OutputSchema) > 0
+}
+
+// prime feeds the translator the run's chunks the client already has
+// (after the run's start, up to spec.from), so that the response continues
+// their parts with consistent IDs and tool states.
+func (h *handler) prime(ctx context.Context, tr *Translator, spec streamSpec) error {
+	if spec.from <= spec.run.StartSequence {
+		return nil
+	}
+	after := spec.run.StartSequence
+	for after < spec.from {
+		page, err := h.eng.Store().ReadChunks(ctx, spec.st.StreamID, after, primePageSize)
+		if err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, c := range page {
+			if c.Sequence > spec.from {
+				after = spec.from
+				break
+			}
+			tr.Translate(c)
+			after = c.Sequence
+		}
+	}
+	tr.Reopen()
+	return nil
+}
+
+// ending is how a response ends: the finish reason and the run status
+// reported in the message metadata.
+type ending struct {
+	reason string
+	status helix.RunStatus
+}
+
+// ends reports whether c is the last chunk of the run (the rule of
+// engine.Handle.Stream) and how the response ends.
+func ends(c store.StoredChunk, runID string) (ending, bool) {
+	switch ch := c.Chunk.(type) {
+	case *helix.StreamEnd:
+		return ending{reason: FinishStop, status: helix.RunCompleted}, true
+	case *helix.RunInterruptedChunk:
+		if ch.RunID == runID {
+			return ending{reason: FinishOther, status: helix.RunInterrupted}, true
+		}
+	case *helix.ErrorChunk:
+		if c.RunID == runID {
+			return ending{reason: FinishError, status: helix.RunFailed}, true
+		}
+	}
+	return ending{}, false
+}
+
+// settled reports whether the response should end now: the run suspended
+// (waiting for a tool result or approval) or ended, and the client has
+// every chunk written so far. The status is read before the chunks, and a
+// run writes its chunks before (or with) the status change, so nothing the
+// run wrote before settling is missed.
+func (h *handler) settled(ctx context.Context, spec streamSpec, last int64) (bool, ending, error) {
+	run, err := h.eng.Store().GetRun(ctx, spec.run.RunID)
+	if err != nil {
+		return false, ending{}, err
+	}
+	if !run.Status.Final() && !run.Status.Suspended() {
+		return false, ending{}, nil
+	}
+	more, err := h.eng.Store().ReadChunks(ctx, spec.st.StreamID, last, 1)
+	if err != nil || len(more) > 0 {
+		return false, ending{}, err
+	}
+	e := ending{status: run.Status}
+	switch run.Status {
+	case helix.RunCompleted:
+		e.reason = FinishStop
+	case helix.RunFailed:
+		e.reason = FinishError
+	case helix.RunInterrupted:
+		e.reason = FinishOther
+	default:
+		e.reason = FinishToolCalls
+	}
+	return true, e, nil
+}
+
+// readEnd ends a response whose stream reader stopped with err.
+func (h *handler) readEnd(ctx context.Context, sw *sseWriter, err error, log zerolog.Logger) ending {
+	var failed *helix.StreamFailedError
+	switch {
+	case errors.Is(err, io.EOF):
+		return ending{reason: FinishStop, status: helix.RunCompleted}
+	case errors.As(err, &failed):
+		return ending{reason: FinishError, status: helix.RunFailed}
+	case ctx.Err() != nil:
+		return ending{}
+	case errors.Is(err, helix.ErrStreamTruncated):
+		_ = sw.event(Chunk{Type: TypeError, ErrorText: "The conversation was rewound (crash recovery or rollback): reload it."}, 0)
+		return ending{reason: FinishError}
+	}
+	log.Error().Err(err).Msg("chat stream: reading the stream failed")
+	_ = sw.event(Chunk{Type: TypeError, ErrorText: "Reading the conversation failed: reconnect to continue."}, 0)
+	return ending{reason: FinishError}
+}
+
+// readResult is one step of the reader: a chunk or the error that ends it.
+type readResult struct {
+	chunk store.StoredChunk
+	err   error
+}
+
+// readLoop forwards the reader's chunks until an error (io.EOF after
+// stream_end included) or ctx ends.
+func readLoop(ctx context.Context, r store.Reader, out chan<- readResult) {
+	for {
+		c, err := r.Next(ctx)
+		select {
+		case out <- readResult{chunk: c, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,178 @@
+// Package server is the HTTP agent server of helix-dbos: the routes of the
+// specification's Agent Server over an [engine.Engine], with fail-closed
+// authentication, per-principal session ownership, resumable server-sent
+// event streams, health checks and Prometheus metrics.
+//
+//	eng, _ := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: "web-1"})
+//	srv, err := server.New(eng, server.Config{
+//		Agents:       []*helix.Agent{assistant},
+//		Authenticate: func(r *http.Request) (server.Principal, error) { return userFromToken(r) },
+//	})
+//	_ = eng.Launch(ctx) // after New, which registers the agents: Launch recovers their sessions
+//	httpSrv := &http.Server{Addr: ":8080", Handler: srv.Handler()}
+//	go httpSrv.ListenAndServe()
+//	// on SIGTERM:
+//	_ = srv.Shutdown(ctx)     // refuse new requests, end SSE responses cleanly
+//	_ = httpSrv.Shutdown(ctx) // let in-flight requests finish
+//	_ = eng.Shutdown(ctx)     // runs stop at a step boundary; the next Launch recovers them
+//
+// The server keeps no session state in memory. Every route reads and
+// writes Postgres through the engine, and streams are read from Postgres,
+// so any instance serves any session: start a run on one, stream it from a
+// second, approve its tool call on a third.
+//
+// # Routes
+//
+// Bodies are JSON objects (Content-Type application/json or absent), at
+// most Config.MaxBodyBytes; unknown fields are refused.
+//
+//	POST /start               StartRequest  -> 202 RunResponse
+//	    {agentType, message?, messages?, sessionId?, state?, metadata?, tags?}
+//	    -> {sessionId, runId, streamUrl}
+//	    A new session (its UserID is the caller's principal), or with the
+//	    sessionId of a completed session its next turn.
+//	POST /resume              ResumeRequest -> 202 RunResponse
+//	    {sessionId, message?} -> {sessionId, runId, streamUrl}
+//	    An interrupted session continues from its last committed step; a
+//	    session waiting for tool results gets its waiting run back.
+//	GET  /sse?sessionId=&fromSequence=   text/event-stream (see Streaming)
+//	GET  /status?sessionId=&runs=        200 StatusResponse
+//	    {sessionId, agentType, status, stepCount, output, error, errorCode,
+//	     currentRunId, pendingToolCalls: [{toolCallId, toolName, kind, input,
+//	     approvalId, deadline, ownerSessionId, step, createdAt}],
+//	     runs (with runs=true): [{runId, turn, status, stepCount, startSequence,
+//	     previousRunId, startedAt, completedAt}]}
+//	POST /interrupt           ControlRequest {sessionId, reason?} -> 202 {sessionId, status: "interrupt_requested"}
+//	POST /abort               ControlRequest {sessionId, reason?} -> 200 {sessionId, status: "aborted"}
+//	POST /submit-tool-result  SubmitRequest -> 200 helix.SubmitResult
+//	    {sessionId, kind: "client-tool-result", toolCallId, result | error}
+//	    {sessionId, kind: "approval-response", toolCallId, approved, reason?}
+//	    -> {toolCallId, ownerSessionId, runId, toolName, kind, alreadyCompleted?, remaining?}
+//	    The run waiting for the call continues by itself (no /resume needed).
+//	GET  /healthz             200 {"status":"ok"} when the database answers within 2 s, else 503
+//	GET  /metrics             Prometheus exposition (see Metrics)
+//	POST /chat, /chat/...     Config.Chat, when set (the AI SDK routes of server/aisdk)
+//
+// Any other path is 404 not_found; a known path with another method is 405
+// method_not_allowed with an Allow header.
+//
+// # Authentication and ownership
+//
+// New refuses to build without Config.Authenticate unless
+// Config.AllowUnauthenticated is set. Authenticate runs before every
+// session route and the Chat handler; an error (or an empty principal) is
+// 401 unauthenticated. /healthz and /metrics are not authenticated (they
+// reveal no session data); put them behind your own middleware if needed.
+//
+// POST /start stores the caller's principal as the session's UserID. Every
+// route that names a session answers 404 session_not_found unless the
+// caller is the owner of the session's root session (a sub-agent or
+// companion session belongs to its root's owner), exactly as for a session
+// that does not exist, so IDs of other principals' sessions cannot be
+// probed. Sessions created outside the server (no UserID) are visible to
+// no authenticated caller. Without Authenticate every caller is Principal
+// "" and sees every session.
+//
+// # Errors
+//
+// Every error is JSON, {"error": {"code", "message", "requestId",
+// "details"?}}; the message says what went wrong and what to do, and never
+// contains internal error text or SQL. Internal errors are logged with the
+// request ID (also the X-Request-ID response header; a client's sane
+// X-Request-ID is kept).
+//
+//	status  code                     when
+//	400     invalid_json             the body is not one JSON object (or is empty)
+//	400     unknown_field            the body has fields the route does not know (details: unknownFields, knownFields)
+//	400     invalid_request          a field is missing, of the wrong type or invalid (sessionId, state, messages, reason, ...)
+//	400     unknown_agent            /start: agentType names no agent of the server (details: knownAgents)
+//	400     invalid_resume_position  /sse: a resume position is not an integer >= 0 or is past the stream's end
+//	400     invalid_submission       /submit-tool-result: the submission's shape is wrong
+//	400     invalid_result           /submit-tool-result: the result fails the tool's output schema (details: violations)
+//	400     not_root_session         /submit-tool-result: submit on the conversation's root session
+//	401     unauthenticated          Authenticate refused the request
+//	404     session_not_found        no such session, or not the caller's
+//	404     unknown_tool_call        /submit-tool-result: no such call waits in the session
+//	404     not_found                no such route
+//	405     method_not_allowed       the route does not accept the method (Allow header)
+//	409     already_running          the session is running: wait, or interrupt it
+//	409     not_resumable            /resume: the session cannot be resumed (message says why)
+//	409     not_running              /interrupt, /abort: the session is not running
+//	409     session_not_continuable  /start with sessionId: the session is interrupted, failed or a sub-agent
+//	409     agent_mismatch           /start with sessionId: the session runs another agent
+//	409     awaiting_tool_results    /resume with a message while the session waits for tool results
+//	409     unknown_agent            /resume: the session's agent is not served here
+//	409     kind_mismatch, timed_out, session_interrupted, session_not_waiting
+//	                                 /submit-tool-result: the call cannot take this submission now
+//	413     body_too_large           the body exceeds Config.MaxBodyBytes
+//	415     unsupported_media_type   the Content-Type is not JSON
+//	500     internal_error           anything else (logged with the request ID)
+//	503     shutting_down            the server is shutting down: retry on another instance
+//	503     database_unavailable     /healthz: the database did not answer
+//
+// # Streaming
+//
+// GET /sse?sessionId= streams the session's stream in the wire format of
+// the stream protocol, one event per chunk, its id the chunk's sequence:
+//
+//	id: 42
+//	data: {"type":"chunk","chunk":{"type":"text_delta",...},"sequence":42}
+//
+// The chunk is the stored JSON, byte for byte, except the text of a
+// failure with code internal_error (error and tool_end chunks): that is
+// the engine's own error, possibly with SQL, and clients read a generic
+// message instead (as in /status and the fail event; the engine logs the
+// cause). The stream's stream_end is
+// the last event, {"type":"end","finalOutput":...} (with its id); a failed
+// stream ends with {"type":"fail","error":"..."}; then the response ends.
+// An interrupted run does not end the stream (the session's stream goes on
+// when it is resumed): the response stays open with the run_interrupted
+// chunk. Comment lines (": ping") keep idle connections open every
+// Config.HeartbeatInterval.
+//
+// Position. X-Resume-From-Sequence, else Last-Event-ID, else ?fromSequence=
+// is the last sequence the client has seen: only chunks after it are sent,
+// in order, each once, so a client that reconnects with the id of the last
+// event it received (as EventSource does) continues without duplicates or
+// gaps, on any server instance. Without a position the stream starts at
+// the current run's first chunk (the streamUrl of /start and /resume pins
+// that run's first chunk with fromSequence).
+//
+// Truncation (G4). A crash recovery or retry may remove chunks after the
+// client's position while it reads. The server then sends
+// {"type":"truncated","truncatedAtStep":n,"atSequence":m} (no id) and goes
+// on with the surviving chunks, where the engine's stream_resync chunk
+// tells the client to reload the session (GET /status). The response is
+// not closed: a reconnect would not see the event.
+//
+// The response ends cleanly, without an end event, when the server shuts
+// down or a read fails; clients reconnect with Last-Event-ID.
+//
+// # Metrics
+//
+// Served at GET /metrics from the private registry (or Config.Metrics when
+// it is a prometheus.Gatherer). From the server process:
+//
+//	helix_http_requests_total{route,method,code}            counter
+//	helix_http_request_duration_seconds{route,method}       histogram (not /sse, /chat)
+//	helix_sse_connections                                   gauge: open /sse responses
+//	helix_sse_chunks_sent_total                             counter
+//	helix_stream_lag_seconds                                histogram: now - chunk timestamp when sent,
+//	                                                        for chunks written while the client was connected
+//
+// From the database at scrape time (one round trip, at most 2 s; the whole
+// cluster's counts, whichever instance is scraped):
+//
+//	helix_database_up                                       1 when the queries succeeded
+//	helix_runs{status}                                      gauge: runs by status (suspended_* are suspensions)
+//	helix_sessions{status}                                  gauge: sessions by status
+//	helix_steps_committed_total                             counter: committed steps (checkpoints)
+//	helix_model_calls_total{success}                        counter
+//	helix_tool_calls_total{type,success}                    counter: type tool or subagent
+//	helix_pending_tool_calls{kind}                          gauge: calls waiting for a submission now
+//	helix_tool_submissions_total                            counter: suspended calls answered
+//	helix_tool_submission_wait_seconds_total                counter: their total wait
+//
+// The database counts shrink when sessions are deleted; Prometheus treats
+// that as a counter reset.
+package server

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// metrics are the server's collectors (the package documentation lists
+// them).
+type metrics struct {
+	requests       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	sseConnections prometheus.Gauge
+	sseChunks      prometheus.Counter
+	streamLag      prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log zerolog.Logger) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "helix_http_requests_total",
+			Help: "HTTP requests answered, by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "helix_http_request_duration_seconds",
+			Help:    "Time to answer an HTTP request, by route and method (streaming routes excluded).",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method"}),
+		sseConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "helix_sse_connections",
+			Help: "Open GET /sse responses.",
+		}),
+		sseChunks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "helix_sse_chunks_sent_total",
+			Help: "Stream chunks sent over GET /sse.",
+		}),
+		streamLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "helix_stream_lag_seconds",
+			Help:    "Time from a chunk's timestamp to its sending over GET /sse, for chunks written while the client was connected.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+	}
+	collectors := []prometheus.Collector{m.requests, m.latency, m.sseConnections, m.sseChunks, m.streamLag,
+		&dbCollector{pool: pool, log: log}}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			if _, dup := errors.AsType[prometheus.AlreadyRegisteredError](err); dup {
+				return nil, fmt.Errorf("server: Config.Metrics already has the server's metrics (another Server?): give each Server its own registry or wrap it with prometheus.WrapRegistererWith: %w", err)
+			}
+			return nil, fmt.Errorf("server: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// observeRequest records an answered request.
+func (m *metrics) observeRequest(route, method string, status int, d time.Duration, streaming bool) {
+	switch method { // clients choose the method: bound the label's values
+	case http.MethodGet, http.MethodPost, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+	default:
+		method = "other"
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	if !streaming {
+		m.latency.WithLabelValues(route, method).Observe(d.Seconds())
+	}
+}
+
+// observeChunk records a chunk sent over SSE; its lag only when it was
+// written after the client connected (a replayed backlog is not lag).
+func (m *metrics) observeChunk(c store.StoredChunk, connected time.Time) {
+	m.sseChunks.Inc()
+	at := c.CreatedAt
+	if b := c.Chunk.ChunkBase(); b != nil && b.Timestamp > 0 {
+		at = time.UnixMilli(b.Timestamp)
+	}
+	if !at.IsZero() && !at.Before(connected) {
+		m.streamLag.Observe(time.Since(at).Seconds())
+	}
+}
+
+// dbCollector reports what the database holds, at scrape time: the
+// counts every engine process contributes to, so any server instance
+// reports the cluster's totals.
+type dbCollector struct {
+	pool *pgxpool.Pool
+	log  zerolog.Logger
+}
+
+var (
+	descUp = prometheus.NewDesc("helix_database_up",
+		"1 when the last scrape's database queries succeeded, else 0 (and the helix_* database metrics are missing).", nil, nil)
+	descRuns = prometheus.NewDesc("helix_runs",
+		"Runs recorded in the database, by status (running, completed, failed, interrupted, suspended_*).", []string{"status"}, nil)
+	descSessions = prometheus.NewDesc("helix_sessions",
+		"Sessions recorded in the database, by status.", []string{"status"}, nil)
+	descSteps = prometheus.NewDesc("helix_steps_committed_total",
+		"Agent steps committed (one checkpoint per committed step).", nil, nil)
+	descModelCalls = prometheus.NewDesc("helix_model_calls_total",
+		"Model calls recorded (usage rows), by success.", []string{"success"}, nil)
+	descToolCalls = prometheus.NewDesc("helix_tool_calls_total",
+		"Tool calls executed (usage rows), by type (tool or subagent) and success.", []string{"type", "success"}, nil)
+	descSubmissions = prometheus.NewDesc("helix_tool_submissions_total",
+		"Suspended tool calls answered by a submission (client results and approval decisions).", nil, nil)
+	descWait = prometheus.NewDesc("helix_tool_submission_wait_seconds_total",
+		"Total time suspended tool calls waited for their submission.", nil, nil)
+	descPending = prometheus.NewDesc("helix_pending_tool_calls",
+		"Tool calls waiting for a submission now (suspensions), by kind (client-tool-result or approval-response).", []string{"kind"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descRuns, descSessions, descSteps, descModelCalls, descToolCalls,
+		descSubmissions, descWait, descPending} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: one round trip of five
+// aggregate queries, bounded by MetricsQueryTimeout.
+func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), MetricsQueryTimeout)
+	defer cancel()
+	ms, err := c.query(ctx)
+	if err != nil {
+		c.log.Warn().Str("event", "metrics.database_error").Err(err).Msg("metrics: the database queries failed; database metrics are missing from this scrape")
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 1)
+	for _, m := range ms {
+		ch <- m
+	}
+}
+
+// The queries of one scrape. The pending calls are read from the sessions
+// that have some (the JSON of store.PendingClientToolCall: an answered call
+// has "submission", a timed-out one "timedOutAt").
+const (
+	queryRuns     = `SELECT status, count(*) FROM helix.runs GROUP BY status`
+	querySessions = `SELECT status, count(*) FROM helix.sessions GROUP BY status`
+	querySteps    = `SELECT count(*) FROM helix.checkpoints`
+	queryUsage    = `SELECT source_type, success, count(*), COALESCE(sum(value), 0) FROM helix.usage
+		WHERE source_type IN ('model', 'tool', 'subagent', 'client_tool_wait_ms') GROUP BY source_type, success`
+	queryPending = `SELECT COALESCE(p.value->>'kind', ''), count(*)
+		FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
+		WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT (p.value ? 'submission') AND NOT (p.value ? 'timedOutAt')
+		GROUP BY 1`
+)
+
+func (c *dbCollector) query(ctx context.Context) ([]prometheus.Metric, error) {
+	b := &pgx.Batch{}
+	var out []prometheus.Metric
+	b.Queue(queryRuns).Query(func(rows pgx.Rows) error { return collectCounts(rows, descRuns, &out) })
+	b.Queue(querySessions).Query(func(rows pgx.Rows) error { return collectCounts(rows, descSessions, &out) })
+	b.Queue(querySteps).QueryRow(func(row pgx.Row) error {
+		var n int64
+		if err := row.Scan(&n); err != nil {
+			return err
+		}
+		out = append(out, prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(n)))
+		return nil
+	})
+	b.Queue(queryUsage).Query(func(rows pgx.Rows) error {
+		var (
+			source  string
+			success bool
+			n       int64
+			sum     float64
+		)
+		var submissions int64
+		var waitMS float64
+		_, err := pgx.ForEachRow(rows, []any{&source, &success, &n, &sum}, func() error {
+			ok := strconv.FormatBool(success)
+			switch source {
+			case store.UsageModel:
+				out = append(out, prometheus.MustNewConstMetric(descModelCalls, prometheus.CounterValue, float64(n), ok))
+			case store.UsageTool, store.UsageSubAgent:
+				out = append(out, prometheus.MustNewConstMetric(descToolCalls, prometheus.CounterValue, float64(n), source, ok))
+			case store.UsageClientToolWaitMS:
+				submissions += n
+				waitMS += sum
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		out = append(out, prometheus.MustNewConstMetric(descSubmissions, prometheus.CounterValue, float64(submissions)),
+			prometheus.MustNewConstMetric(descWait, prometheus.CounterValue, waitMS/1000))
+		return nil
+	})
+	b.Queue(queryPending).Query(func(rows pgx.Rows) error { return collectCounts(rows, descPending, &out) })
+	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// collectCounts turns (label, count) rows into gauges of desc.
+func collectCounts(rows pgx.Rows, desc *prometheus.Desc, out *[]prometheus.Metric) error {
+	var (
+		label string
+		n     int64
+	)
+	_, err := pgx.ForEachRow(rows, []any{&label, &n}, func() error {
+		*out = append(*out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), label))
+		return nil
+	})
+	return err
+}

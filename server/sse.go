@@ -1,0 +1,382 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// Resume headers of GET /sse, strongest first (then ?fromSequence=).
+const (
+	HeaderResumeFromSequence = "X-Resume-From-Sequence"
+	HeaderLastEventID        = "Last-Event-ID"
+)
+
+// resumePosition returns the sequence the client has already seen:
+// X-Resume-From-Sequence, else Last-Event-ID, else ?fromSequence=. ok is
+// false when the client gave none.
+func resumePosition(r *http.Request) (from int64, ok bool, apiErr *apiError) {
+	sources := []struct{ name, value string }{
+		{HeaderResumeFromSequence, r.Header.Get(HeaderResumeFromSequence)},
+		{HeaderLastEventID, r.Header.Get(HeaderLastEventID)},
+		{"fromSequence", r.URL.Query().Get("fromSequence")},
+	}
+	for _, src := range sources {
+		if src.value == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(src.value, 10, 64)
+		if err != nil || n < 0 {
+			return 0, false, newError(http.StatusBadRequest, CodeInvalidResume,
+				"%s must be a non-negative integer (the id of the last event received), got %q", src.name, src.value)
+		}
+		return n, true, nil
+	}
+	return 0, false, nil
+}
+
+// handleSSE streams a session's chunks as server-sent events (see the
+// package documentation, "Streaming").
+func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
+	id := r.URL.Query().Get("sessionId")
+	if err := requireSessionID(id); err != nil {
+		return err
+	}
+	from, explicit, apiErr := resumePosition(r)
+	if apiErr != nil {
+		return apiErr
+	}
+	st, apiErr := s.session(r.Context(), id)
+	if apiErr != nil {
+		return apiErr
+	}
+	st2 := s.eng.Store()
+	if !explicit {
+		// No position: the current run from its first chunk, as
+		// Handle.Stream reads it.
+		run, err := st2.GetCurrentRun(r.Context(), id)
+		switch {
+		case err == nil:
+			from = run.StartSequence
+		case !errors.Is(err, helix.ErrNotFound):
+			return internalError(err)
+		}
+	}
+	latest, err := st2.LatestSequence(r.Context(), st.StreamID)
+	if err != nil {
+		return internalError(err)
+	}
+	if from > latest {
+		return newError(http.StatusBadRequest, CodeInvalidResume,
+			"resume position %d is past the stream's last event (%d): resume from the id of an event you received", from, latest)
+	}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return newError(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down: retry on another instance")
+	}
+	s.streams.Add(1)
+	s.mu.Unlock()
+	defer s.streams.Done()
+
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	rd, err := st2.NewReader(ctx, st.StreamID, &store.ReaderOptions{FromSequence: from})
+	if err != nil {
+		return internalError(err)
+	}
+	log := s.log.With().Str("requestId", requestIDFrom(r.Context())).Str("sessionId", id).Str("streamId", st.StreamID).Logger()
+
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any server-wide WriteTimeout; unsupported is fine
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	out := &eventWriter{w: w, rc: rc}
+	out.flush()
+
+	s.metrics.sseConnections.Inc()
+	defer s.metrics.sseConnections.Dec()
+	log.Debug().Str("event", "sse.opened").Int64("fromSequence", from).Msg("SSE stream opened")
+
+	p := newPump(ctx)
+	p.start(rd)
+	defer p.stop()
+
+	opened := time.Now()
+	last := from
+	lastErrorCode := "" // of the last error chunk sent: an internal failure's fail event is redacted
+	heartbeat := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
+	for out.err == nil {
+		select {
+		case <-ctx.Done():
+			log.Debug().Str("event", "sse.client_gone").Int64("lastSequence", last).Msg("SSE client disconnected")
+			return nil
+		case <-s.shutdown:
+			out.comment("server shutting down: reconnect with Last-Event-ID")
+			log.Debug().Str("event", "sse.shutdown").Int64("lastSequence", last).Msg("SSE stream ended by shutdown")
+			return nil
+		case <-heartbeat.C:
+			out.comment("ping")
+		case n := <-p.ch:
+			if n.err == nil {
+				if end, ok := n.c.Chunk.(*helix.StreamEnd); ok {
+					out.event(n.c.Sequence, true, endEvent(end.FinalOutput))
+					return nil
+				}
+				if e, ok := n.c.Chunk.(*helix.ErrorChunk); ok {
+					lastErrorCode = e.Code
+				}
+				out.event(n.c.Sequence, true, chunkEvent(n.c))
+				last = n.c.Sequence
+				s.metrics.observeChunk(n.c, opened)
+				continue
+			}
+			var (
+				failed    *helix.StreamFailedError
+				truncated *helix.StreamTruncatedError
+			)
+			switch {
+			case errors.Is(n.err, io.EOF):
+				// Ended without a stream_end after the position (the
+				// client resumed after the end): end again.
+				final := json.RawMessage(nil)
+				if info, err := st2.GetStreamInfo(ctx, st.StreamID); err == nil {
+					final = info.FinalOutput
+				}
+				out.event(0, false, endEvent(final))
+				return nil
+			case errors.As(n.err, &failed):
+				msg := failed.Message
+				if lastErrorCode == "" { // resumed after the error chunk: ask the run
+					if run, err := st2.GetCurrentRun(ctx, id); err == nil && run.Status == helix.RunFailed {
+						lastErrorCode = run.ErrorCode
+					}
+				}
+				if lastErrorCode == helix.CodeInternal {
+					msg = internalFailureMessage
+				}
+				out.event(0, false, mustJSON(map[string]string{"type": "fail", "error": msg}))
+				return nil
+			case errors.As(n.err, &truncated):
+				// G4: chunks after the client's cursor were removed (crash
+				// recovery, retry). Say so, then go on from the surviving
+				// chunks: the stream's stream_resync chunk follows.
+				out.event(0, false, mustJSON(map[string]any{"type": "truncated",
+					"truncatedAtStep": truncated.TruncatedAtStep, "atSequence": truncated.AtSequence}))
+				log.Info().Str("event", "sse.truncated").Int64("lastSequence", last).Int64("atSequence", truncated.AtSequence).
+					Msg("stream truncated under an SSE client: continuing from the surviving chunks")
+				p.wait()
+				if rd, err = st2.NewReader(ctx, st.StreamID, &store.ReaderOptions{FromSequence: last}); err != nil {
+					log.Error().Str("event", "sse.error").Err(err).Msg("SSE stream: reopening the reader failed; the client reconnects")
+					out.comment("stream interrupted by a server error: reconnect with Last-Event-ID")
+					return nil
+				}
+				p.start(rd)
+			case ctx.Err() != nil:
+				return nil
+			default:
+				log.Error().Str("event", "sse.error").Err(n.err).Int64("lastSequence", last).
+					Msg("SSE stream: reading the stream failed; the client reconnects")
+				out.comment("stream interrupted by a server error: reconnect with Last-Event-ID")
+				return nil
+			}
+		}
+	}
+	log.Debug().Str("event", "sse.write_failed").Err(out.err).Msg("SSE client unreachable")
+	return nil
+}
+
+// nextChunk is one result of Reader.Next.
+type nextChunk struct {
+	c   store.StoredChunk
+	err error
+}
+
+// pump runs a reader's blocking Next in a goroutine so that the handler can
+// select on chunks, heartbeats, shutdown and the client's departure.
+type pump struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	ch     chan nextChunk
+	rd     store.Reader
+	wg     sync.WaitGroup
+}
+
+func newPump(ctx context.Context) *pump {
+	ctx, cancel := context.WithCancel(ctx)
+	return &pump{ctx: ctx, cancel: cancel, ch: make(chan nextChunk)}
+}
+
+// start reads rd until an error, which it delivers last.
+func (p *pump) start(rd store.Reader) {
+	p.rd = rd
+	p.wg.Go(func() {
+		for {
+			c, err := rd.Next(p.ctx)
+			select {
+			case p.ch <- nextChunk{c, err}:
+			case <-p.ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+}
+
+// wait waits for the goroutine, after it delivered its error, and closes
+// its reader.
+func (p *pump) wait() {
+	p.wg.Wait()
+	_ = p.rd.Close()
+}
+
+// stop ends the goroutine and closes the reader (a waiting Next returns).
+func (p *pump) stop() {
+	p.cancel()
+	_ = p.rd.Close()
+	p.wg.Wait()
+}
+
+// eventWriter writes SSE frames and flushes each; the first write error
+// sticks (the client is gone).
+type eventWriter struct {
+	w   io.Writer
+	rc  *http.ResponseController
+	err error
+}
+
+func (e *eventWriter) event(id int64, withID bool, data []byte) {
+	if e.err != nil {
+		return
+	}
+	var b bytes.Buffer
+	if withID {
+		b.WriteString("id: ")
+		b.WriteString(strconv.FormatInt(id, 10))
+		b.WriteByte('\n')
+	}
+	b.WriteString("data: ")
+	b.Write(data)
+	b.WriteString("\n\n")
+	if _, e.err = e.w.Write(b.Bytes()); e.err == nil {
+		e.flush()
+	}
+}
+
+func (e *eventWriter) comment(text string) {
+	if e.err != nil {
+		return
+	}
+	if _, e.err = fmt.Fprintf(e.w, ": %s\n\n", text); e.err == nil {
+		e.flush()
+	}
+}
+
+func (e *eventWriter) flush() {
+	if err := e.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		e.err = err
+	}
+}
+
+// chunkEvent is {"type":"chunk","chunk":<stored JSON>,"sequence":n}. The
+// stored bytes are served as they are (the store keeps them byte for byte),
+// except for an internal failure's text (see redact); a chunk whose JSON
+// spans lines is compacted so it fits one data: line.
+func chunkEvent(c store.StoredChunk) []byte {
+	raw := []byte(c.Raw)
+	if redacted := redact(c.Chunk); redacted != nil {
+		raw = mustJSON(redacted)
+	}
+	if len(raw) == 0 {
+		raw = mustJSON(c.Chunk)
+	} else if bytes.ContainsAny(raw, "\r\n") {
+		var b bytes.Buffer
+		if err := json.Compact(&b, raw); err == nil {
+			raw = b.Bytes()
+		} else {
+			raw = mustJSON(c.Chunk)
+		}
+	}
+	var b bytes.Buffer
+	b.Grow(len(raw) + 48)
+	b.WriteString(`{"type":"chunk","chunk":`)
+	b.Write(raw)
+	b.WriteString(`,"sequence":`)
+	b.WriteString(strconv.FormatInt(c.Sequence, 10))
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// endEvent is {"type":"end"} with the stream's final output, when it has
+// one.
+func endEvent(final json.RawMessage) []byte {
+	if len(final) == 0 || string(final) == "null" {
+		return []byte(`{"type":"end"}`)
+	}
+	return mustJSON(struct {
+		Type        string          `json:"type"`
+		FinalOutput json.RawMessage `json:"finalOutput"`
+	}{"end", final})
+}
+
+// mustJSON marshals values that always marshal (maps of strings and
+// numbers, chunks, valid raw JSON).
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte(`{"type":"fail","error":"the server could not encode an event"}`)
+	}
+	return b
+}
+
+// internalFailureMessage replaces the text of failures with code
+// internal_error (a step that failed for good on a database error, an
+// agent missing from the engine, ...): it is the engine's own error text,
+// possibly with SQL, which clients must not read. The engine logs it.
+const internalFailureMessage = "the run failed on an internal error (the engine logged the cause); the session can be run again"
+
+// redact returns a copy of an error or tool_end chunk with code
+// internal_error whose text is replaced by internalFailureMessage, or nil
+// when c needs no redaction.
+func redact(c helix.Chunk) helix.Chunk {
+	switch ch := c.(type) {
+	case *helix.ErrorChunk:
+		if ch.Code != helix.CodeInternal {
+			return nil
+		}
+		cp := *ch
+		cp.Error = internalFailureMessage
+		if ch.ErrorDetail != nil {
+			d := *ch.ErrorDetail
+			d.Message, d.Cause = internalFailureMessage, ""
+			cp.ErrorDetail = &d
+		}
+		return &cp
+	case *helix.ToolEndChunk:
+		if ch.ErrorCode != helix.CodeInternal {
+			return nil
+		}
+		cp := *ch
+		cp.Error = internalFailureMessage
+		return &cp
+	}
+	return nil
+}
