@@ -35,6 +35,7 @@ type Engine struct {
 	mu       sync.Mutex
 	launched bool
 	closed   bool
+	hb       *heartbeat // set by Launch
 }
 
 // New builds an engine: it connects to the database and prepares DBOS, but
@@ -157,6 +158,11 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fmt.Errorf("engine: launch DBOS: %w", err)
 	}
 	e.launched = true
+	hb, err := startHeartbeat(ctx, e.pool, e.cfg.ExecutorID, e.cfg.ApplicationVersion, &e.log)
+	if err != nil {
+		return fmt.Errorf("engine: record executor %s in helix.executors: %w", e.cfg.ExecutorID, err)
+	}
+	e.hb = hb
 	if err := e.startOrphans(ctx); err != nil {
 		return fmt.Errorf("engine: start recorded runs: %w", err)
 	}
@@ -170,17 +176,17 @@ func (e *Engine) Launch(ctx context.Context) error {
 // starts a workflow ID once.
 func (e *Engine) startOrphans(ctx context.Context) error {
 	rows, err := e.pool.Query(ctx, `
-SELECT r.session_id, r.run_id, r.workflow_id FROM helix.runs r
+SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type FROM helix.runs r JOIN helix.sessions s USING (session_id)
 WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
   AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`)
 	if err != nil {
 		return err
 	}
-	type orphan struct{ session, run, wf string }
+	type orphan struct{ session, run, wf, agent string }
 	var orphans []orphan
 	for rows.Next() {
 		var o orphan
-		if err := rows.Scan(&o.session, &o.run, &o.wf); err != nil {
+		if err := rows.Scan(&o.session, &o.run, &o.wf, &o.agent); err != nil {
 			rows.Close()
 			return err
 		}
@@ -191,6 +197,13 @@ WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
 		return err
 	}
 	for _, o := range orphans {
+		if _, err := e.env.Agent(o.agent); err != nil {
+			// Started here it would fail for want of its agent; a
+			// process that registers the agent starts it at its Launch.
+			e.log.Warn().Str("event", "run.orphan_skipped").Str("sessionId", o.session).Str("runId", o.run).Str("agent", o.agent).
+				Msg("a recorded run whose workflow was never started belongs to an agent this process does not register: left for a process that does")
+			continue
+		}
 		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.session).Str("runId", o.run).
 			Msg("starting a recorded run whose workflow was never started")
 		if err := e.start(o.session, o.run, o.wf); err != nil {
@@ -223,6 +236,8 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, max(0, time.Until(d)))
 	}
+	// Before DBOS, which closes the pool it shares with the heartbeat.
+	e.hb.stop(ctx)
 	err := dbos.Shutdown(e.dbos, timeout)
 	if cerr := e.store.Close(); cerr != nil && err == nil {
 		err = cerr

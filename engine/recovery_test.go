@@ -2,15 +2,19 @@ package engine_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // A process that stops mid-model-call (Shutdown cancels the step, which is
@@ -89,4 +93,49 @@ func newEngineWithID(t *testing.T, url, executorID string, agents ...*helix.Agen
 	require.NoError(t, e.Launch(t.Context()))
 	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
 	return e
+}
+
+// A launched engine records its executor in helix.executors and deletes
+// the row at Shutdown. A recorded run whose workflow never started is
+// started only by an engine that registers its agent: another one leaves
+// it alone instead of failing it.
+func TestLaunchHeartbeatAndForeignOrphans(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+	agent := &helix.Agent{Name: "orphaned", Model: script(text("finally"))}
+
+	// A run recorded with its session, as Execute does, whose workflow
+	// was never started (its process died in between).
+	st, err := postgres.New(pool)
+	require.NoError(t, err)
+	defer st.Close()
+	_, err = st.CreateSession(t.Context(), store.CreateSessionParams{SessionID: "orphan-1", AgentType: "orphaned"})
+	require.NoError(t, err)
+	_, err = st.AppendMessages(t.Context(), "orphan-1", []helix.Message{helix.UserMessage("hi")})
+	require.NoError(t, err)
+	_, err = st.CreateRun(t.Context(), store.CreateRunParams{RunID: "r-orphan", SessionID: "orphan-1", WorkflowID: "orphan-1-turn-1"})
+	require.NoError(t, err)
+
+	other := newEngineWithID(t, url, "exec-other", &helix.Agent{Name: "unrelated", Model: script(text("x"))})
+	var id, host string
+	var pid int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT executor_id, hostname, pid FROM helix.executors`).Scan(&id, &host, &pid))
+	require.Equal(t, "exec-other", id)
+	require.Equal(t, os.Getpid(), pid)
+	run, err := other.Store().GetRun(t.Context(), "r-orphan")
+	require.NoError(t, err)
+	require.Equal(t, helix.RunRunning, run.Status, "left alone by an engine without its agent")
+
+	owner := newEngineWithID(t, url, "exec-owner", agent)
+	h, err := owner.Run(t.Context(), "orphan-1", "r-orphan")
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status, "started by the engine that has its agent")
+
+	require.NoError(t, other.Shutdown(t.Context()))
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.executors WHERE executor_id = 'exec-other'`).Scan(&n))
+	require.Zero(t, n, "a clean shutdown deletes the executor's row")
 }

@@ -379,7 +379,7 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 	case len(alive) == 0 && len(silent) == 0:
 		c.Status, c.Summary = checkWarn, "none recorded: no engine runs here now"
 		c.Problems = append(c.Problems, doctorProblem{Problem: "no executor has a fresh heartbeat in helix.executors",
-			Hint: "start one (`helix-dbos serve --agents FILE`); engines embedded in your own processes do not record heartbeats, so they do not show here"})
+			Hint: "start one (`helix-dbos serve --agents FILE`, or your own process with an engine): every launched engine records a heartbeat"})
 	default:
 		c.Summary = fmt.Sprintf("%d alive", len(alive))
 		if len(alive) > 0 {
@@ -391,7 +391,7 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 			c.Status = checkWarn
 		}
 		c.Problems = append(c.Problems, doctorProblem{Problem: "own pending workflows but record no heartbeat: " + strings.Join(silent, ", "),
-			Hint: "engines embedded in your own processes do not record heartbeats: make sure a process with each of these executor IDs runs"})
+			Hint: "no live engine has these executor IDs (an engine that never launched, or one from before heartbeats): start a process with each of these executor IDs"})
 	}
 	return list, c
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"os"
 	"testing"
 	"time"
 
@@ -31,8 +32,8 @@ func statuses(rep *doctorReport) map[string]string {
 	return out
 }
 
-// A database an engine ran on, with nothing stuck, passes (the only
-// warning: no executor records a heartbeat).
+// A database an engine runs on, with nothing stuck, passes: the engine
+// (launched in this test process) records its heartbeat.
 func TestDoctorHealthy(t *testing.T) {
 	t.Parallel()
 	url, _, _ := completedSession(t)
@@ -42,13 +43,13 @@ func TestDoctorHealthy(t *testing.T) {
 	n := migrationCount(t)
 	require.Regexp(t, fmt.Sprintf(`(?m)^✓ migrations current\s+%d of %d applied$`, n, n), out)
 	require.Regexp(t, `(?m)^✓ DBOS schema present\s+schema dbos$`, out)
-	require.Regexp(t, `(?m)^! executors alive\s+none recorded: no engine runs here now$`, out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^✓ executors alive\s+1 alive: \S+ \(pid %d on `, os.Getpid()), out)
 	require.Regexp(t, `(?m)^✓ no stuck sessions\s+0 active$`, out)
 
 	rep, r := doctorJSON(t, o)
 	require.Equal(t, 0, r.code)
 	require.True(t, rep.OK)
-	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkWarn, "sessions": checkOK}, statuses(rep))
+	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkOK, "sessions": checkOK}, statuses(rep))
 	require.Empty(t, rep.Stuck)
 }
 
@@ -135,7 +136,7 @@ func TestDoctorStuckSessions(t *testing.T) {
 	r := runBin(t, o, "doctor", "--grace", "0s")
 	require.Equal(t, 1, r.code, "%s", r)
 	out := r.stdout
-	require.Contains(t, out, "✗ executors alive      1 alive, 1 dead with pending workflows\n"+
+	require.Contains(t, out, "✗ executors alive      2 alive, 1 dead with pending workflows\n"+
 		"    gone: dead (last heartbeat 5m ago, pid 22 on h2) with 1 pending workflow(s)\n"+
 		"      → its workflows resume only in an engine launched with executor ID gone: restart the process that used it, or `helix-dbos serve --agents FILE --executor-id gone`\n")
 	require.Contains(t, out, "✗ stuck sessions       5 stuck of 6 active\n")

@@ -116,7 +116,8 @@ type engineOpts struct {
 }
 
 // startEngine builds, prepares and launches an engine: migrations (unless
-// skipped), agents, the orphaned-runs check, the executor claim, Launch.
+// skipped), agents, the executor claim, Launch (which leaves recorded runs
+// of agents it lacks to a process that has them).
 func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ *cliEngine, err error) {
 	say := o.progress
 	if say == nil {
@@ -148,23 +149,18 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 			say("applied migration %s", r.Name)
 		}
 	}
-	known := map[string]bool{}
 	if o.agents != nil {
 		if err := e.Register(o.agents.all...); err != nil {
 			return nil, err
 		}
-		known = o.agents.known()
 	}
 	if o.beforeLaunch != nil {
 		if err := o.beforeLaunch(e); err != nil {
 			return nil, err
 		}
 	}
-	if err := checkOrphans(ctx, pool, known); err != nil {
-		return nil, err
-	}
 	if o.claim {
-		if c.hb, err = claimExecutor(ctx, url, o.executorID, engine.DefaultApplicationVersion, g.logger()); err != nil {
+		if c.hb, err = claimExecutor(ctx, url, o.executorID, engine.DefaultApplicationVersion); err != nil {
 			return nil, err
 		}
 	}

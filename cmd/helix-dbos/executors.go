@@ -5,37 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/engine"
 )
 
-// Every engine this CLI starts with a stable executor ID (serve, resume,
-// retry) records itself in helix.executors and refreshes its heartbeat
-// there. The row says the ID is taken: DBOS recovers an executor's
-// workflows in whichever process launches with its ID, so two live
-// processes must never share one, and a second CLI process that tries is
-// refused. `doctor` reads the rows to tell live executors from dead ones.
-// A clean exit deletes the row; a crash leaves it, stale.
-const (
-	heartbeatInterval = 10 * time.Second
-	// heartbeatStale is when a silent executor counts as dead (three
-	// missed beats): its ID may be claimed again.
-	heartbeatStale = 3 * heartbeatInterval
-)
+// Every launched engine records itself in helix.executors and refreshes
+// its heartbeat there (engine.HeartbeatInterval). The CLI's engines with a
+// stable executor ID (serve, resume, retry) also claim the row before
+// launching: DBOS recovers an executor's workflows in whichever process
+// launches with its ID, so two live processes must never share one, and a
+// second CLI process that tries is refused. `doctor` reads the rows to
+// tell live executors from dead ones. A clean exit deletes the row; a
+// crash leaves it, stale.
 
-// executorHeartbeat keeps an executor's row fresh until stop.
+// heartbeatStale is when a silent executor counts as dead (three missed
+// beats): its ID may be claimed again.
+const heartbeatStale = 3 * engine.HeartbeatInterval
+
+// executorHeartbeat is a claimed executor ID: the engine refreshes the row;
+// stop deletes it.
 type executorHeartbeat struct {
 	pool     *pgxpool.Pool
 	id, host string
 	pid      int
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
 	once     sync.Once
 }
 
@@ -70,10 +68,10 @@ func processAlive(pid int) bool {
 }
 
 // claimExecutor records this process as executor id, refusing when another
-// process holds it with a fresh heartbeat, and starts the heartbeat. The
-// heartbeat has a connection of its own: it outlives the engine's pool, so
-// the row goes only after the engine has stopped.
-func claimExecutor(ctx context.Context, url, id, appVersion string, log *zerolog.Logger) (_ *executorHeartbeat, err error) {
+// process holds it with a fresh heartbeat; the engine keeps the row fresh
+// once launched. The claim has a connection of its own: it outlives the
+// engine's pool, so the row goes only after the engine has stopped.
+func claimExecutor(ctx context.Context, url, id, appVersion string) (_ *executorHeartbeat, err error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
@@ -124,23 +122,6 @@ RETURNING executor_id`, id, appVersion, host, h.pid, heartbeatStale.Seconds()).S
 	if err != nil {
 		return nil, explain(fmt.Errorf("record executor %s in helix.executors: %w", id, err))
 	}
-	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h.cancel = cancel
-	h.wg.Go(func() {
-		t := time.NewTicker(heartbeatInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-bctx.Done():
-				return
-			case <-t.C:
-			}
-			if _, err := pool.Exec(bctx, `UPDATE helix.executors SET heartbeat_at = now()
-				WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, id, host, h.pid); err != nil && bctx.Err() == nil && log != nil {
-				log.Warn().Err(err).Str("executorId", id).Msg("executor heartbeat failed")
-			}
-		}
-	})
 	return h, nil
 }
 
@@ -151,52 +132,9 @@ func (h *executorHeartbeat) stop(ctx context.Context) {
 		return
 	}
 	h.once.Do(func() {
-		h.cancel()
-		h.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, _ = h.pool.Exec(ctx, `DELETE FROM helix.executors WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, h.id, h.host, h.pid)
 		h.pool.Close()
 	})
-}
-
-// orphanRun is a recorded run whose workflow was never started.
-type orphanRun struct {
-	SessionID, RunID, AgentType string
-}
-
-// checkOrphans refuses to launch an engine that would start runs of agents
-// it does not define. Launch starts every run recorded without a workflow
-// (a process died between recording a run and starting it), whatever its
-// agent; an agent this engine lacks would fail that session.
-func checkOrphans(ctx context.Context, pool *pgxpool.Pool, known map[string]bool) error {
-	var dbosRan bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('dbos.workflow_status') IS NOT NULL`).Scan(&dbosRan); err != nil || !dbosRan {
-		return err // no engine ever ran here: nothing was started, so nothing is orphaned
-	}
-	rows, err := pool.Query(ctx, `
-SELECT r.session_id, r.run_id, s.agent_type FROM helix.runs r JOIN helix.sessions s USING (session_id)
-WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
-  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)
-ORDER BY r.session_id`)
-	if err != nil {
-		return explain(err)
-	}
-	orphans, err := pgx.CollectRows(rows, pgx.RowToStructByPos[orphanRun])
-	if err != nil {
-		return explain(err)
-	}
-	var foreign []string
-	for _, o := range orphans {
-		if !known[o.AgentType] {
-			foreign = append(foreign, fmt.Sprintf("session %s (agent %s)", o.SessionID, o.AgentType))
-		}
-	}
-	if len(foreign) == 0 {
-		return nil
-	}
-	return fmt.Errorf("not starting an engine: %d recorded run(s) have no workflow yet (a process died while starting them): %s; "+
-		"launching an engine starts them, and this command does not define their agents, so they would fail. "+
-		"Start the process that defines those agents first (its engine starts them), or give this command their agent file (--agents FILE)",
-		len(foreign), strings.Join(foreign, ", "))
 }
