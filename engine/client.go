@@ -104,6 +104,13 @@ func (c *Client) Interrupt(ctx context.Context, sessionID, reason string) error 
 	return c.c.interrupt(ctx, sessionID, reason)
 }
 
+// Abort stops a running session now (and its running sub-agents): its
+// workflow is cancelled, wherever it runs, and the session fails with code
+// aborted; see Engine.Abort.
+func (c *Client) Abort(ctx context.Context, sessionID, reason string) error {
+	return c.c.abort(ctx, sessionID, reason)
+}
+
 // PendingToolCalls returns the tool calls waiting for an answer in a
 // session and, for a root session, in its sub-agents; see
 // Engine.PendingToolCalls.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
@@ -330,10 +331,15 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 	if err := e.requireLaunched(); err != nil {
 		return err
 	}
+	return e.control().abort(ctx, sessionID, reason)
+}
+
+// abort implements Engine.Abort and Client.Abort.
+func (c control) abort(ctx context.Context, sessionID, reason string) error {
 	if reason == "" {
 		reason = "aborted"
 	}
-	tree, err := e.store.ListSubtree(ctx, sessionID)
+	tree, err := c.store.ListSubtree(ctx, sessionID)
 	if err != nil {
 		return err
 	}
@@ -355,7 +361,7 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 		if i > 0 {
 			msg = fmt.Sprintf("aborted with its parent session %s: %s", sessionID, reason)
 		}
-		if err := e.abortOne(ctx, st, msg); err != nil {
+		if err := c.abortOne(ctx, st, msg); err != nil {
 			return err
 		}
 	}
@@ -363,36 +369,37 @@ func (e *Engine) Abort(ctx context.Context, sessionID, reason string) error {
 }
 
 // abortOne cancels a session's current run and fails the session and run.
-func (e *Engine) abortOne(ctx context.Context, st *store.SessionState, msg string) error {
+func (c control) abortOne(ctx context.Context, st *store.SessionState, msg string) error {
 	sessionID := st.SessionID
-	run, err := e.store.GetCurrentRun(ctx, sessionID)
+	run, err := c.store.GetCurrentRun(ctx, sessionID)
 	if err != nil {
 		return err
 	}
 	if run.WorkflowID != "" {
-		if err := dbos.CancelWorkflow(e.dbos, run.WorkflowID); err != nil {
+		if err := dbos.CancelWorkflow(c.dbos, run.WorkflowID); err != nil {
 			return fmt.Errorf("engine: cancel workflow %s: %w", run.WorkflowID, err)
 		}
 	}
-	return e.inTx(ctx, func(s *postgres.Store) error {
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		s := c.store.WithQuerier(postgres.PgxQuerier(tx))
 		if err := s.UpdateStatus(ctx, sessionID, helix.SessionFailed, &store.StatusUpdate{Error: msg}); err != nil {
 			return err
 		}
 		// Calls the run waited for stay recorded (a late submission is told
 		// the session was aborted); clients are told now.
 		var ends []store.ChunkWrite
-		for _, c := range st.PendingClientToolCalls {
-			if c.ConsumedAt != 0 {
+		for _, p := range st.PendingClientToolCalls {
+			if p.ConsumedAt != 0 {
 				continue
 			}
-			serverSide := c.Kind != helix.SubmissionClientToolResult // an approval gate's tool runs on the server
+			serverSide := p.Kind != helix.SubmissionClientToolResult // an approval gate's tool runs on the server
 			ends = append(ends, store.ChunkWrite{RunID: run.RunID, Chunk: &helix.ToolEndChunk{
-				Base:       helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: c.Step},
-				ToolCallID: c.ToolCallID, ToolName: c.ToolName, Result: []byte("null"), Error: msg, ErrorCode: helix.CodeAborted,
+				Base:       helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: p.Step},
+				ToolCallID: p.ToolCallID, ToolName: p.ToolName, Result: []byte("null"), Error: msg, ErrorCode: helix.CodeAborted,
 				ProviderExecuted: &serverSide,
 			}})
-			e.log.Info().Str("event", "client_tool.aborted").Str("sessionId", sessionID).Str("runId", run.RunID).
-				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Msg("the session was aborted while the call waited")
+			c.log.Info().Str("event", "client_tool.aborted").Str("sessionId", sessionID).Str("runId", run.RunID).
+				Str("toolCallId", p.ToolCallID).Str("tool", p.ToolName).Msg("the session was aborted while the call waited")
 		}
 		if len(ends) > 0 {
 			if _, err := s.Append(ctx, st.StreamID, ends); err != nil {

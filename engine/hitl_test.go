@@ -663,4 +663,18 @@ func TestClientSubmitsAndInterrupts(t *testing.T) {
 	st, err := c.Session(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	require.Equal(t, helix.SessionInterrupted, st.Status)
+
+	// The client also aborts: the waiting run, whose workflow runs in the
+	// engine's process, is cancelled and the session fails.
+	h3, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h3).Status)
+	require.NoError(t, c.Abort(t.Context(), h.SessionID, "user left"))
+	waitFor(t, h3, helix.AgentFailed)
+	runs, err := e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.CodeAborted, runs[len(runs)-1].ErrorCode)
+	var refused *engine.RefusedError
+	require.ErrorAs(t, c.Abort(t.Context(), h.SessionID, ""), &refused)
+	require.Equal(t, engine.RefusedNotRunning, refused.Code)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -358,8 +357,7 @@ func newAbortCmd(g *globals) *cobra.Command {
 			"Running sub-agents are aborted with it; calls the run waited for are ended. Unlike\n" +
 			"`interrupt`, which lets the current step commit and can be resumed, abort is immediate and\n" +
 			"final for the run: continue the session with `helix-dbos retry`.\n\n" +
-			"Needs no agent definition. Cancelling a workflow needs a launched engine, so the command\n" +
-			"starts one with a throwaway executor ID that recovers nothing.",
+			"Needs no agent definition and starts no engine: it works through an engine.Client.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runAbort(cmd.Context(), cmd.OutOrStdout(), g, args[0], reason)
@@ -370,10 +368,6 @@ func newAbortCmd(g *globals) *cobra.Command {
 }
 
 func runAbort(ctx context.Context, out io.Writer, g *globals, sessionID, reason string) error {
-	url, err := g.requireDatabaseURL()
-	if err != nil {
-		return err
-	}
 	var run *store.Run
 	var children int
 	if err := withStore(ctx, g, func(st *postgres.Store) error {
@@ -405,21 +399,15 @@ func runAbort(ctx context.Context, out io.Writer, g *globals, sessionID, reason 
 	}); err != nil {
 		return err
 	}
-	host, _ := os.Hostname()
 	fmt.Fprintf(out, "• aborting session %s: run %s (workflow %s)", sessionID, run.RunID, cmp.Or(run.WorkflowID, "none"))
 	if children > 0 {
 		fmt.Fprintf(out, " and %d running sub-agent session(s)", children)
 	}
 	fmt.Fprintln(out)
-	say := func(format string, args ...any) { fmt.Fprintf(out, "• "+format+"\n", args...) }
-	c, err := g.startEngine(ctx, url, engineOpts{executorID: fmt.Sprintf("helix-cli-abort-%s-%d", host, os.Getpid()),
-		skipMigrations: true, progress: say})
-	if err != nil {
+	// A client cancels the workflow wherever it runs: no engine (and no
+	// agent definition) is needed here.
+	if err := withClient(ctx, g, func(c *engine.Client) error { return c.Abort(ctx, sessionID, reason) }); err != nil {
 		return err
-	}
-	defer c.shutdown(ctx)
-	if err := c.e.Abort(ctx, sessionID, reason); err != nil {
-		return explain(err)
 	}
 	fmt.Fprintf(out, "session %s aborted (%s): it failed with error code %s; continue it with `helix-dbos retry %s`\n",
 		sessionID, reason, helix.CodeAborted, sessionID)
