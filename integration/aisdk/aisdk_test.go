@@ -6,10 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
-	"github.com/helix-agents/helix-dbos/engine"
-	"github.com/helix-agents/helix-dbos/internal/pgtest"
-	"github.com/helix-agents/helix-dbos/llm/scripted"
-	"github.com/helix-agents/helix-dbos/server/aisdk"
+	"github.com/helix-agents/helix-dbos/internal/aisdktest"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -61,12 +55,12 @@ func TestAISDKClient(t *testing.T) {
 	node := requireNode(t)
 	dir := npmCI(t)
 
-	eng, agents, transfers := newEngine(t)
-	srv := httptest.NewServer(chatMux(t, eng, agents))
-	t.Cleanup(srv.Close)
+	transfers := new(atomic.Int32)
+	eng, srv := aisdktest.NewServer(t, aisdktest.WeatherAgent(), aisdktest.AskerAgent(), aisdktest.BankerAgent(transfers),
+		aisdktest.SlowAgent(slowDeltas, 100*time.Millisecond))
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel) // not defer: the parallel subtests below outlive this function (tparallel)
 	golden, err := filepath.Abs(filepath.Join("..", "..", "server", "aisdk", "testdata"))
 	require.NoError(t, err)
 	cmd := exec.CommandContext(ctx, node, "chat.mjs")
@@ -227,38 +221,24 @@ func TestAISDKClient(t *testing.T) {
 // summary is what node/chat.mjs prints.
 type summary struct {
 	A struct {
-		Status   string    `json:"status"`
-		Errors   []string  `json:"errors"`
-		First    message   `json:"first"`
-		Messages []message `json:"messages"`
+		chat
+		First message `json:"first"`
 	} `json:"a"`
 	B struct {
-		Status    string     `json:"status"`
-		Errors    []string   `json:"errors"`
+		chat
 		ToolCalls []toolCall `json:"toolCalls"`
-		Requests  []request  `json:"requests"`
-		Messages  []message  `json:"messages"`
 	} `json:"b"`
 	C struct {
-		Status    string    `json:"status"`
-		Errors    []string  `json:"errors"`
-		Requested message   `json:"requested"`
-		Requests  []request `json:"requests"`
-		Messages  []message `json:"messages"`
+		chat
+		Requested message `json:"requested"`
 	} `json:"c"`
 	C2 struct {
-		Status    string             `json:"status"`
-		Errors    []string           `json:"errors"`
+		chat
 		Submitted helix.SubmitResult `json:"submitted"`
-		Requests  []request          `json:"requests"`
-		Messages  []message          `json:"messages"`
 	} `json:"c2"`
 	D1 struct {
-		Status   string    `json:"status"`
-		Errors   []string  `json:"errors"`
-		Partial  string    `json:"partial"`
-		Requests []request `json:"requests"`
-		Messages []message `json:"messages"`
+		chat
+		Partial string `json:"partial"`
 	} `json:"d1"`
 	D2 struct {
 		LastID  int64    `json:"lastId"`
@@ -268,6 +248,17 @@ type summary struct {
 	} `json:"d2"`
 	Golden   map[string]golden `json:"golden"`
 	Requests []request         `json:"requests"`
+}
+
+// chat is what the script reports of one of its Chats: its status at the
+// end, the errors onError received, the requests its transport made (the
+// script leaves them out where the case does not check them) and the
+// messages it holds.
+type chat struct {
+	Status   string    `json:"status"`
+	Errors   []string  `json:"errors"`
+	Requests []request `json:"requests"`
+	Messages []message `json:"messages"`
 }
 
 type toolCall struct {
@@ -338,97 +329,6 @@ func (m message) text() string {
 // enough for the script to cut the response and reconnect mid-answer.
 var slowDeltas = []string{"One ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight ",
 	"nine ", "ten ", "eleven ", "twelve ", "thirteen ", "fourteen ", "fifteen."}
-
-type question struct {
-	Question string `json:"question"`
-}
-
-type answer struct {
-	Answer string `json:"answer" jsonschema:"minLength=1"`
-}
-
-type cityIn struct {
-	City string `json:"city"`
-}
-
-type transferIn struct {
-	To     string `json:"to"`
-	Amount int    `json:"amount"`
-}
-
-func lastContent(req helix.ModelRequest) string { return req.Messages[len(req.Messages)-1].Content }
-
-// newEngine returns a launched engine running the test's agents on a fresh
-// database, the agents, and the count of transfer executions.
-func newEngine(t *testing.T) (*engine.Engine, []*helix.Agent, *atomic.Int32) {
-	t.Helper()
-	eng, err := engine.New(t.Context(), engine.Config{DatabaseURL: pgtest.NewURL(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, eng.Shutdown(context.Background())) })
-	transfers := new(atomic.Int32)
-	agents := testAgents(transfers)
-	require.NoError(t, eng.Register(agents...))
-	require.NoError(t, eng.Launch(t.Context()))
-	return eng, agents, transfers
-}
-
-func testAgents(transfers *atomic.Int32) []*helix.Agent {
-	getWeather := helix.MustNewTool("get_weather", "Forecast for a city",
-		func(_ context.Context, in cityIn, _ helix.ToolContext) (map[string]string, error) {
-			return map[string]string{"forecast": "sunny in " + in.City}, nil
-		})
-	askUser := helix.MustNewClientTool[question, answer]("ask_user", "Ask the user")
-	transfer := helix.MustNewTool("transfer", "Move money",
-		func(_ context.Context, in transferIn, _ helix.ToolContext) (map[string]any, error) {
-			transfers.Add(1)
-			return map[string]any{"sent": in.Amount, "to": in.To}, nil
-		}, helix.RequireApproval())
-	return []*helix.Agent{
-		{Name: "weather", Tools: []*helix.Tool{getWeather}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			switch i {
-			case 0:
-				return scripted.Step{Text: "Let me check.", ToolCalls: []scripted.Call{{ID: "w1", Name: "get_weather", Args: cityIn{City: "Paris"}}}}, nil
-			case 1:
-				return scripted.Step{Text: "It is " + lastContent(req)}, nil
-			}
-			return scripted.Step{Text: "You are welcome."}, nil
-		})},
-		{Name: "asker", Tools: []*helix.Tool{askUser}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			if i%2 == 0 {
-				return scripted.Step{ToolCalls: []scripted.Call{{ID: "ask" + strconv.Itoa(i), Name: "ask_user", Args: question{Question: "favourite colour?"}}}}, nil
-			}
-			return scripted.Step{Text: "You said " + lastContent(req)}, nil
-		})},
-		{Name: "banker", Tools: []*helix.Tool{transfer}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			if i == 0 {
-				return scripted.Step{Text: "I will transfer.", ToolCalls: []scripted.Call{{ID: "t1", Name: "transfer", Args: transferIn{To: "bob", Amount: 5}}}}, nil
-			}
-			return scripted.Step{Text: "Result: " + lastContent(req)}, nil
-		})},
-		{Name: "slow", Model: scripted.New(scripted.Step{Deltas: slowDeltas, DeltaDelay: 100 * time.Millisecond})},
-	}
-}
-
-// chatMux serves the chat handler as package server mounts it; the
-// principal is the X-User header.
-func chatMux(t *testing.T, eng *engine.Engine, agents []*helix.Agent) http.Handler {
-	t.Helper()
-	h, err := aisdk.NewHandler(eng, aisdk.Options{
-		Agents: agents,
-		Authenticate: func(r *http.Request) (string, error) {
-			if u := r.Header.Get("X-User"); u != "" {
-				return u, nil
-			}
-			return "", errors.New("no X-User")
-		},
-		PollInterval: 20 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	mux.Handle("/chat", h)
-	mux.Handle("/chat/", h)
-	return mux
-}
 
 // requireNode returns the node binary, or skips (fails with
 // HELIX_REQUIRE_NODE=1) when node or npm is missing or too old.

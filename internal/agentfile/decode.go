@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"maps"
 	"slices"
 	"strconv"
@@ -118,23 +119,14 @@ type PersistentAgentSpec struct {
 	Line int
 }
 
-// The keys of each mapping, in the order the documentation lists them.
-var (
-	topKeys        = []string{"agents"}
-	agentKeys      = []string{"name", "description", "systemPrompt", "maxSteps", "model", "outputSchema", "initialState", "clientTools", "approvalTools", "subAgents", "persistentAgents"}
-	clientToolKeys = []string{"name", "description", "inputSchema", "outputSchema", "timeout"}
-	approvalKeys   = []string{"name", "description", "inputSchema", "result"}
-	subAgentKeys   = []string{"name", "description", "inputSchema"}
-	persistentKeys = []string{"name", "mode"}
-	// modelKeys lists the keys each built-in provider accepts; a provider
-	// from Options.Providers accepts them all.
-	modelKeys = map[string][]string{
-		ProviderOpenAI:    {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "temperature", "maxOutputTokens"},
-		ProviderAnthropic: {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "maxTokens", "thinking", "temperature", "maxOutputTokens"},
-		ProviderScripted:  {"provider", "script"},
-	}
-	allModelKeys = []string{"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "maxTokens", "thinking", "temperature", "maxOutputTokens", "script"}
-)
+// modelKeys lists the keys each built-in provider accepts, in the order
+// of the model's keys in [decoder.model]; a provider from
+// Options.Providers accepts them all.
+var modelKeys = map[string][]string{
+	ProviderOpenAI:    {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "temperature", "maxOutputTokens"},
+	ProviderAnthropic: {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "maxTokens", "thinking", "temperature", "maxOutputTokens"},
+	ProviderScripted:  {"provider", "script"},
+}
 
 // Decode parses and checks an agent file without building it: every key
 // is known, every value has its type, names are unique and valid, schemas
@@ -158,6 +150,11 @@ func Decode(data []byte, opts *Options) (*File, error) {
 
 // decoder walks the YAML tree by hand so that every error names the line,
 // the agent and the field.
+//
+// Each mapping is decoded by a table of its keys ([key]) whose decoders
+// store into the spec being built; the values are read by small decoders
+// with one signature (see [valueFunc]), combined with [into], [optional]
+// and [list].
 type decoder struct {
 	file      string
 	providers []string
@@ -166,6 +163,114 @@ type decoder struct {
 
 func (d *decoder) errorf(line int, field, format string, args ...any) error {
 	return &Error{File: d.file, Line: line, Agent: d.agent, Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// A valueFunc decodes a YAML value; field is the value's path in errors
+// (clientTools[0].timeout).
+type valueFunc[V any] func(n *yaml.Node, field string) (V, error)
+
+// A key is one key a mapping accepts and the decoder of its value.
+type key struct {
+	name   string
+	decode func(v *yaml.Node, field string) error
+}
+
+// into returns a key's decoder that stores what dec reads in *p.
+func into[V any](p *V, dec valueFunc[V]) func(*yaml.Node, string) error {
+	return func(n *yaml.Node, field string) error {
+		v, err := dec(n, field)
+		if err != nil {
+			return err
+		}
+		*p = v
+		return nil
+	}
+}
+
+// optional reads a setting whose absence means a default: nil when the key
+// is left out, a pointer to what dec reads when it is set.
+func optional[V any](dec valueFunc[V]) valueFunc[*V] {
+	return func(n *yaml.Node, field string) (*V, error) {
+		v, err := dec(n, field)
+		if err != nil {
+			return nil, err
+		}
+		return &v, nil
+	}
+}
+
+// list reads a list (or nothing) whose entries dec reads; entry i is
+// field[i] in errors. Nothing and an empty list both read as nil.
+func list[V any](d *decoder, dec valueFunc[V]) valueFunc[[]V] {
+	return func(n *yaml.Node, field string) ([]V, error) {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			return nil, nil
+		}
+		if n.Kind != yaml.SequenceNode {
+			return nil, d.errorf(n.Line, field, "want a list, got %s", kindName(n))
+		}
+		var out []V
+		for i, e := range n.Content {
+			v, err := dec(e, fmt.Sprintf("%s[%d]", field, i))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	}
+}
+
+// node reads a value as it is, for a key decoded after the others.
+func node(n *yaml.Node, _ string) (*yaml.Node, error) { return n, nil }
+
+// pairs yields the keys and values of a mapping, in order; nothing for
+// another node.
+func pairs(n *yaml.Node) iter.Seq2[*yaml.Node, *yaml.Node] {
+	return func(yield func(k, v *yaml.Node) bool) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if !yield(n.Content[i], n.Content[i+1]) {
+				return
+			}
+		}
+	}
+}
+
+func keyNames(keys []key) []string {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.name
+	}
+	return names
+}
+
+// mapping decodes a mapping by the table of its keys, in the order the
+// file gives them, rejecting unknown and repeated keys. keys are in the
+// order the documentation lists them, which errors follow.
+func (d *decoder) mapping(n *yaml.Node, field string, keys []key) error {
+	known := keyNames(keys)
+	if n.Kind != yaml.MappingNode {
+		return d.errorf(n.Line, field, "want a mapping with the keys %s, got %s", strings.Join(known, ", "), kindName(n))
+	}
+	seen := map[string]bool{}
+	for k, v := range pairs(n) {
+		path := join(field, k.Value)
+		i := slices.Index(known, k.Value)
+		if i < 0 {
+			return d.errorf(k.Line, path, "unknown key %q (known keys here: %s)%s", k.Value, strings.Join(known, ", "), suggest(k.Value, known))
+		}
+		if seen[k.Value] {
+			return d.errorf(k.Line, path, "set twice")
+		}
+		seen[k.Value] = true
+		if err := keys[i].decode(v, path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (d *decoder) decode(data []byte) (*File, error) {
@@ -187,10 +292,7 @@ func (d *decoder) decode(data []byte) (*File, error) {
 	}
 	f := &File{Path: d.file}
 	var agents *yaml.Node
-	if err := d.fields(top, "", topKeys, func(key string, v *yaml.Node) error {
-		agents = v
-		return nil
-	}); err != nil {
+	if err := d.mapping(top, "", []key{{"agents", into(&agents, node)}}); err != nil {
 		return nil, err
 	}
 	if agents == nil || agents.Kind != yaml.SequenceNode || len(agents.Content) == 0 {
@@ -211,88 +313,29 @@ func (d *decoder) decode(data []byte) (*File, error) {
 	return f, nil
 }
 
-// fields calls fn for each key of a mapping, in order, rejecting unknown
-// and repeated keys.
-func (d *decoder) fields(n *yaml.Node, field string, known []string, fn func(key string, v *yaml.Node) error) error {
-	if n.Kind != yaml.MappingNode {
-		return d.errorf(n.Line, field, "want a mapping with the keys %s, got %s", strings.Join(known, ", "), kindName(n))
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		path := join(field, k.Value)
-		if !slices.Contains(known, k.Value) {
-			return d.errorf(k.Line, path, "unknown key %q (known keys here: %s)%s", k.Value, strings.Join(known, ", "), suggest(k.Value, known))
-		}
-		if seen[k.Value] {
-			return d.errorf(k.Line, path, "set twice")
-		}
-		seen[k.Value] = true
-		if err := fn(k.Value, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (d *decoder) agentSpec(i int, n *yaml.Node) (AgentSpec, error) {
 	a := AgentSpec{Line: n.Line}
 	d.agent = fmt.Sprintf("#%d", i)
 	// The name first, so that every other error names the agent.
-	if n.Kind == yaml.MappingNode {
-		for j := 0; j+1 < len(n.Content); j += 2 {
-			if n.Content[j].Value == "name" && n.Content[j+1].Kind == yaml.ScalarNode {
-				d.agent = n.Content[j+1].Value
-			}
+	for k, v := range pairs(n) {
+		if k.Value == "name" && v.Kind == yaml.ScalarNode {
+			d.agent = v.Value
 		}
 	}
+	// The model is decoded last, once the agent is known to have a name.
 	var model *yaml.Node
-	err := d.fields(n, "", agentKeys, func(key string, v *yaml.Node) error {
-		var err error
-		switch key {
-		case "name":
-			a.Name, err = d.str(v, key)
-		case "description":
-			a.Description, err = d.str(v, key)
-		case "systemPrompt":
-			a.SystemPrompt, err = d.str(v, key)
-		case "maxSteps":
-			a.MaxSteps, err = d.integer(v, key)
-			if err == nil && a.MaxSteps < 1 {
-				err = d.errorf(v.Line, key, "must be >= 1 (leave it out for the default of %d), got %d", helix.DefaultMaxSteps, a.MaxSteps)
-			}
-		case "model":
-			model = v
-		case "outputSchema":
-			a.OutputSchema, err = d.schema(v, key, true)
-		case "initialState":
-			a.InitialState, err = d.object(v, key)
-		case "clientTools":
-			err = d.list(v, key, func(j int, e *yaml.Node) error {
-				t, err := d.clientTool(e, fmt.Sprintf("%s[%d]", key, j))
-				a.ClientTools = append(a.ClientTools, t)
-				return err
-			})
-		case "approvalTools":
-			err = d.list(v, key, func(j int, e *yaml.Node) error {
-				t, err := d.approvalTool(e, fmt.Sprintf("%s[%d]", key, j))
-				a.ApprovalTools = append(a.ApprovalTools, t)
-				return err
-			})
-		case "subAgents":
-			err = d.list(v, key, func(j int, e *yaml.Node) error {
-				s, err := d.subAgent(e, fmt.Sprintf("%s[%d]", key, j))
-				a.SubAgents = append(a.SubAgents, s)
-				return err
-			})
-		case "persistentAgents":
-			err = d.list(v, key, func(j int, e *yaml.Node) error {
-				p, err := d.persistent(e, fmt.Sprintf("%s[%d]", key, j))
-				a.PersistentAgents = append(a.PersistentAgents, p)
-				return err
-			})
-		}
-		return err
+	err := d.mapping(n, "", []key{
+		{"name", into(&a.Name, d.str)},
+		{"description", into(&a.Description, d.str)},
+		{"systemPrompt", into(&a.SystemPrompt, d.str)},
+		{"maxSteps", into(&a.MaxSteps, d.maxSteps)},
+		{"model", into(&model, node)},
+		{"outputSchema", into(&a.OutputSchema, d.objectSchema)},
+		{"initialState", into(&a.InitialState, d.object)},
+		{"clientTools", into(&a.ClientTools, list(d, d.clientTool))},
+		{"approvalTools", into(&a.ApprovalTools, list(d, d.approvalTool))},
+		{"subAgents", into(&a.SubAgents, list(d, d.subAgent))},
+		{"persistentAgents", into(&a.PersistentAgents, list(d, d.persistent))},
 	})
 	if err != nil {
 		return a, err
@@ -309,16 +352,30 @@ func (d *decoder) agentSpec(i int, n *yaml.Node) (AgentSpec, error) {
 
 func (d *decoder) model(n *yaml.Node) (ModelSpec, error) {
 	m := ModelSpec{Line: n.Line}
+	// Every key of every provider, in the order the documentation lists
+	// them; the provider picks its own (modelKeys).
+	keys := []key{
+		{"provider", into(&m.Provider, d.str)},
+		{"model", into(&m.Model, d.str)},
+		{"baseURL", into(&m.BaseURL, d.str)},
+		{"apiKeyEnv", into(&m.APIKeyEnv, d.envName)},
+		{"headers", into(&m.Headers, d.stringMap)},
+		{"maxRetries", into(&m.MaxRetries, optional(d.nonNegative))},
+		{"maxTokens", into(&m.MaxTokens, d.nonNegative)},
+		{"thinking", into(&m.Thinking, d.nonNegative)},
+		{"temperature", into(&m.Temperature, optional(d.number))},
+		{"maxOutputTokens", into(&m.MaxOutputTokens, d.nonNegative)},
+		{"script", into(&m.Script, d.str)},
+	}
+	all := keyNames(keys)
 	// The provider decides which keys are allowed: read it first.
-	if n.Kind == yaml.MappingNode {
-		for j := 0; j+1 < len(n.Content); j += 2 {
-			if n.Content[j].Value == "provider" {
-				p, err := d.str(n.Content[j+1], "model.provider")
-				if err != nil {
-					return m, err
-				}
-				m.Provider = p
+	for k, v := range pairs(n) {
+		if k.Value == "provider" {
+			p, err := d.str(v, "model.provider")
+			if err != nil {
+				return m, err
 			}
+			m.Provider = p
 		}
 	}
 	known, builtin := modelKeys[m.Provider]
@@ -329,59 +386,18 @@ func (d *decoder) model(n *yaml.Node) (ModelSpec, error) {
 	case !builtin && !slices.Contains(d.providers, m.Provider):
 		return m, d.errorf(n.Line, "model.provider", "unknown provider %q (want %s)%s", m.Provider, strings.Join(d.providers, ", "), suggest(m.Provider, d.providers))
 	case !builtin:
-		known = allModelKeys
+		known = all
 	}
-	if n.Kind == yaml.MappingNode {
-		for j := 0; j+1 < len(n.Content); j += 2 {
-			k := n.Content[j]
-			if k.Value == "apiKey" {
-				return m, d.errorf(k.Line, "model.apiKey", "API keys are never written in the agent file: set apiKeyEnv to the name of the environment variable that holds the key")
-			}
-			if !slices.Contains(known, k.Value) && slices.Contains(allModelKeys, k.Value) {
-				return m, d.errorf(k.Line, "model."+k.Value, "not a setting of provider %s (its keys: %s)", m.Provider, strings.Join(known, ", "))
-			}
+	for k := range pairs(n) {
+		if k.Value == "apiKey" {
+			return m, d.errorf(k.Line, "model.apiKey", "API keys are never written in the agent file: set apiKeyEnv to the name of the environment variable that holds the key")
+		}
+		if !slices.Contains(known, k.Value) && slices.Contains(all, k.Value) {
+			return m, d.errorf(k.Line, "model."+k.Value, "not a setting of provider %s (its keys: %s)", m.Provider, strings.Join(known, ", "))
 		}
 	}
-	err := d.fields(n, "model", known, func(key string, v *yaml.Node) error {
-		field := "model." + key
-		var err error
-		switch key {
-		case "provider":
-		case "model":
-			m.Model, err = d.str(v, field)
-		case "baseURL":
-			m.BaseURL, err = d.str(v, field)
-		case "apiKeyEnv":
-			m.APIKeyEnv, err = d.str(v, field)
-			if err == nil && !validEnvName(m.APIKeyEnv) {
-				err = d.errorf(v.Line, field, "%q is not an environment variable name: name the variable that holds the key (OPENAI_API_KEY), not the key", m.APIKeyEnv)
-			}
-		case "headers":
-			m.Headers, err = d.stringMap(v, field)
-		case "maxRetries":
-			var r int
-			if r, err = d.nonNegative(v, field); err == nil {
-				m.MaxRetries = &r
-			}
-		case "maxTokens":
-			m.MaxTokens, err = d.nonNegative(v, field)
-		case "thinking":
-			m.Thinking, err = d.nonNegative(v, field)
-		case "temperature":
-			var t float64
-			if v.Tag != "!!int" && v.Tag != "!!float" {
-				err = d.errorf(v.Line, field, "want a number, got %s", kindName(v))
-			} else if err = d.scalar(v, field, "a number", &t); err == nil {
-				m.Temperature = &t
-			}
-		case "maxOutputTokens":
-			m.MaxOutputTokens, err = d.nonNegative(v, field)
-		case "script":
-			m.Script, err = d.str(v, field)
-		}
-		return err
-	})
-	if err != nil {
+	keys = slices.DeleteFunc(keys, func(k key) bool { return !slices.Contains(known, k.name) })
+	if err := d.mapping(n, "model", keys); err != nil {
 		return m, err
 	}
 	switch m.Provider {
@@ -401,65 +417,40 @@ func (d *decoder) model(n *yaml.Node) (ModelSpec, error) {
 	return m, nil
 }
 
+// toolKeys are the keys every tool has, sub-agent tools included.
+func (d *decoder) toolKeys(name, description *string, inputSchema *json.RawMessage) []key {
+	return []key{
+		{"name", into(name, d.str)},
+		{"description", into(description, d.str)},
+		{"inputSchema", into(inputSchema, d.objectSchema)},
+	}
+}
+
 func (d *decoder) clientTool(n *yaml.Node, field string) (ClientToolSpec, error) {
 	t := ClientToolSpec{Line: n.Line}
-	err := d.fields(n, field, clientToolKeys, func(key string, v *yaml.Node) error {
-		var err error
-		f := field + "." + key
-		switch key {
-		case "name":
-			t.Name, err = d.str(v, f)
-		case "description":
-			t.Description, err = d.str(v, f)
-		case "inputSchema":
-			t.InputSchema, err = d.schema(v, f, true)
-		case "outputSchema":
-			t.OutputSchema, err = d.schema(v, f, false)
-		case "timeout":
-			var s string
-			if s, err = d.str(v, f); err == nil {
-				t.Timeout, err = time.ParseDuration(s)
-				if err != nil || t.Timeout <= 0 {
-					err = d.errorf(v.Line, f, "want a positive Go duration such as 30s, 15m or 24h, got %q", s)
-				}
-			}
-		}
-		return err
-	})
-	if err == nil {
-		err = d.toolName(n, field, t.Name)
-	}
-	return t, err
+	keys := append(d.toolKeys(&t.Name, &t.Description, &t.InputSchema),
+		key{"outputSchema", into(&t.OutputSchema, d.anySchema)},
+		key{"timeout", into(&t.Timeout, d.timeout)})
+	return t, d.tool(n, field, &t.Name, keys)
 }
 
 func (d *decoder) approvalTool(n *yaml.Node, field string) (ApprovalToolSpec, error) {
 	t := ApprovalToolSpec{Line: n.Line}
-	err := d.fields(n, field, approvalKeys, func(key string, v *yaml.Node) error {
-		var err error
-		f := field + "." + key
-		switch key {
-		case "name":
-			t.Name, err = d.str(v, f)
-		case "description":
-			t.Description, err = d.str(v, f)
-		case "inputSchema":
-			t.InputSchema, err = d.schema(v, f, true)
-		case "result":
-			t.Result, err = d.json(v, f)
-		}
-		return err
-	})
-	if err == nil {
-		err = d.toolName(n, field, t.Name)
-	}
-	return t, err
+	keys := append(d.toolKeys(&t.Name, &t.Description, &t.InputSchema),
+		key{"result", into(&t.Result, d.json)})
+	return t, d.tool(n, field, &t.Name, keys)
 }
 
-func (d *decoder) toolName(n *yaml.Node, field, name string) error {
-	if name == "" {
+// tool decodes a tool's mapping by its keys, then checks the name they
+// read into *name.
+func (d *decoder) tool(n *yaml.Node, field string, name *string, keys []key) error {
+	if err := d.mapping(n, field, keys); err != nil {
+		return err
+	}
+	if *name == "" {
 		return d.errorf(n.Line, field+".name", "required")
 	}
-	if err := helix.ValidateToolName(name); err != nil {
+	if err := helix.ValidateToolName(*name); err != nil {
 		return d.errorf(n.Line, field+".name", "%v", err)
 	}
 	return nil
@@ -469,85 +460,46 @@ func (d *decoder) toolName(n *yaml.Node, field, name string) error {
 // input schema.
 func (d *decoder) subAgent(n *yaml.Node, field string) (SubAgentSpec, error) {
 	s := SubAgentSpec{Line: n.Line}
-	if n.Kind == yaml.ScalarNode {
-		var err error
-		s.Name, err = d.str(n, field)
-		return s, err
-	}
-	err := d.fields(n, field, subAgentKeys, func(key string, v *yaml.Node) error {
-		var err error
-		f := field + "." + key
-		switch key {
-		case "name":
-			s.Name, err = d.str(v, f)
-		case "description":
-			s.Description, err = d.str(v, f)
-		case "inputSchema":
-			s.InputSchema, err = d.schema(v, f, true)
-		}
-		return err
-	})
-	if err == nil && s.Name == "" {
-		err = d.errorf(n.Line, field+".name", "required: the name of another agent of this file")
-	}
-	return s, err
+	return s, d.delegate(n, field, &s.Name, d.toolKeys(&s.Name, &s.Description, &s.InputSchema))
 }
 
 // persistent reads a name, or a mapping with a name and a mode.
 func (d *decoder) persistent(n *yaml.Node, field string) (PersistentAgentSpec, error) {
 	p := PersistentAgentSpec{Line: n.Line}
+	return p, d.delegate(n, field, &p.Name, []key{
+		{"name", into(&p.Name, d.str)},
+		{"mode", into(&p.Mode, d.companionMode)},
+	})
+}
+
+// delegate decodes an entry of subAgents or persistentAgents: the name of
+// another agent, read into *name, or a mapping of keys with that name.
+func (d *decoder) delegate(n *yaml.Node, field string, name *string, keys []key) error {
 	if n.Kind == yaml.ScalarNode {
 		var err error
-		p.Name, err = d.str(n, field)
-		return p, err
-	}
-	err := d.fields(n, field, persistentKeys, func(key string, v *yaml.Node) error {
-		var err error
-		f := field + "." + key
-		switch key {
-		case "name":
-			p.Name, err = d.str(v, f)
-		case "mode":
-			var m string
-			if m, err = d.str(v, f); err == nil {
-				p.Mode = helix.CompanionMode(m)
-				if p.Mode != helix.CompanionBlocking && p.Mode != helix.CompanionNonBlocking {
-					err = d.errorf(v.Line, f, "unknown mode %q (want %s or %s)", m, helix.CompanionBlocking, helix.CompanionNonBlocking)
-				}
-			}
-		}
+		*name, err = d.str(n, field)
 		return err
-	})
-	if err == nil && p.Name == "" {
-		err = d.errorf(n.Line, field+".name", "required: the name of another agent of this file")
 	}
-	return p, err
-}
-
-func (d *decoder) list(n *yaml.Node, field string, fn func(i int, e *yaml.Node) error) error {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
+	if err := d.mapping(n, field, keys); err != nil {
+		return err
 	}
-	if n.Kind != yaml.SequenceNode {
-		return d.errorf(n.Line, field, "want a list, got %s", kindName(n))
-	}
-	for i, e := range n.Content {
-		if err := fn(i, e); err != nil {
-			return err
-		}
+	if *name == "" {
+		return d.errorf(n.Line, field+".name", "required: the name of another agent of this file")
 	}
 	return nil
 }
 
-// scalar decodes a scalar into v (a string, int or float64 pointer).
-func (d *decoder) scalar(n *yaml.Node, field, want string, v any) error {
+// scalar decodes a scalar as a V (a string, int or float64); want
+// describes it in errors.
+func scalar[V any](d *decoder, n *yaml.Node, field, want string) (V, error) {
+	var v V
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return d.errorf(n.Line, field, "want %s, got %s", want, kindName(n))
+		return v, d.errorf(n.Line, field, "want %s, got %s", want, kindName(n))
 	}
-	if err := n.Decode(v); err != nil {
-		return d.errorf(n.Line, field, "want %s, got %q", want, n.Value)
+	if err := n.Decode(&v); err != nil {
+		return v, d.errorf(n.Line, field, "want %s, got %q", want, n.Value)
 	}
-	return nil
+	return v, nil
 }
 
 func (d *decoder) str(n *yaml.Node, field string) (string, error) {
@@ -562,12 +514,10 @@ func (d *decoder) str(n *yaml.Node, field string) (string, error) {
 }
 
 func (d *decoder) integer(n *yaml.Node, field string) (int, error) {
-	var i int
 	if n.Kind == yaml.ScalarNode && n.Tag != "!!int" {
 		return 0, d.errorf(n.Line, field, "want a whole number, got %q", n.Value)
 	}
-	err := d.scalar(n, field, "a whole number", &i)
-	return i, err
+	return scalar[int](d, n, field, "a whole number")
 }
 
 func (d *decoder) nonNegative(n *yaml.Node, field string) (int, error) {
@@ -578,17 +528,69 @@ func (d *decoder) nonNegative(n *yaml.Node, field string) (int, error) {
 	return i, err
 }
 
+// maxSteps reads an agent's maxSteps.
+func (d *decoder) maxSteps(n *yaml.Node, field string) (int, error) {
+	i, err := d.integer(n, field)
+	if err == nil && i < 1 {
+		err = d.errorf(n.Line, field, "must be >= 1 (leave it out for the default of %d), got %d", helix.DefaultMaxSteps, i)
+	}
+	return i, err
+}
+
+// number reads a whole or decimal number (a temperature).
+func (d *decoder) number(n *yaml.Node, field string) (float64, error) {
+	if n.Tag != "!!int" && n.Tag != "!!float" {
+		return 0, d.errorf(n.Line, field, "want a number, got %s", kindName(n))
+	}
+	return scalar[float64](d, n, field, "a number")
+}
+
+// envName reads the name of an environment variable (apiKeyEnv), which a
+// key written in its place is not.
+func (d *decoder) envName(n *yaml.Node, field string) (string, error) {
+	s, err := d.str(n, field)
+	if err == nil && !validEnvName(s) {
+		err = d.errorf(n.Line, field, "%q is not an environment variable name: name the variable that holds the key (OPENAI_API_KEY), not the key", s)
+	}
+	return s, err
+}
+
+// timeout reads a client tool's timeout: a positive Go duration.
+func (d *decoder) timeout(n *yaml.Node, field string) (time.Duration, error) {
+	s, err := d.str(n, field)
+	if err != nil {
+		return 0, err
+	}
+	t, err := time.ParseDuration(s)
+	if err != nil || t <= 0 {
+		return 0, d.errorf(n.Line, field, "want a positive Go duration such as 30s, 15m or 24h, got %q", s)
+	}
+	return t, nil
+}
+
+func (d *decoder) companionMode(n *yaml.Node, field string) (helix.CompanionMode, error) {
+	s, err := d.str(n, field)
+	if err != nil {
+		return "", err
+	}
+	m := helix.CompanionMode(s)
+	if m != helix.CompanionBlocking && m != helix.CompanionNonBlocking {
+		return "", d.errorf(n.Line, field, "unknown mode %q (want %s or %s)", s, helix.CompanionBlocking, helix.CompanionNonBlocking)
+	}
+	return m, nil
+}
+
 func (d *decoder) stringMap(n *yaml.Node, field string) (map[string]string, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, d.errorf(n.Line, field, "want a mapping of header names to values, got %s", kindName(n))
 	}
 	out := map[string]string{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		v, err := d.str(n.Content[i+1], field+"."+n.Content[i].Value)
+	for k, v := range pairs(n) {
+		s, err := d.str(v, field+"."+k.Value)
 		if err != nil {
 			return nil, err
 		}
-		out[n.Content[i].Value] = v
+		out[k.Value] = s
 	}
 	return out, nil
 }
@@ -635,45 +637,84 @@ func (d *decoder) schema(n *yaml.Node, field string, object bool) (json.RawMessa
 	return s.Raw(), nil
 }
 
+// objectSchema reads the schema of a JSON object: a tool's arguments, an
+// agent's output.
+func (d *decoder) objectSchema(n *yaml.Node, field string) (json.RawMessage, error) {
+	return d.schema(n, field, true)
+}
+
+// anySchema reads the schema of any JSON value: a client tool's result.
+func (d *decoder) anySchema(n *yaml.Node, field string) (json.RawMessage, error) {
+	return d.schema(n, field, false)
+}
+
 // jsonable turns decoded YAML into values encoding/json accepts.
 func jsonable(v any) (any, error) {
+	var err error
 	switch v := v.(type) {
-	case map[string]any:
-		for k, e := range v {
-			c, err := jsonable(e)
-			if err != nil {
-				return nil, err
-			}
-			v[k] = c
-		}
-		return v, nil
 	case map[any]any:
-		out := make(map[string]any, len(v))
+		m := make(map[string]any, len(v))
 		for k, e := range v {
 			ks, ok := k.(string)
 			if !ok {
 				return nil, fmt.Errorf("key %v is not text: JSON objects have text keys (quote it)", k)
 			}
-			c, err := jsonable(e)
-			if err != nil {
+			m[ks] = e
+		}
+		return jsonable(m)
+	case map[string]any:
+		for k, e := range v {
+			if v[k], err = jsonable(e); err != nil {
 				return nil, err
 			}
-			out[ks] = c
 		}
-		return out, nil
 	case []any:
 		for i, e := range v {
-			c, err := jsonable(e)
-			if err != nil {
+			if v[i], err = jsonable(e); err != nil {
 				return nil, err
 			}
-			v[i] = c
 		}
-		return v, nil
 	case time.Time:
 		return v.Format(time.RFC3339Nano), nil
 	}
 	return v, nil
+}
+
+// An entry is a named entry of one of an agent's lists, for the checks
+// across entries and agents.
+type entry struct {
+	list  string // clientTools, approvalTools, subAgents or persistentAgents
+	index int
+	name  string
+	line  int
+}
+
+func (e entry) field() string { return fmt.Sprintf("%s[%d]", e.list, e.index) }
+
+func (t ClientToolSpec) named() (string, int)      { return t.Name, t.Line }
+func (t ApprovalToolSpec) named() (string, int)    { return t.Name, t.Line }
+func (s SubAgentSpec) named() (string, int)        { return s.Name, s.Line }
+func (p PersistentAgentSpec) named() (string, int) { return p.Name, p.Line }
+
+// entries lists specs as the entries of list.
+func entries[S interface{ named() (string, int) }](list string, specs []S) []entry {
+	out := make([]entry, len(specs))
+	for i, s := range specs {
+		name, line := s.named()
+		out[i] = entry{list: list, index: i, name: name, line: line}
+	}
+	return out
+}
+
+// tools returns the agent's client tools, then its approval tools.
+func (a *AgentSpec) tools() []entry {
+	return slices.Concat(entries("clientTools", a.ClientTools), entries("approvalTools", a.ApprovalTools))
+}
+
+// delegations returns the agents a delegates to: its sub-agents, then its
+// companions.
+func (a *AgentSpec) delegations() []entry {
+	return slices.Concat(entries("subAgents", a.SubAgents), entries("persistentAgents", a.PersistentAgents))
 }
 
 // check validates what spans agents: unique names, references and cycles.
@@ -692,47 +733,23 @@ func (d *decoder) check(f *File) error {
 			return d.errorf(a.Line, "name", "duplicate agent name (also on line %d)", prev.Line)
 		}
 		byName[a.Name] = a
-		tools := map[string]int{}
-		for _, t := range a.ClientTools {
-			if line, dup := tools[t.Name]; dup {
-				return d.errorf(t.Line, "clientTools", "duplicate tool name %q (also on line %d)", t.Name, line)
+		declared := map[string]int{} // tool name → line
+		for _, t := range a.tools() {
+			if line, dup := declared[t.name]; dup {
+				return d.errorf(t.line, t.list, "duplicate tool name %q (also on line %d)", t.name, line)
 			}
-			tools[t.Name] = t.Line
-		}
-		for _, t := range a.ApprovalTools {
-			if line, dup := tools[t.Name]; dup {
-				return d.errorf(t.Line, "approvalTools", "duplicate tool name %q (also on line %d)", t.Name, line)
-			}
-			tools[t.Name] = t.Line
+			declared[t.name] = t.line
 		}
 	}
 	names := slices.Sorted(maps.Keys(byName))
-	for _, a := range f.Agents {
+	for i := range f.Agents {
+		a := &f.Agents[i]
 		d.agent = a.Name
-		seen := map[string]bool{}
-		for i, s := range a.SubAgents {
-			field := fmt.Sprintf("subAgents[%d]", i)
-			if err := d.reference(byName, names, s.Name, field, s.Line, "a sub-agent returns a structured output, which becomes the tool result"); err != nil {
+		listed := map[entry]bool{}
+		for _, e := range a.delegations() {
+			if err := d.reference(a, e, byName, names, listed); err != nil {
 				return err
 			}
-			if seen[s.Name] {
-				return d.errorf(s.Line, field, "sub-agent %q is listed twice", s.Name)
-			}
-			seen[s.Name] = true
-		}
-		seen = map[string]bool{}
-		for i, p := range a.PersistentAgents {
-			field := fmt.Sprintf("persistentAgents[%d]", i)
-			if p.Name == a.Name {
-				return d.errorf(p.Line, field, "an agent cannot be its own companion")
-			}
-			if err := d.reference(byName, names, p.Name, field, p.Line, "a companion answers each consultation with a structured output"); err != nil {
-				return err
-			}
-			if seen[p.Name] {
-				return d.errorf(p.Line, field, "companion %q is listed twice", p.Name)
-			}
-			seen[p.Name] = true
 		}
 	}
 	d.agent = ""
@@ -744,14 +761,28 @@ func (d *decoder) check(f *File) error {
 	return nil
 }
 
-func (d *decoder) reference(byName map[string]*AgentSpec, names []string, name, field string, line int, why string) error {
-	target, ok := byName[name]
+// reference checks a sub-agent or companion e of a: another agent of the
+// file, with an output schema, listed once in its list. listed holds the
+// entries checked before it, by list and name.
+func (d *decoder) reference(a *AgentSpec, e entry, byName map[string]*AgentSpec, names []string, listed map[entry]bool) error {
+	noun, why := "sub-agent", "a sub-agent returns a structured output, which becomes the tool result"
+	if e.list == "persistentAgents" {
+		if e.name == a.Name {
+			return d.errorf(e.line, e.field(), "an agent cannot be its own companion")
+		}
+		noun, why = "companion", "a companion answers each consultation with a structured output"
+	}
+	target, ok := byName[e.name]
+	seen := entry{list: e.list, name: e.name}
 	switch {
 	case !ok:
-		return d.errorf(line, field, "no agent named %q in this file (agents: %s)%s", name, strings.Join(names, ", "), suggest(name, names))
+		return d.errorf(e.line, e.field(), "no agent named %q in this file (agents: %s)%s", e.name, strings.Join(names, ", "), suggest(e.name, names))
 	case len(target.OutputSchema) == 0:
-		return d.errorf(line, field, "agent %q has no outputSchema: %s; give it one", name, why)
+		return d.errorf(e.line, e.field(), "agent %q has no outputSchema: %s; give it one", e.name, why)
+	case listed[seen]:
+		return d.errorf(e.line, e.field(), "%s %q is listed twice", noun, e.name)
 	}
+	listed[seen] = true
 	return nil
 }
 
@@ -760,11 +791,8 @@ func (d *decoder) reference(byName map[string]*AgentSpec, names []string, name, 
 func findCycle(f *File) []string {
 	edges := map[string][]string{}
 	for _, a := range f.Agents {
-		for _, s := range a.SubAgents {
-			edges[a.Name] = append(edges[a.Name], s.Name)
-		}
-		for _, p := range a.PersistentAgents {
-			edges[a.Name] = append(edges[a.Name], p.Name)
+		for _, e := range a.delegations() {
+			edges[a.Name] = append(edges[a.Name], e.name)
 		}
 	}
 	const (
@@ -818,11 +846,8 @@ func (f *File) order() []*AgentSpec {
 			return
 		}
 		done[a.Name] = true
-		for _, s := range a.SubAgents {
-			visit(byName[s.Name])
-		}
-		for _, p := range a.PersistentAgents {
-			visit(byName[p.Name])
+		for _, e := range a.delegations() {
+			visit(byName[e.name])
 		}
 		out = append(out, a)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,93 +16,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
-	"github.com/helix-agents/helix-dbos/internal/pgtest"
-	"github.com/helix-agents/helix-dbos/llm/scripted"
+	"github.com/helix-agents/helix-dbos/internal/aisdktest"
 	"github.com/helix-agents/helix-dbos/server/aisdk"
 )
-
-type question struct {
-	Question string `json:"question"`
-}
-
-type answer struct {
-	Answer string `json:"answer" jsonschema:"minLength=1"`
-}
-
-type cityIn struct {
-	City string `json:"city"`
-}
-
-type transferIn struct {
-	To     string `json:"to"`
-	Amount int    `json:"amount"`
-}
-
-// lastContent is the content of a request's last message (the tool result
-// a continuation step reads).
-func lastContent(req helix.ModelRequest) string { return req.Messages[len(req.Messages)-1].Content }
 
 // slowDeltas are the answer of the slow agent, streamed one per 40 ms.
 var slowDeltas = []string{"one ", "two ", "three ", "four ", "five ", "six ", "seven ", "eight ", "nine ", "ten."}
 
-// agents returns the test agents: weather (the default: a server tool),
-// asker (a client-executed tool), lead (a sub-agent with a client tool),
-// slow (paced text) and banker (an approval-gated tool), each scripted by
-// its position in the conversation.
-func agents() []*helix.Agent {
-	getWeather := helix.MustNewTool("get_weather", "Forecast for a city",
-		func(_ context.Context, in cityIn, _ helix.ToolContext) (map[string]string, error) {
-			return map[string]string{"forecast": "sunny in " + in.City}, nil
-		})
-	askUser := helix.MustNewClientTool[question, answer]("ask_user", "Ask the user")
-	transfer := helix.MustNewTool("transfer", "Move money",
-		func(_ context.Context, in transferIn, _ helix.ToolContext) (map[string]any, error) {
-			return map[string]any{"sent": in.Amount, "to": in.To}, nil
-		}, helix.RequireApproval())
-	checker := &helix.Agent{Name: "checker", Tools: []*helix.Tool{askUser},
-		OutputSchema: json.RawMessage(`{"type":"object","properties":{"verdict":{"type":"string"}},"required":["verdict"]}`),
-		Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			if i == 0 {
-				return scripted.Step{Text: "checking", ToolCalls: []scripted.Call{{ID: "sub-ask", Name: "ask_user", Args: question{Question: "is it true?"}}}}, nil
-			}
-			return scripted.Step{Output: map[string]string{"verdict": "user says " + lastContent(req)}}, nil
-		})}
-	return []*helix.Agent{
-		{Name: "weather", Tools: []*helix.Tool{getWeather}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			switch i {
-			case 0:
-				return scripted.Step{Text: "Let me check.", ToolCalls: []scripted.Call{{ID: "w1", Name: "get_weather", Args: cityIn{City: "Paris"}}}}, nil
-			case 1:
-				return scripted.Step{Text: "It is " + lastContent(req)}, nil
-			}
-			return scripted.Step{Text: "You are welcome."}, nil
-		})},
-		{Name: "asker", Tools: []*helix.Tool{askUser}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			if i%2 == 0 {
-				return scripted.Step{ToolCalls: []scripted.Call{{ID: "ask" + strconv.Itoa(i), Name: "ask_user", Args: question{Question: "favourite colour?"}}}}, nil
-			}
-			return scripted.Step{Text: "You said " + lastContent(req)}, nil
-		})},
-		{Name: "lead", Tools: []*helix.Tool{helix.MustSubAgentTool(checker, nil, nil)}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			if i == 0 {
-				return scripted.Step{ToolCalls: []scripted.Call{{ID: "delegate", Name: "subagent__checker", Args: map[string]string{"task": "check"}}}}, nil
-			}
-			return scripted.Step{Text: "Verdict: " + lastContent(req)}, nil
-		})},
-		{Name: "slow", Model: scripted.New(scripted.Step{Deltas: slowDeltas, DeltaDelay: 40 * time.Millisecond})},
-		{Name: "banker", Tools: []*helix.Tool{transfer}, Model: scripted.Generate(func(i int, req helix.ModelRequest) (scripted.Step, error) {
-			if i == 0 {
-				return scripted.Step{Text: "I will transfer.", ToolCalls: []scripted.Call{{ID: "t1", Name: "transfer", Args: transferIn{To: "bob", Amount: 5}}}}, nil
-			}
-			return scripted.Step{Text: "Result: " + lastContent(req)}, nil
-		})},
-	}
-}
-
-// env is an engine with the chat handler on a test server. The principal
-// is the X-User header; a request without one is unauthenticated.
+// env is an engine with the chat handler on a test server, running the
+// agents of package aisdktest: weather (the default: a server tool), asker
+// (a client-executed tool), lead (a sub-agent with a client tool), slow
+// (paced text) and banker (an approval-gated tool). The principal is the
+// aisdktest.HeaderUser header; a request without one is unauthenticated.
 type env struct {
 	t   *testing.T
 	eng *engine.Engine
@@ -112,28 +37,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	eng, err := engine.New(t.Context(), engine.Config{DatabaseURL: pgtest.NewURL(t)})
-	require.NoError(t, err)
-	h, err := aisdk.NewHandler(eng, aisdk.Options{
-		Agents: agents(),
-		Authenticate: func(r *http.Request) (string, error) {
-			if u := r.Header.Get("X-User"); u != "" {
-				return u, nil
-			}
-			return "", errors.New("no user")
-		},
-		PollInterval: 20 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	require.NoError(t, eng.Launch(t.Context()))
-	mux := http.NewServeMux()
-	mux.Handle("/chat", h)
-	mux.Handle("/chat/", h)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(func() {
-		srv.Close()
-		require.NoError(t, eng.Shutdown(context.Background()))
-	})
+	eng, srv := aisdktest.NewServer(t, aisdktest.WeatherAgent(), aisdktest.AskerAgent(), aisdktest.LeadAgent(),
+		aisdktest.SlowAgent(slowDeltas, 40*time.Millisecond), aisdktest.BankerAgent(nil))
 	return &env{t: t, eng: eng, url: srv.URL}
 }
 
@@ -158,7 +63,7 @@ func (e *env) do(method, path, user string, body any, header http.Header) reply 
 	require.NoError(e.t, err)
 	maps.Copy(req.Header, header)
 	if user != "" {
-		req.Header.Set("X-User", user)
+		req.Header.Set(aisdktest.HeaderUser, user)
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
