@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/internal/process"
 )
 
 // HeartbeatInterval is how often a launched engine refreshes its row in
@@ -51,7 +53,9 @@ RETURNING COALESCE((SELECT hostname FROM prev), ''), COALESCE((SELECT pid FROM p
 	if err != nil {
 		return nil, err
 	}
-	if fresh && (prevHost != host || prevPID != h.pid) {
+	// A fresh row of a process on this machine that is gone is what a crash
+	// leaves: taking it over is the point of recovery.
+	if fresh && (prevHost != host || prevPID != h.pid) && (prevHost != host || process.Alive(prevPID)) {
 		log.Warn().Str("event", "executor.shared").Str("executorId", id).Str("otherHost", prevHost).Int("otherPid", prevPID).
 			Msg("another live process recorded this executor ID: two processes with one executor ID recover the same workflows; give each process its own Config.ExecutorID")
 	}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/process"
 )
 
 // Every launched engine records itself in helix.executors and refreshes
@@ -50,21 +50,6 @@ func (e *executorInUseError) Error() string {
 		"pass another --executor-id (or HELIX_EXECUTOR_ID), or stop that process first "+
 		"(if it died on another machine, its ID is free %s after its last heartbeat)",
 		e.id, e.pid, e.host, fmtTime(e.since), time.Since(e.lastBeat).Round(time.Second), heartbeatStale)
-}
-
-// processAlive reports whether a process with this ID runs on this
-// machine (signal 0 checks without sending anything; EPERM means it runs
-// as another user).
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return false
-	}
-	err = p.Signal(syscall.Signal(0))
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // claimExecutor records this process as executor id, refusing when another
@@ -106,7 +91,7 @@ RETURNING executor_id`, id, appVersion, host, h.pid, heartbeatStale.Seconds()).S
 		// A holder on this machine that no longer exists died without
 		// cleaning up (SIGKILL, a crash): a restart takes its ID over at
 		// once instead of waiting for its heartbeat to go stale.
-		if inUse.host != host || processAlive(inUse.pid) {
+		if inUse.host != host || process.Alive(inUse.pid) {
 			return nil, inUse
 		}
 		tag, uerr := pool.Exec(ctx, `UPDATE helix.executors SET application_version = $2, pid = $4, started_at = now(), heartbeat_at = now()
