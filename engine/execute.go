@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -91,6 +92,9 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 	if sessionID == "" {
 		sessionID = uuid.Must(uuid.NewV7()).String()
 	}
+	if err := e.checkDerivable(ctx, sessionID); err != nil {
+		return nil, err
+	}
 	var runID, workflowID string
 	err := e.inTx(ctx, func(s *postgres.Store) error {
 		st, err := s.LoadState(ctx, sessionID)
@@ -119,6 +123,30 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 		return nil, err
 	}
 	return e.launchRun(sessionID, runID, workflowID)
+}
+
+// checkDerivable refuses a session ID that another session's sub-agent or
+// companion would derive ({existing}-sub-…, {existing}-agent-…): taking it
+// would make that child impossible to create. An ID whose prefix names no
+// session is free (a "support-agent-7" with no session "support").
+func (e *Engine) checkDerivable(ctx context.Context, sessionID string) error {
+	for _, infix := range reservedInfixes {
+		for i := strings.Index(sessionID, infix); i > 0; {
+			prefix := sessionID[:i]
+			if _, err := e.store.LoadState(ctx, prefix); err == nil {
+				return refuse(RefusedReservedSessionID, sessionID,
+					"session ID %q is the form of a sub-agent or companion session of session %q (%q…); choose another ID", sessionID, prefix, prefix+infix)
+			} else if !errors.Is(err, helix.ErrNotFound) {
+				return err
+			}
+			next := strings.Index(sessionID[i+1:], infix)
+			if next < 0 {
+				break
+			}
+			i += 1 + next
+		}
+	}
+	return nil
 }
 
 func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, opts *ExecuteOptions, sessionID string, inputs int) error {

@@ -28,7 +28,16 @@ const (
 	RefusedOwnerMismatch = "owner_mismatch"
 	// RefusedNotLaunched: the engine is not launched, or shut down.
 	RefusedNotLaunched = "not_launched"
+	// RefusedReservedSessionID: a session ID of the form the engine
+	// derives for an existing session's children (sub-agents
+	// {parent}-sub-{callId}, companions {parent}-agent-{name}).
+	RefusedReservedSessionID = "reserved_session_id"
 )
+
+// reservedInfixes are the infixes of derived session IDs: a session a
+// caller names {existing}{infix}… could take the ID of another session's
+// child.
+var reservedInfixes = []string{"-sub-", "-agent-"}
 
 // RefusedError is a request the engine refused because of the session's
 // state or the request itself; nothing was written. Message says what to

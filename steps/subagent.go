@@ -158,11 +158,16 @@ func ChildResult(call helix.ToolCall, out Outcome, err error) ToolResult {
 	r := ToolResult{ToolCallID: call.ID, ToolName: call.Name}
 	switch {
 	case err != nil:
-		r.Error, r.ErrorCode = fmt.Sprintf("the sub-agent's run ended abnormally: %v", err), CodeSubAgentFailed
+		// The workflow's Go error is infrastructure text (SQL, DBOS): the
+		// model and the stream get a plain account; the child's session
+		// and the log have the cause.
+		r.Error, r.ErrorCode = "the sub-agent's run ended abnormally (its session records the cause)", CodeSubAgentFailed
 	case out.Status == helix.RunCompleted:
 		r.Result = out.Output
 	case out.Status == helix.RunInterrupted:
 		r.Error, r.ErrorCode = "the sub-agent was interrupted: "+out.Error, CodeSubAgentFailed
+	case out.Code == helix.CodeInternal:
+		r.Error, r.ErrorCode = "the sub-agent failed with an internal error (its session records the cause)", CodeSubAgentFailed
 	default:
 		r.Error, r.ErrorCode = out.Error, CodeSubAgentFailed
 		if r.Error == "" {

@@ -64,6 +64,10 @@ func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results [
 			stopped = append(stopped, c.index)
 			continue
 		}
+		if err != nil {
+			t.env.Log.Error().Err(err).Str("event", "subagent.ended_abnormally").Str("sessionId", t.run.SessionID).
+				Str("toolCallId", calls[c.index].ID).Msg("a sub-agent's workflow ended with an error; the call fails")
+		}
 		results[c.index] = steps.ChildResult(calls[c.index], out, err)
 	}
 	return stopped, nil
