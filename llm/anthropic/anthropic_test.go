@@ -45,6 +45,7 @@ func TestNewValidates(t *testing.T) {
 		"thinking above max":     {Thinking: 8000, MaxTokens: 8000},
 		"negative max tokens":    {MaxTokens: -1},
 		"min above max backoff":  {MinBackoff: time.Minute, MaxBackoff: time.Second},
+		"negative wait cap":      {MaxRetryAfter: -time.Second},
 		"bad header":             {Headers: map[string]string{"a b": "c"}},
 	} {
 		_, err := anthropic.New(cfg)
@@ -168,7 +169,7 @@ func TestRefusal(t *testing.T) {
 
 func TestStreamQuirks(t *testing.T) {
 	t.Parallel()
-	// A redacted_thinking block (skipped), a tool_use without an ID, a
+	// A redacted_thinking block (kept for the round trip), a tool_use without an ID, a
 	// repeated ID, input given whole in the start event, unknown delta
 	// and block types, and a stop reason this adapter does not know.
 	const stream = `event: message_start
@@ -213,7 +214,7 @@ data: {"type":"message_stop"}
 	res, err := m.GenerateStep(t.Context(), userRequest(), rec.Callbacks())
 	require.NoError(t, err)
 	llmtest.CheckStream(t, rec, res)
-	require.Nil(t, res.Thinking)
+	require.Equal(t, &helix.Thinking{Signature: `helix-anthropic-thinking-blocks-v1:[{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4a"}]`}, res.Thinking)
 	require.Equal(t, helix.StopUnknown, res.StopReason)
 	require.Equal(t, helix.Usage{InputTokens: 10, OutputTokens: 30}, res.Usage)
 	require.Equal(t, []helix.ToolCall{
@@ -221,6 +222,114 @@ data: {"type":"message_stop"}
 		{ID: "toolu_2", Name: "b", Arguments: json.RawMessage(`{"k":"v"}`)},
 		{ID: "toolu_3", Name: "c", Arguments: json.RawMessage(`"{\"n\": 1"`)},
 	}, res.ToolCalls)
+}
+
+// Server tools (web search here) stream a server_tool_use block with
+// input_json_delta pieces and a result block: both are dropped, with
+// their deltas, and the text that follows is the answer.
+func TestServerToolBlocksAreDropped(t *testing.T) {
+	t.Parallel()
+	m, _ := serve(t, anthropic.Config{}, llmtest.Testdata("server_tool_use.sse"))
+	rec := llmtest.NewRecorder()
+	res, err := m.GenerateStep(t.Context(), userRequest(), rec.Callbacks())
+	require.NoError(t, err)
+	llmtest.CheckStream(t, rec, res)
+	require.Equal(t, helix.StepText, res.Type)
+	require.Equal(t, "It is 18°C and sunny in Paris today.", res.Content)
+	require.Empty(t, res.ToolCalls, "a server tool call is not the agent's to run")
+	require.Zero(t, rec.Count(llmtest.EventToolArgStart)+rec.Count(llmtest.EventToolArgDelta))
+	require.Equal(t, helix.StopEndTurn, res.StopReason)
+	require.Equal(t, helix.Usage{InputTokens: 10682, OutputTokens: 83}, res.Usage)
+}
+
+// A delta for a block that was never started, or of a kept block of
+// another type, is still a malformed stream.
+func TestInputJSONDeltaOfAnotherBlock(t *testing.T) {
+	t.Parallel()
+	const head = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{}}}\n\n"
+	const delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n"
+	for name, tc := range map[string]struct{ start, want string }{
+		"never started": {"", "input_json_delta for block 0, which was never started"},
+		"a text block": {"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+			"input_json_delta for block 0, which is a text block"},
+	} {
+		m, _ := serve(t, anthropic.Config{}, llmtest.Fixture{Body: head + tc.start + delta})
+		_, err := m.GenerateStep(t.Context(), userRequest(), helix.StreamCallbacks{})
+		me := llmtest.AsModelError(t, err)
+		require.Equal(t, helix.CodeProviderError, me.Code, name)
+		require.False(t, me.Recoverable, name)
+		require.Contains(t, me.Message, tc.want, name)
+	}
+}
+
+// Several thinking blocks and a redacted_thinking block cannot travel as
+// one text with the last signature (the API rejects that turn for good):
+// the result shows the texts joined, and its Signature carries every
+// block, which goes back to the API block by block, in order, before the
+// turn's text and tool calls.
+func TestThinkingBlocksRoundTrip(t *testing.T) {
+	t.Parallel()
+	const (
+		sig1     = "EqQBCkgIBxABGAIqQFirstBlockSignatureXc8Tn4Lm7Rq2Pw9Ys1VdHe6uJaBKfYw3qLm5Xc"
+		sig2     = "EqQBCkgIBxABGAIqQSecondBlockSignatureRq7Pw2Ys6VdHe1uJaBKfYw8qLm4Xc3Tn"
+		redacted = "EmwKAhgBEgy3va3pzix/LafPsn4aDFmQ8Tn2Lm6Xc9Rq4Pw1Ys7V"
+	)
+	m, srv := serve(t, anthropic.Config{Thinking: 1024, MaxTokens: 4096}, llmtest.Testdata("thinking_blocks.sse"), llmtest.Testdata("text.sse"))
+	rec := llmtest.NewRecorder()
+	res, err := m.GenerateStep(t.Context(), userRequest(), rec.Callbacks())
+	require.NoError(t, err)
+	llmtest.CheckStream(t, rec, res)
+	require.Equal(t, "The user wants the weather in Paris.\n\nI should call get_weather.", res.Thinking.Content)
+	require.NotContains(t, res.Thinking.Signature, sig1+sig2)
+	require.Len(t, res.ToolCalls, 1)
+
+	// The engine stores the step as an assistant message and sends it back
+	// with the tool's result.
+	turn := helix.AssistantMessage(res.Content, res.ToolCalls...)
+	turn.Thinking = res.Thinking
+	next := helix.ModelRequest{Messages: []helix.Message{
+		helix.UserMessage("hi"), turn,
+		helix.ToolResultMessage(res.ToolCalls[0].ID, res.ToolCalls[0].Name, `{"temperature":18}`),
+	}}
+	_, err = m.GenerateStep(t.Context(), next, helix.StreamCallbacks{})
+	require.NoError(t, err)
+	var msgs []struct {
+		Role    string            `json:"role"`
+		Content []json.RawMessage `json:"content"`
+	}
+	require.NoError(t, json.Unmarshal(srv.RequestBody(t, 1)["messages"], &msgs))
+	require.Len(t, msgs, 3)
+	require.Equal(t, "assistant", msgs[1].Role)
+	require.Len(t, msgs[1].Content, 4)
+	require.JSONEq(t, `{"type":"thinking","thinking":"The user wants the weather in Paris.","signature":"`+sig1+`"}`, string(msgs[1].Content[0]))
+	require.JSONEq(t, `{"type":"redacted_thinking","data":"`+redacted+`"}`, string(msgs[1].Content[1]))
+	require.JSONEq(t, `{"type":"thinking","thinking":"I should call get_weather.","signature":"`+sig2+`"}`, string(msgs[1].Content[2]))
+	require.JSONEq(t, `{"type":"tool_use","id":"toolu_01Hb6Xc1Lm9Tn3Rz7Pv2Ys8Kd","name":"get_weather","input":{"city":"Paris"}}`, string(msgs[1].Content[3]))
+}
+
+// Reasoning the API did not sign in this form is not sent back: a
+// Signature that claims several blocks but cannot be read, or holds a
+// thinking block without a signature, would fail the turn for good.
+func TestThinkingBlocksThatCannotGoBack(t *testing.T) {
+	t.Parallel()
+	for name, sig := range map[string]string{
+		"unreadable":             "helix-anthropic-thinking-blocks-v1:[{",
+		"unsigned block":         `helix-anthropic-thinking-blocks-v1:[{"type":"thinking","thinking":"a","signature":"s"},{"type":"thinking","thinking":"b"}]`,
+		"empty redacted block":   `helix-anthropic-thinking-blocks-v1:[{"type":"redacted_thinking"}]`,
+		"unknown block type":     `helix-anthropic-thinking-blocks-v1:[{"type":"text","thinking":"a","signature":"s"}]`,
+		"no signature (another)": "",
+	} {
+		m, srv := serve(t, anthropic.Config{}, llmtest.Testdata("text.sse"))
+		turn := helix.AssistantMessage("answer")
+		turn.Thinking = &helix.Thinking{Content: "a\n\nb", Signature: sig}
+		req := helix.ModelRequest{Messages: []helix.Message{helix.UserMessage("q"), turn, helix.UserMessage("again")}}
+		_, err := m.GenerateStep(t.Context(), req, helix.StreamCallbacks{})
+		require.NoError(t, err, name)
+		require.JSONEq(t, `[
+			{"role":"user","content":[{"type":"text","text":"q"}]},
+			{"role":"assistant","content":[{"type":"text","text":"answer"}]},
+			{"role":"user","content":[{"type":"text","text":"again"}]}]`, string(srv.RequestBody(t, 0)["messages"]), name)
+	}
 }
 
 func TestErrorClassification(t *testing.T) {

@@ -27,6 +27,7 @@ func adapter() llmtest.Adapter {
 			return anthropic.New(anthropic.Config{
 				BaseURL: t.BaseURL, APIKey: t.APIKey, Headers: t.Headers, HTTPClient: t.HTTPClient,
 				MaxRetries: t.MaxRetries, MinBackoff: t.MinBackoff, MaxBackoff: t.MaxBackoff,
+				MaxRetryAfter: t.MaxRetryAfter, IdleTimeout: t.IdleTimeout,
 			})
 		},
 		Path:               "/v1/messages",
@@ -147,6 +148,10 @@ func decodeRequest(body []byte) (llmtest.Request, error) {
 				switch b.Type {
 				case "thinking":
 					msg.Thinking = &helix.Thinking{Content: b.Thinking, Signature: b.Signature}
+				case "redacted_thinking":
+					if msg.Thinking == nil {
+						msg.Thinking = &helix.Thinking{}
+					}
 				case "tool_use":
 					msg.ToolCalls = append(msg.ToolCalls, helix.ToolCall{ID: b.ID, Name: b.Name, Arguments: b.Input})
 				case "text":

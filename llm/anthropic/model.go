@@ -3,6 +3,7 @@ package anthropic
 import (
 	"context"
 	"maps"
+	"net/http"
 	"slices"
 
 	sdk "github.com/anthropics/anthropic-sdk-go"
@@ -41,6 +42,15 @@ func New(cfg Config) (*Model, error) {
 		option.WithoutEnvironmentDefaults(),
 		option.WithHTTPClient(cfg.HTTPClient),
 		option.WithMaxRetries(0),
+		// The idle watchdog of each attempt (Config.IdleTimeout) watches
+		// the response body the SDK reads, ping events included.
+		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			res, err := next(req)
+			if err == nil && res != nil {
+				res.Body = provider.WatchBody(req.Context(), res.Body)
+			}
+			return res, err
+		}),
 	}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))

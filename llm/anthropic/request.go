@@ -106,13 +106,9 @@ func messages(msgs []helix.Message) ([]sdk.TextBlockParam, []sdk.MessageParam, e
 				add(sdk.MessageParamRoleUser, sdk.NewTextBlock(m.Content))
 			}
 		case helix.RoleAssistant:
-			var blocks []sdk.ContentBlockParamUnion
-			// Thinking goes back only with its signature: the API verifies
-			// it, and rejects thinking it did not sign (from another
-			// provider, say), which is dropped instead.
-			if th := m.Thinking; th != nil && th.Signature != "" {
-				blocks = append(blocks, sdk.NewThinkingBlock(th.Signature, th.Content))
-			}
+			// Thinking goes first (the API wants it there), and only as
+			// blocks the API signed: see thinkingBlocks.
+			blocks := thinkingBlocks(m.Thinking)
 			if m.Content != "" {
 				blocks = append(blocks, sdk.NewTextBlock(m.Content))
 			}

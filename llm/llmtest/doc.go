@@ -30,7 +30,10 @@
 // an adapter that buffers until the end fails.
 //
 // The Target sets MaxRetries [TestMaxRetries] (2), MinBackoff
-// [TestMinBackoff] (1ms) and MaxBackoff [TestMaxBackoff] (50ms).
+// [TestMinBackoff] (1ms), MaxBackoff [TestMaxBackoff] (50ms) and
+// MaxRetryAfter [TestMaxRetryAfter] (2s); IdleTimeout is
+// [TestIdleTimeout] (200ms) in the stall scenarios and 0 (the adapter's
+// default) in the others.
 //
 // # Scenarios
 //
@@ -65,12 +68,18 @@
 //   - cached_usage: any text, with usage [CachedUsage] (input tokens
 //     counting every prompt token, cached ones included). Expects that
 //     usage, without cache writes unless Adapter.ReportsCacheWrites.
-//   - rate_limit_retry: a 429 with a Retry-After of at least 1 second, then
-//     the text fixture. Expects the text, exactly two identical requests,
-//     and a wait of at least MaxBackoff between them (Retry-After honoured,
-//     capped by MaxBackoff).
+//   - rate_limit_retry: a 429 with a Retry-After of 1 second (at least 1
+//     second, at most TestMaxRetryAfter), then the text fixture. Expects
+//     the text, exactly two identical requests, and a wait of at least 1
+//     second between them (the Retry-After honoured in full, beyond
+//     MaxBackoff, since it is within MaxRetryAfter).
 //   - rate_limited: a 429 (repeated). Expects provider_rate_limited,
 //     recoverable, status 429, MaxRetries+1 requests, no callback.
+//   - rate_limit_too_long: the rate_limited fixture with a Retry-After of
+//     3600 seconds (the suite sets it), more than MaxRetryAfter. Expects
+//     provider_rate_limited, recoverable, status 429, one request (no
+//     retry), no callback, and a message that says how long the provider
+//     asked to wait (1h0m0s) and names MaxRetryAfter.
 //   - overloaded: an overload status (503, 529). Expects
 //     provider_overloaded, recoverable, the 5xx status, MaxRetries+1
 //     requests, no callback.
@@ -97,6 +106,16 @@
 //   - timeout: a stream that sends headers and nothing more (the suite's
 //     default fixture); the call has a [TestTimeout] deadline. Expects
 //     provider_timeout, recoverable, matching context.DeadlineExceeded.
+//   - stall: the same silent stream (the suite's default fixture), the
+//     call without a deadline and IdleTimeout [TestIdleTimeout]: the idle
+//     watchdog must end each attempt. Expects provider_timeout,
+//     recoverable, not matching context.DeadlineExceeded, a message that
+//     names IdleTimeout, MaxRetries+1 requests (nothing was forwarded, so
+//     the stall is retried) and no callback.
+//   - stall_mid_stream: the stream_cut fixture kept open (the suite sets
+//     Fixture.Hang), IdleTimeout TestIdleTimeout. Expects the stall
+//     scenario's error after one request (no retry after output), with
+//     PartialText forwarded.
 //   - malformed: a stream with an event that is not valid JSON. Expects
 //     provider_error, not recoverable, one request.
 //

@@ -25,6 +25,7 @@ const (
 	ScenarioCachedUsage       Scenario = "cached_usage"
 	ScenarioRateLimitRetry    Scenario = "rate_limit_retry"
 	ScenarioRateLimited       Scenario = "rate_limited"
+	ScenarioRateLimitTooLong  Scenario = "rate_limit_too_long"
 	ScenarioOverloaded        Scenario = "overloaded"
 	ScenarioErrorEventRetry   Scenario = "error_event_retry"
 	ScenarioErrorEvent        Scenario = "error_event"
@@ -34,6 +35,8 @@ const (
 	ScenarioConnectionDrop    Scenario = "connection_drop"
 	ScenarioCancel            Scenario = "cancel"
 	ScenarioTimeout           Scenario = "timeout"
+	ScenarioStall             Scenario = "stall"
+	ScenarioStallMidStream    Scenario = "stall_mid_stream"
 	ScenarioMalformed         Scenario = "malformed"
 )
 
@@ -123,11 +126,20 @@ type Target struct {
 	Headers map[string]string
 	// HTTPClient must be the adapter's HTTP client.
 	HTTPClient *http.Client
-	// MaxRetries, MinBackoff and MaxBackoff configure the retries: a
-	// Retry-After longer than MaxBackoff must be capped to it.
+	// MaxRetries, MinBackoff and MaxBackoff configure the retries, with
+	// an exponential backoff between MinBackoff and MaxBackoff when the
+	// response has no Retry-After.
 	MaxRetries int
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// MaxRetryAfter is the longest Retry-After the adapter may wait for: a
+	// shorter one must be waited for in full (even beyond MaxBackoff), a
+	// longer one must end the call at once, without a retry.
+	MaxRetryAfter time.Duration
+	// IdleTimeout is how long a response may send nothing before the
+	// adapter abandons the attempt as stalled (a recoverable
+	// provider_timeout); 0 means the adapter's default.
+	IdleTimeout time.Duration
 }
 
 // Adapter describes a model adapter under test.
@@ -177,6 +189,12 @@ const (
 	TestMaxRetries = 2
 	TestMinBackoff = time.Millisecond
 	TestMaxBackoff = 50 * time.Millisecond
+	// TestMaxRetryAfter is the Target's MaxRetryAfter: above the 1-second
+	// Retry-After of the rate-limit fixtures, so that they are waited for.
+	TestMaxRetryAfter = 2 * time.Second
+	// TestIdleTimeout is the Target's IdleTimeout in the stall scenarios
+	// (the others leave the adapter's default).
+	TestIdleTimeout = 200 * time.Millisecond
 	// TestTimeout is the deadline of the timeout scenario.
 	TestTimeout = 300 * time.Millisecond
 	// callTimeout fails a scenario whose GenerateStep does not return.
@@ -233,6 +251,7 @@ func runScenario(t *testing.T, a Adapter, sc scenario) {
 	target := Target{
 		BaseURL: srv.URL, APIKey: TestAPIKey, Headers: TestHeaders, HTTPClient: srv.Client(),
 		MaxRetries: TestMaxRetries, MinBackoff: TestMinBackoff, MaxBackoff: TestMaxBackoff,
+		MaxRetryAfter: TestMaxRetryAfter, IdleTimeout: sc.idleTimeout,
 	}
 	model, err := a.New(target)
 	if err != nil {

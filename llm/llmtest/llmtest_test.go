@@ -156,13 +156,14 @@ func TestScenariosAreDocumented(t *testing.T) {
 	}
 }
 
-// TestdataFixtures covers every scenario but timeout, which has a default,
-// so an adapter that passes it fails no scenario for want of fixtures.
+// TestdataFixtures covers every scenario but timeout and stall, which
+// have a default, so an adapter that passes it fails no scenario for want
+// of fixtures.
 func TestTestdataFixturesCoverEveryScenario(t *testing.T) {
 	t.Parallel()
 	fixtures := llmtest.TestdataFixtures(nil)
 	for _, s := range llmtest.Scenarios() {
-		if s == llmtest.ScenarioTimeout {
+		if s == llmtest.ScenarioTimeout || s == llmtest.ScenarioStall {
 			continue
 		}
 		require.NotEmpty(t, fixtures[s], "scenario %s", s)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
 )
@@ -24,6 +25,8 @@ type scenario struct {
 	defaultFixtures []Fixture
 	// adjust changes a copy of the adapter's fixtures (sets Abort, Hang).
 	adjust func([]Fixture)
+	// idleTimeout is the Target's IdleTimeout (0: the adapter's default).
+	idleTimeout time.Duration
 	// call calls the model; nil calls GenerateStep with t.Context().
 	call  func(ctx context.Context, m helix.Model, o *outcome) (helix.StepResult, error)
 	check func(t *testing.T, o *outcome)
@@ -237,8 +240,9 @@ var scenarios = []scenario{
 			requireRequests(t, o, 2)
 			requireText(t, o, TextAnswer)
 			if len(o.requests) == 2 {
-				if gap := o.requests[1].At.Sub(o.requests[0].At); gap < o.target.MaxBackoff {
-					t.Errorf("retried after %s, want at least %s (Retry-After capped by MaxBackoff)", gap, o.target.MaxBackoff)
+				if gap := o.requests[1].At.Sub(o.requests[0].At); gap < time.Second {
+					t.Errorf("retried after %s, want at least the fixture's Retry-After of 1s (honoured beyond MaxBackoff %s, up to MaxRetryAfter %s)",
+						gap, o.target.MaxBackoff, o.target.MaxRetryAfter)
 				}
 				if string(o.requests[0].Body) != string(o.requests[1].Body) {
 					t.Errorf("the retry sent a different body:\n%s\n%s", o.requests[0].Body, o.requests[1].Body)
@@ -253,6 +257,33 @@ var scenarios = []scenario{
 			requireStatus(t, me, http.StatusTooManyRequests)
 			requireRequests(t, o, o.target.MaxRetries+1)
 			requireNoEvents(t, o)
+		},
+	},
+	{
+		name: ScenarioRateLimitTooLong, request: textRequest,
+		adjust: func(f []Fixture) {
+			for i := range f {
+				h := make(map[string]string, len(f[i].Header)+1)
+				for k, v := range f[i].Header {
+					// The provider's wait is the Retry-After set below.
+					if !strings.EqualFold(k, "Retry-After") && !strings.EqualFold(k, "Retry-After-Ms") {
+						h[k] = v
+					}
+				}
+				h["Retry-After"] = "3600"
+				f[i].Header = h
+			}
+		},
+		check: func(t *testing.T, o *outcome) {
+			me := requireModelError(t, o, []string{helix.CodeProviderRateLimited}, true)
+			requireStatus(t, me, http.StatusTooManyRequests)
+			requireRequests(t, o, 1)
+			requireNoEvents(t, o)
+			for _, want := range []string{"1h0m0s", "MaxRetryAfter"} {
+				if !strings.Contains(me.Message, want) {
+					t.Errorf("message %q does not mention %q (how long the provider asked to wait, and the setting)", me.Message, want)
+				}
+			}
 		},
 	},
 	{
@@ -364,6 +395,26 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: ScenarioStall, request: textRequest, idleTimeout: TestIdleTimeout,
+		defaultFixtures: []Fixture{{Hang: true}},
+		check: func(t *testing.T, o *outcome) {
+			me := requireModelError(t, o, []string{helix.CodeProviderTimeout}, true)
+			requireStalled(t, o, me)
+			requireRequests(t, o, o.target.MaxRetries+1)
+			requireNoEvents(t, o)
+		},
+	},
+	{
+		name: ScenarioStallMidStream, request: textRequest, idleTimeout: TestIdleTimeout,
+		adjust: func(f []Fixture) { f[len(f)-1].Hang = true },
+		check: func(t *testing.T, o *outcome) {
+			me := requireModelError(t, o, []string{helix.CodeProviderTimeout}, true)
+			requireStalled(t, o, me)
+			requireRequests(t, o, 1)
+			requireForwarded(t, o)
+		},
+	},
+	{
 		name: ScenarioMalformed, request: textRequest,
 		check: func(t *testing.T, o *outcome) {
 			requireModelError(t, o, []string{helix.CodeProviderError}, false)
@@ -445,5 +496,18 @@ func requireForwarded(t *testing.T, o *outcome) {
 	t.Helper()
 	if got := o.rec.Text(); got != PartialText {
 		t.Errorf("forwarded text %q before the failure, want %q", got, PartialText)
+	}
+}
+
+// requireStalled checks the failure of a stream that went silent: the
+// idle watchdog's, not the call's deadline (there is none), naming the
+// setting to change.
+func requireStalled(t *testing.T, o *outcome, me *helix.ModelError) {
+	t.Helper()
+	if errors.Is(o.err, context.DeadlineExceeded) {
+		t.Errorf("error %v matches context.DeadlineExceeded, but the call had no deadline: the stream stalled", o.err)
+	}
+	if !strings.Contains(me.Message, "IdleTimeout") {
+		t.Errorf("message %q does not name the setting to change (IdleTimeout)", me.Message)
 	}
 }

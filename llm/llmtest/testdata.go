@@ -11,28 +11,31 @@ func Testdata(name string) Fixture { return Fixture{File: "testdata/" + name} }
 type TestdataOpts struct {
 	// RateLimitHeader is the header of the 429 response of
 	// rate_limited.json: the provider's rate-limit and request-ID headers,
-	// with a Retry-After of at least 1 second. Default {"Retry-After": "1"}.
+	// with a Retry-After of 1 second (at least 1 second, at most
+	// TestMaxRetryAfter). Default {"Retry-After": "1"}.
 	RateLimitHeader map[string]string
 	// OverloadedStatus is the status of overloaded.json: 503, or
 	// Anthropic's 529. Default 503.
 	OverloadedStatus int
 }
 
-// TestdataFixtures returns the fixtures of every scenario but timeout
-// (which has a default) from the recorded responses in the testdata
+// TestdataFixtures returns the fixtures of every scenario but timeout and
+// stall (which have a default) from the recorded responses in the testdata
 // directory of the adapter's package, the way llm/openai and llm/anthropic
 // keep theirs. A scenario's file is named after it (text.sse,
 // tool_call.sse, parallel_tool_calls.sse, conversation.sse, thinking.sse,
 // cached_usage.sse, error_event.sse, malformed.sse), except:
 //
 //	rate_limit_retry   rate_limited.json (status 429), then text.sse
-//	rate_limited       rate_limited.json (status 429)
+//	rate_limited       rate_limited.json (status 429), which
+//	                   rate_limit_too_long replays with a longer
+//	                   Retry-After
 //	overloaded         overloaded.json (TestdataOpts.OverloadedStatus)
 //	error_event_retry  error_event_first.sse, then text.sse
 //	auth               auth.json (status 401)
 //	invalid_request    invalid_request.json (status 400)
-//	stream_cut         truncated.sse, which connection_drop and cancel
-//	                   replay too
+//	stream_cut         truncated.sse, which connection_drop, cancel and
+//	                   stall_mid_stream replay too
 //
 // The package documentation says what each must contain. Change the
 // entries where an adapter's recordings differ before passing the result
@@ -64,6 +67,7 @@ func TestdataFixtures(opts *TestdataOpts) map[Scenario][]Fixture {
 		ScenarioCachedUsage:       one(Testdata("cached_usage.sse")),
 		ScenarioRateLimitRetry:    {rateLimited, Testdata("text.sse")},
 		ScenarioRateLimited:       {rateLimited},
+		ScenarioRateLimitTooLong:  {rateLimited},
 		ScenarioOverloaded:        one(status(o.OverloadedStatus, "overloaded.json", nil)),
 		ScenarioErrorEventRetry:   {Testdata("error_event_first.sse"), Testdata("text.sse")},
 		ScenarioErrorEvent:        one(Testdata("error_event.sse")),
@@ -72,6 +76,7 @@ func TestdataFixtures(opts *TestdataOpts) map[Scenario][]Fixture {
 		ScenarioStreamCut:         one(Testdata("truncated.sse")),
 		ScenarioConnectionDrop:    one(Testdata("truncated.sse")),
 		ScenarioCancel:            one(Testdata("truncated.sse")),
+		ScenarioStallMidStream:    one(Testdata("truncated.sse")),
 		ScenarioMalformed:         one(Testdata("malformed.sse")),
 	}
 }

@@ -20,13 +20,23 @@ const (
 	// DefaultMinBackoff is the wait before the first retry (doubled at
 	// each retry, with jitter): 500ms.
 	DefaultMinBackoff = provider.DefaultMinBackoff
-	// DefaultMaxBackoff caps every wait, a Retry-After included: 20s.
+	// DefaultMaxBackoff caps the exponential backoff: 20s.
 	DefaultMaxBackoff = provider.DefaultMaxBackoff
+	// DefaultMaxRetryAfter is the longest Retry-After waited for: 60s.
+	DefaultMaxRetryAfter = provider.DefaultMaxRetryAfter
+	// DefaultIdleTimeout is how long a response may send nothing before
+	// the attempt is abandoned as stalled: 5 minutes (reasoning models may
+	// stream nothing for minutes while they think).
+	DefaultIdleTimeout = provider.DefaultIdleTimeout
 	// DefaultResponseHeaderTimeout bounds the wait for the response
 	// headers with the default HTTP client: 10 minutes. It does not bound
 	// the stream.
 	DefaultResponseHeaderTimeout = provider.DefaultResponseHeaderTimeout
 )
+
+// openAIHost is the host of OpenAI's own API, which gets
+// max_completion_tokens where compatible servers get max_tokens.
+const openAIHost = "api.openai.com"
 
 // name starts every message of this package.
 const name = "openai"
@@ -69,12 +79,29 @@ type Config struct {
 	MaxRetries int
 	// MinBackoff and MaxBackoff bound the exponential backoff with jitter
 	// between retries: MinBackoff before the first retry, doubling, never
-	// more than MaxBackoff. A Retry-After (or retry-after-ms) header is
-	// honoured instead, capped by MaxBackoff: a longer wait would hold the
-	// agent's step, so the retry goes earlier and may be rate limited
-	// again. Defaults DefaultMinBackoff and DefaultMaxBackoff.
+	// more than MaxBackoff. Defaults DefaultMinBackoff and
+	// DefaultMaxBackoff. A response with a Retry-After (or retry-after-ms)
+	// header is retried after that wait instead; see MaxRetryAfter.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
+	// MaxRetryAfter is the longest Retry-After the adapter waits for
+	// before retrying. A response asking for a longer wait is not retried
+	// (an earlier retry would be rejected again, and waiting would hold the
+	// agent's step): its recoverable error (provider_rate_limited for a
+	// 429) says how long the provider asked to wait. 0 means
+	// DefaultMaxRetryAfter; it must not be negative.
+	MaxRetryAfter time.Duration
+	// IdleTimeout is how long the response may send nothing (no event, no
+	// line, not even a keep-alive comment) before the attempt is abandoned
+	// as stalled: the connection is closed and the call fails with a
+	// recoverable provider_timeout, retried while nothing was forwarded.
+	// The countdown starts when the response headers arrive (HTTPClient's
+	// response header timeout covers the wait for them) and restarts at
+	// every read. 0 means DefaultIdleTimeout; a negative value disables the
+	// watchdog. Raise it for a server that stays silent longer on purpose:
+	// OpenAI's reasoning models send nothing over Chat Completions while
+	// they reason, and a local server may pause to load a model.
+	IdleTimeout time.Duration
 }
 
 // withDefaults returns c with its zero fields set to their defaults.
@@ -86,6 +113,7 @@ func (c Config) withDefaults() Config {
 	}
 	r := c.retry().WithDefaults()
 	c.MaxRetries, c.MinBackoff, c.MaxBackoff = r.MaxRetries, r.MinBackoff, r.MaxBackoff
+	c.MaxRetryAfter, c.IdleTimeout = r.MaxRetryAfter, r.IdleTimeout
 	if c.HTTPClient == nil {
 		c.HTTPClient = DefaultHTTPClient()
 	}
@@ -94,7 +122,8 @@ func (c Config) withDefaults() Config {
 
 // retry returns the retry policy c configures.
 func (c Config) retry() provider.Retry {
-	return provider.Retry{Name: name, MaxRetries: c.MaxRetries, MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff}
+	return provider.Retry{Name: name, MaxRetries: c.MaxRetries, MinBackoff: c.MinBackoff, MaxBackoff: c.MaxBackoff,
+		MaxRetryAfter: c.MaxRetryAfter, IdleTimeout: c.IdleTimeout}
 }
 
 // validate reports the first invalid field of a defaulted config.

@@ -21,6 +21,7 @@ func adapter() llmtest.Adapter {
 			return openai.New(openai.Config{
 				BaseURL: t.BaseURL + "/v1", APIKey: t.APIKey, Headers: t.Headers, HTTPClient: t.HTTPClient,
 				MaxRetries: t.MaxRetries, MinBackoff: t.MinBackoff, MaxBackoff: t.MaxBackoff,
+				MaxRetryAfter: t.MaxRetryAfter, IdleTimeout: t.IdleTimeout,
 			})
 		},
 		Path:          "/v1/chat/completions",

@@ -25,6 +25,9 @@ type Model struct {
 	// query string, for messages.
 	endpoint string
 	shown    string
+	// openAI is set when BaseURL is OpenAI's own API (api.openai.com),
+	// which gets max_completion_tokens instead of max_tokens.
+	openAI bool
 }
 
 var _ helix.Model = (*Model)(nil)
@@ -41,7 +44,8 @@ func New(cfg Config) (*Model, error) {
 	u.Path = strings.TrimRight(u.Path, "/") + "/chat/completions"
 	u.RawPath = ""
 	shown := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
-	return &Model{cfg: cfg, retry: cfg.retry(), endpoint: u.String(), shown: shown.String()}, nil
+	return &Model{cfg: cfg, retry: cfg.retry(), endpoint: u.String(), shown: shown.String(),
+		openAI: strings.EqualFold(u.Hostname(), openAIHost)}, nil
 }
 
 // GenerateStep sends req as a streaming chat completion and forwards the
@@ -83,6 +87,9 @@ func (m *Model) attempt(ctx context.Context, body []byte, cb helix.StreamCallbac
 	if err != nil {
 		return res, false, transportFailure(m.shown, err, false, m.cfg.APIKey)
 	}
+	// From here on the idle watchdog of the attempt (Config.IdleTimeout)
+	// watches the body: a server that goes silent is cut off.
+	resp.Body = provider.WatchBody(ctx, resp.Body)
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))

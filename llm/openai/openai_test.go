@@ -1,10 +1,12 @@
 package openai_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -53,6 +55,7 @@ func TestNewValidates(t *testing.T) {
 		"bad scheme":        {BaseURL: "ftp://example.com"},
 		"min above max":     {MinBackoff: time.Minute, MaxBackoff: time.Second},
 		"negative backoff":  {MinBackoff: -time.Second},
+		"negative wait cap": {MaxRetryAfter: -time.Second},
 		"bad header name":   {Headers: map[string]string{"Bad Header": "x"}},
 		"header with CR/LF": {Headers: map[string]string{"X-Ok": "a\r\nInjected: 1"}},
 	} {
@@ -108,6 +111,66 @@ func TestProviderOptions(t *testing.T) {
 	for _, k := range []string{"max_tokens", "stream_options", "top_k"} {
 		_, ok := b[k]
 		require.False(t, ok, "%s must not be sent", k)
+	}
+}
+
+// redirect sends every request to srv, whatever its URL says, so that a
+// model configured for OpenAI's own API talks to the fake server.
+type redirect struct {
+	srv *llmtest.Server
+}
+
+func (r redirect) RoundTrip(req *http.Request) (*http.Response, error) {
+	u, err := url.Parse(r.srv.URL)
+	if err != nil {
+		return nil, err
+	}
+	req = req.Clone(req.Context())
+	req.URL.Scheme, req.URL.Host = u.Scheme, u.Host
+	return r.srv.Client().Transport.RoundTrip(req)
+}
+
+// OpenAI's reasoning models (o-series, gpt-5) reject max_tokens: OpenAI's
+// own API gets max_completion_tokens, compatible servers keep max_tokens,
+// and either limit in ProviderOptions replaces the adapter's.
+func TestMaxTokensField(t *testing.T) {
+	t.Parallel()
+	limit := func(b map[string]json.RawMessage) string {
+		var got []string
+		for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+			if v, ok := b[k]; ok {
+				got = append(got, k+"="+string(v))
+			}
+		}
+		return strings.Join(got, " ")
+	}
+	for name, tc := range map[string]struct {
+		baseURL string // "" for the fake server's own URL
+		options string
+		want    string
+	}{
+		"OpenAI":                         {openai.DefaultBaseURL, "", "max_completion_tokens=100"},
+		"OpenAI, another path and case":  {"https://API.openai.com/v1/", "", "max_completion_tokens=100"},
+		"compatible server":              {"", "", "max_tokens=100"},
+		"lookalike host":                 {"https://api.openai.com.example.net/v1", "", "max_tokens=100"},
+		"OpenAI, max_tokens option":      {openai.DefaultBaseURL, `{"max_tokens":50}`, "max_tokens=50"},
+		"compatible, completion option":  {"", `{"max_completion_tokens":50}`, "max_completion_tokens=50"},
+		"OpenAI, limit removed":          {openai.DefaultBaseURL, `{"max_completion_tokens":null}`, ""},
+		"null leaves the other in place": {"", `{"max_completion_tokens":null}`, "max_tokens=100"},
+		"both set by the options":        {"", `{"max_tokens":7,"max_completion_tokens":8}`, "max_tokens=7 max_completion_tokens=8"},
+	} {
+		srv := llmtest.NewServer(t, llmtest.Testdata("text.sse"))
+		baseURL := cmp.Or(tc.baseURL, srv.URL+"/v1")
+		m, err := openai.New(openai.Config{BaseURL: baseURL, APIKey: testKey, Model: "o4-mini", HTTPClient: &http.Client{Transport: redirect{srv}}})
+		require.NoError(t, err, name)
+		req := userRequest()
+		req.Config.MaxOutputTokens = 100
+		if tc.options != "" {
+			req.Config.ProviderOptions = map[string]json.RawMessage{openai.ProviderOptionsKey: json.RawMessage(tc.options)}
+		}
+		_, err = m.GenerateStep(t.Context(), req, helix.StreamCallbacks{})
+		require.NoError(t, err, name)
+		require.Equal(t, tc.want, limit(srv.RequestBody(t, 0)), name)
 	}
 }
 
@@ -243,6 +306,79 @@ func TestToolCallQuirks(t *testing.T) {
 		"dup_7 c":  `{}`,
 		"call_8 d": `"{\"cut"`,
 	}, got)
+}
+
+// Ollama (like LiteLLM and SGLang) sends parallel calls whole, each with
+// index 0 and its own ID: they are two calls, not one with both argument
+// objects concatenated.
+func TestParallelToolCallsAllAtIndexZero(t *testing.T) {
+	t.Parallel()
+	m, _ := serve(t, openai.Config{}, llmtest.Testdata("parallel_tool_calls_ollama.sse"))
+	rec := llmtest.NewRecorder()
+	res, err := m.GenerateStep(t.Context(), userRequest(), rec.Callbacks())
+	require.NoError(t, err)
+	llmtest.CheckStream(t, rec, res)
+	require.Equal(t, helix.StepToolCalls, res.Type)
+	require.Equal(t, helix.StopToolUse, res.StopReason)
+	require.Equal(t, []helix.ToolCall{
+		{ID: "call_a1x9k2m7", Name: llmtest.WeatherTool, Arguments: json.RawMessage(llmtest.ParallelWeatherArgs)},
+		{ID: "call_b2q4w8z3", Name: llmtest.TimeTool, Arguments: json.RawMessage(llmtest.ParallelTimeArgs)},
+	}, res.ToolCalls)
+	require.Equal(t, helix.Usage{InputTokens: 212, OutputTokens: 41}, res.Usage)
+	// The first call ends when the second starts.
+	var kinds []string
+	for _, e := range rec.Events() {
+		kinds = append(kinds, string(e.Kind)+" "+e.ToolCallID)
+	}
+	require.Equal(t, []string{
+		"tool_arg_start call_a1x9k2m7", "tool_arg_delta call_a1x9k2m7", "tool_arg_end call_a1x9k2m7",
+		"tool_arg_start call_b2q4w8z3", "tool_arg_delta call_b2q4w8z3", "tool_arg_end call_b2q4w8z3",
+	}, kinds)
+}
+
+// What tells the calls of one index apart: a new ID with a name after a
+// complete call. Two calls in one chunk at index 0 are two calls (a call
+// without arguments included), an ID repeated on every fragment is one
+// call, and so is a call whose ID changes on every fragment (a few
+// servers do that) while its arguments stream.
+func TestToolCallsOfOneIndex(t *testing.T) {
+	t.Parallel()
+	chunk := func(calls string) string {
+		return `data: {"model":"m","choices":[{"index":0,"delta":{"tool_calls":[` + calls + `]}}]}` + "\n\n"
+	}
+	const end = `data: {"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\ndata: [DONE]\n\n"
+	for name, tc := range map[string]struct {
+		body string
+		want []helix.ToolCall
+	}{
+		"two calls in one chunk": {
+			chunk(`{"index":0,"id":"a1","function":{"name":"f","arguments":"{\"p\":1}"}},{"index":0,"id":"b2","function":{"name":"f","arguments":"{\"p\":2}"}}`) + end,
+			[]helix.ToolCall{{ID: "a1", Name: "f", Arguments: json.RawMessage(`{"p":1}`)}, {ID: "b2", Name: "f", Arguments: json.RawMessage(`{"p":2}`)}},
+		},
+		"a call without arguments, then another": {
+			chunk(`{"index":0,"id":"a1","function":{"name":"f","arguments":""}}`) +
+				chunk(`{"index":0,"id":"b2","function":{"name":"g","arguments":"{\"p\":2}"}}`) + end,
+			[]helix.ToolCall{{ID: "a1", Name: "f", Arguments: json.RawMessage(`{}`)}, {ID: "b2", Name: "g", Arguments: json.RawMessage(`{"p":2}`)}},
+		},
+		"ID repeated on every fragment": {
+			chunk(`{"index":0,"id":"a1","function":{"name":"f","arguments":"{\"p\""}}`) +
+				chunk(`{"index":0,"id":"a1","function":{"arguments":":1}"}}`) + end,
+			[]helix.ToolCall{{ID: "a1", Name: "f", Arguments: json.RawMessage(`{"p":1}`)}},
+		},
+		"a new ID on every fragment": {
+			chunk(`{"index":0,"id":"x1","function":{"name":"f","arguments":""}}`) +
+				chunk(`{"index":0,"id":"x2","function":{"arguments":"{\"p\""}}`) +
+				chunk(`{"index":0,"id":"x3","function":{"arguments":":1}"}}`) + end,
+			[]helix.ToolCall{{ID: "x1", Name: "f", Arguments: json.RawMessage(`{"p":1}`)}},
+		},
+	} {
+		m, _ := serve(t, openai.Config{}, llmtest.Fixture{Body: tc.body})
+		rec := llmtest.NewRecorder()
+		res, err := m.GenerateStep(t.Context(), userRequest(), rec.Callbacks())
+		require.NoError(t, err, name)
+		llmtest.CheckStream(t, rec, res)
+		require.Equal(t, tc.want, res.ToolCalls, name)
+	}
 }
 
 func TestRetryOnServerErrorThenSuccess(t *testing.T) {

@@ -19,13 +19,16 @@ const ProviderOptionsKey = "openai"
 
 // wireRequest is a Chat Completions request.
 type wireRequest struct {
-	Model         string         `json:"model"`
-	Messages      []wireMessage  `json:"messages"`
-	Tools         []wireTool     `json:"tools,omitempty"`
-	Temperature   *float64       `json:"temperature,omitempty"`
-	MaxTokens     int            `json:"max_tokens,omitempty"`
-	Stream        bool           `json:"stream"`
-	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+	Model       string        `json:"model"`
+	Messages    []wireMessage `json:"messages"`
+	Tools       []wireTool    `json:"tools,omitempty"`
+	Temperature *float64      `json:"temperature,omitempty"`
+	MaxTokens   int           `json:"max_tokens,omitempty"`
+	// MaxCompletionTokens replaces MaxTokens on OpenAI's own API, whose
+	// reasoning models (o-series, gpt-5) reject max_tokens.
+	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
 }
 
 type streamOptions struct {
@@ -72,9 +75,16 @@ func (m *Model) requestBody(req helix.ModelRequest) ([]byte, error) {
 	w := wireRequest{
 		Model:         m.cfg.Model,
 		Temperature:   req.Config.Temperature,
-		MaxTokens:     req.Config.MaxOutputTokens,
 		Stream:        true,
 		StreamOptions: &streamOptions{IncludeUsage: true},
+	}
+	// OpenAI deprecated max_tokens for max_completion_tokens, which its
+	// reasoning models require; compatible servers (vLLM, Ollama, older
+	// Azure API versions, …) know only max_tokens.
+	if m.openAI {
+		w.MaxCompletionTokens = req.Config.MaxOutputTokens
+	} else {
+		w.MaxTokens = req.Config.MaxOutputTokens
 	}
 	if req.Config.Model != "" {
 		w.Model = req.Config.Model
@@ -112,7 +122,10 @@ func (m *Model) requestBody(req helix.ModelRequest) ([]byte, error) {
 
 // mergeOptions sets the members of the provider options on the request
 // body. A null member removes the field (e.g. "stream_options": null for a
-// server that rejects it); "max_completion_tokens" replaces max_tokens.
+// server that rejects it). The two token limits replace each other: a
+// non-null "max_completion_tokens" removes the adapter's max_tokens and a
+// non-null "max_tokens" its max_completion_tokens, unless the options set
+// both.
 func mergeOptions(body []byte, raw json.RawMessage) ([]byte, error) {
 	var opts map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &opts); err != nil || opts == nil {
@@ -122,9 +135,11 @@ func mergeOptions(body []byte, raw json.RawMessage) ([]byte, error) {
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return nil, invalid(fmt.Sprintf("encode the request: %v", err))
 	}
-	if _, ok := opts["max_completion_tokens"]; ok {
-		if _, explicit := opts["max_tokens"]; !explicit {
-			delete(fields, "max_tokens")
+	for _, pair := range [][2]string{{"max_completion_tokens", "max_tokens"}, {"max_tokens", "max_completion_tokens"}} {
+		limit, other := pair[0], pair[1]
+		v, ok := opts[limit]
+		if _, explicit := opts[other]; ok && !explicit && string(bytes.TrimSpace(v)) != "null" {
+			delete(fields, other)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(opts)) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -175,8 +176,12 @@ type stream struct {
 }
 
 type toolCall struct {
-	index          int
-	id, name       string
+	index int
+	// wireID is the ID the server sent, which tells the calls of one
+	// index apart; id is the call's ID in the result, wireID made unique
+	// (see startCall).
+	wireID, id     string
+	name           string
 	args           strings.Builder
 	started, ended bool
 }
@@ -274,16 +279,24 @@ func reasoningOf(d wireDelta) string {
 // toolDelta applies one fragment of a streamed tool call. Fragments carry
 // the call's index; the first one its ID and name, all of them pieces of
 // the arguments (split anywhere, mid-JSON included).
+//
+// Several servers (Ollama, LiteLLM, SGLang) send parallel calls whole, one
+// per fragment, all with index 0 and each with its own ID: see newCallAt.
+// A fragment without an ID, or repeating its call's, continues the call.
 func (s *stream) toolDelta(d wireCallDelta) {
 	var c *toolCall
 	if d.Index != nil {
-		for _, x := range s.calls {
+		for _, x := range slices.Backward(s.calls) {
 			if x.index == *d.Index {
 				c = x
 				break
 			}
 		}
-	} else if n := len(s.calls); n > 0 && (d.ID == "" || d.ID == s.calls[n-1].id) {
+		if c != nil && newCallAt(c, d) {
+			s.endCall(c)
+			c = nil
+		}
+	} else if n := len(s.calls); n > 0 && (d.ID == "" || d.ID == s.calls[n-1].wireID) {
 		// No index: a fragment without a new ID continues the last call.
 		c = s.calls[n-1]
 	}
@@ -297,6 +310,9 @@ func (s *stream) toolDelta(d wireCallDelta) {
 	}
 	if c.ended {
 		return // a fragment after the finish reason: ignored
+	}
+	if c.wireID == "" {
+		c.wireID = d.ID
 	}
 	if !c.started {
 		if c.id == "" {
@@ -318,6 +334,19 @@ func (s *stream) toolDelta(d wireCallDelta) {
 	case c.started && frag != "":
 		s.cb.ToolArgDelta(c.id, frag)
 	}
+}
+
+// newCallAt reports whether fragment d, of the index of call c, starts
+// another call rather than continuing c: it carries an ID other than the
+// one c started with and a function name, and c's arguments are complete
+// (a JSON document, or nothing for a call without arguments). That is what servers sending every call with index 0
+// (Ollama, LiteLLM, SGLang) look like. A different ID alone is not
+// enough: a few servers send a new ID with every fragment of one call
+// (the first with the name, the rest with pieces of the arguments), which
+// must stay one call.
+func newCallAt(c *toolCall, d wireCallDelta) bool {
+	return d.ID != "" && c.wireID != "" && d.ID != c.wireID && d.Function.Name != "" &&
+		c.started && (strings.TrimSpace(c.args.String()) == "" || json.Valid([]byte(c.args.String())))
 }
 
 // startCall gives c a unique ID (servers that omit it, or repeat one, get
@@ -350,10 +379,16 @@ func (s *stream) idTaken(c *toolCall) bool {
 // endCalls reports the end of every started call.
 func (s *stream) endCalls() {
 	for _, c := range s.calls {
-		if c.started && !c.ended {
-			c.ended = true
-			s.cb.ToolArgEnd(c.id)
-		}
+		s.endCall(c)
+	}
+}
+
+// endCall reports the end of c when it started and has not ended. A call
+// that never started (no name yet) is left open: result reports it.
+func (s *stream) endCall(c *toolCall) {
+	if c.started && !c.ended {
+		c.ended = true
+		s.cb.ToolArgEnd(c.id)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -26,9 +27,9 @@ func TestParseRetryAfter(t *testing.T) {
 		"http date":       {http.Header{"Retry-After": {"Wed, 09 Apr 2025 12:00:30 GMT"}}, 30 * time.Second, true},
 		"past date":       {http.Header{"Retry-After": {"Wed, 09 Apr 2025 11:00:00 GMT"}}, 0, true},
 		"milliseconds":    {http.Header{"Retry-After-Ms": {"250"}, "Retry-After": {"9"}}, 250 * time.Millisecond, true},
-		"huge":            {http.Header{"Retry-After": {"1e300"}}, provider.MaxRetryAfter, true},
-		"huge integer":    {http.Header{"Retry-After": {"99999999999"}}, provider.MaxRetryAfter, true},
-		"huge ms":         {http.Header{"Retry-After-Ms": {"1e300"}}, provider.MaxRetryAfter, true},
+		"huge":            {http.Header{"Retry-After": {"1e300"}}, provider.RetryAfterBound, true},
+		"huge integer":    {http.Header{"Retry-After": {"99999999999"}}, provider.RetryAfterBound, true},
+		"huge ms":         {http.Header{"Retry-After-Ms": {"1e300"}}, provider.RetryAfterBound, true},
 		"negative":        {http.Header{"Retry-After": {"-3"}}, 0, false},
 		"garbage":         {http.Header{"Retry-After": {"soon"}}, 0, false},
 		"absent":          {http.Header{}, 0, false},
@@ -46,28 +47,28 @@ func TestBackoff(t *testing.T) {
 	for retry := range 40 {
 		want := min(minB<<min(retry, 20), maxB)
 		for range 20 {
-			d := provider.Backoff(retry, minB, maxB, &provider.Failure{})
+			d := provider.Backoff(retry, minB, maxB)
 			require.GreaterOrEqual(t, d, want/2, "retry %d", retry)
 			require.LessOrEqual(t, d, want, "retry %d", retry)
 		}
 	}
-	// Retry-After wins, capped by MaxBackoff.
-	require.Equal(t, 300*time.Millisecond, provider.Backoff(0, minB, maxB, &provider.Failure{RetryAfter: 300 * time.Millisecond, HasRetryAfter: true}))
-	require.Equal(t, maxB, provider.Backoff(0, minB, maxB, &provider.Failure{RetryAfter: time.Minute, HasRetryAfter: true}))
-	require.Equal(t, time.Duration(0), provider.Backoff(3, minB, maxB, &provider.Failure{HasRetryAfter: true}))
 }
 
 func TestRetryDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
 	r := provider.Retry{Name: "x"}.WithDefaults()
 	require.Equal(t, provider.Retry{Name: "x", MaxRetries: provider.DefaultMaxRetries,
-		MinBackoff: provider.DefaultMinBackoff, MaxBackoff: provider.DefaultMaxBackoff}, r)
+		MinBackoff: provider.DefaultMinBackoff, MaxBackoff: provider.DefaultMaxBackoff,
+		MaxRetryAfter: provider.DefaultMaxRetryAfter, IdleTimeout: provider.DefaultIdleTimeout}, r)
 	require.NoError(t, r.Validate())
 	require.Zero(t, provider.Retry{MaxRetries: -1}.WithDefaults().MaxRetries, "a negative MaxRetries disables retries")
+	require.Equal(t, -time.Second, provider.Retry{IdleTimeout: -time.Second}.WithDefaults().IdleTimeout, "a negative IdleTimeout stays: disabled")
 	require.EqualError(t, provider.Retry{Name: "x", MinBackoff: -1, MaxBackoff: 1}.Validate(),
 		"x: Config.MinBackoff and MaxBackoff must be >= 0, got -1ns and 1ns")
 	require.EqualError(t, provider.Retry{Name: "x", MinBackoff: 2, MaxBackoff: 1}.Validate(),
 		"x: Config.MinBackoff (2ns) must not exceed MaxBackoff (1ns)")
+	require.EqualError(t, provider.Retry{Name: "x", MaxRetryAfter: -time.Second}.Validate(),
+		"x: Config.MaxRetryAfter must be >= 0 (0 means 1m0s), got -1s")
 }
 
 // Do retries a recoverable failure only while nothing was forwarded, and
@@ -130,4 +131,89 @@ func TestRetryDoContext(t *testing.T) {
 	require.ErrorAs(t, err, &me)
 	require.Equal(t, helix.CodeProviderError, me.Code)
 	require.Equal(t, "x: the call was cancelled before the model finished", me.Message)
+}
+
+// rateLimited returns a 429 failure asking to wait d.
+func rateLimited(d time.Duration) *provider.Failure {
+	f := provider.NewFailure(helix.CodeProviderRateLimited, true, http.StatusTooManyRequests, "x: slow down")
+	f.RetryAfter, f.HasRetryAfter = d, true
+	return f
+}
+
+// A Retry-After up to MaxRetryAfter is waited for in full, even when it
+// exceeds MaxBackoff (which caps only the exponential backoff): retrying
+// earlier is rejected again and wastes the attempts.
+func TestRetryDoHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := provider.Retry{Name: "x", MaxRetries: 3, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, MaxRetryAfter: time.Minute}
+		var at []time.Time
+		res, err := r.Do(t.Context(), func(context.Context) (helix.StepResult, bool, *provider.Failure) {
+			at = append(at, time.Now())
+			if len(at) < 3 {
+				return helix.StepResult{}, false, rateLimited(time.Minute)
+			}
+			return helix.StepResult{Content: "ok"}, true, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, "ok", res.Content)
+		require.Len(t, at, 3)
+		require.Equal(t, time.Minute, at[1].Sub(at[0]), "the Retry-After, not MaxBackoff")
+		require.Equal(t, time.Minute, at[2].Sub(at[1]))
+	})
+}
+
+// A Retry-After longer than MaxRetryAfter is not waited for: the failure
+// is returned at once, still recoverable, saying how long the provider
+// asked to wait and what to change.
+func TestRetryDoRetryAfterTooLong(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := provider.Retry{Name: "x", MaxRetries: 3, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond, MaxRetryAfter: 50 * time.Millisecond}
+		start := time.Now()
+		attempts := 0
+		_, err := r.Do(t.Context(), func(context.Context) (helix.StepResult, bool, *provider.Failure) {
+			attempts++
+			if attempts == 1 {
+				return helix.StepResult{}, false, rateLimited(20 * time.Millisecond)
+			}
+			return helix.StepResult{}, false, rateLimited(90 * time.Second)
+		})
+		require.Equal(t, 2, attempts, "the short wait is honoured, the long one is not")
+		require.Equal(t, 20*time.Millisecond, time.Since(start), "no wait after the long Retry-After")
+		var me *helix.ModelError
+		require.ErrorAs(t, err, &me)
+		require.Equal(t, helix.CodeProviderRateLimited, me.Code)
+		require.True(t, me.Recoverable)
+		require.Equal(t, http.StatusTooManyRequests, me.StatusCode)
+		require.Equal(t, "x: slow down (the provider asked to wait 1m30s before retrying, more than Config.MaxRetryAfter (50ms), "+
+			"so the request was not retried: run the step again later, or raise Config.MaxRetryAfter) (after 2 attempts)", me.Message)
+
+		// The message says so without retries left too.
+		r.MaxRetries = 0
+		_, err = r.Do(t.Context(), func(context.Context) (helix.StepResult, bool, *provider.Failure) {
+			return helix.StepResult{}, false, rateLimited(time.Hour)
+		})
+		require.ErrorAs(t, err, &me)
+		require.Contains(t, me.Message, "the provider asked to wait 1h0m0s before retrying")
+	})
+}
+
+// Without a Retry-After the wait is the exponential backoff, capped by
+// MaxBackoff.
+func TestRetryDoBackoffWithoutRetryAfter(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := provider.Retry{Name: "x", MaxRetries: 1, MinBackoff: time.Second, MaxBackoff: time.Second, MaxRetryAfter: time.Hour}
+		var at []time.Time
+		_, err := r.Do(t.Context(), func(context.Context) (helix.StepResult, bool, *provider.Failure) {
+			at = append(at, time.Now())
+			return helix.StepResult{}, false, provider.NewFailure(helix.CodeProviderUnavailable, true, 503, "x: down")
+		})
+		require.Error(t, err)
+		require.Len(t, at, 2)
+		gap := at[1].Sub(at[0])
+		require.GreaterOrEqual(t, gap, time.Second/2)
+		require.LessOrEqual(t, gap, time.Second)
+	})
 }
