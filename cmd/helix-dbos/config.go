@@ -61,7 +61,7 @@ type setting struct {
 var settings = []setting{
 	{name: "database-url", secret: true, help: "Postgres URL of the database your engines use"},
 	{name: "verbose", kind: kindBool, help: "print engine logs on stderr"},
-	{name: "executor-id", help: "DBOS executor ID of the engine a command starts (serve, resume, retry)"},
+	{name: "executor-id", help: "serve: the DBOS executor ID of the server's engine (resume and retry take --executor-id from their command line only)"},
 	{name: "agents", help: "agent file (YAML) defining the agents serve runs and resume/retry can continue"},
 	{name: "addr", help: "serve: the address to listen on"},
 	{name: "auth-token", kind: kindList, secret: true, help: "serve: a bearer token, as principal:secret (several allowed)"},
@@ -403,7 +403,7 @@ func (g *globals) shownValue(s setting) any {
 		if c.DatabaseURL == "" {
 			return ""
 		}
-		return redactURL(c.DatabaseURL)
+		return describeDatabase(c.DatabaseURL)
 	case "verbose":
 		return c.Verbose
 	case "executor-id":
@@ -415,8 +415,7 @@ func (g *globals) shownValue(s setting) any {
 	case "auth-token":
 		out := []string{}
 		for _, t := range c.AuthTokens {
-			name, _, _ := strings.Cut(t, ":")
-			out = append(out, name+":***")
+			out = append(out, redactToken(t))
 		}
 		return out
 	case "allow-unauthenticated":

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -161,4 +162,41 @@ func TestConfigErrors(t *testing.T) {
 			require.Contains(t, r.stderr, tc.want)
 		})
 	}
+}
+
+// No password reaches the output, whichever form the database URL holds it
+// in, and no secret of an auth token, even one without a name.
+func TestConfigRedactsSecrets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, url, want string }{
+		{"URL", "postgres://helix:pw123@db.internal:6432/app", "host=db.internal port=6432 user=helix database=app"},
+		{"URL query", "postgres://helix@db.internal/app?password=pw123&sslmode=disable", "host=db.internal port=5432 user=helix database=app"},
+		{"key=value", "host=db.internal port=6432 user=helix password=pw123 dbname=app", "host=db.internal port=6432 user=helix database=app"},
+		{"key=value quoted", "host=db.internal user='helix' password='pw123 x' dbname='my app'", "host=db.internal port=5432 user=helix database='my app'"},
+		{"several hosts", "postgres://helix:pw123@db1:5432,db2:5433/app", "host=db1,db2 port=5432,5433 user=helix database=app"},
+		{"unparsable URL", "postgres://helix:pw123@db.internal:port/app", maskedDatabase},
+		{"unparsable key=value", "host=db.internal password=pw123 oops", maskedDatabase},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			writeFile(t, dir, defaultConfigFile, "database-url: \""+tc.url+"\"\n")
+			for _, o := range []binOpts{{env: []string{"HELIX_DATABASE_URL=" + tc.url}}, {dir: dir}} {
+				_, c := configOf(t, o)
+				require.Equal(t, tc.want, c["database-url"].Value)
+				out := mustBin(t, o, "config")
+				require.Regexp(t, `(?m)^database-url\s+HELIX_DATABASE_URL\s+`+regexp.QuoteMeta(tc.want)+`\s+(env|file) `, out)
+				require.NotContains(t, out, "pw123")
+			}
+		})
+	}
+
+	out := mustBin(t, binOpts{env: []string{"HELIX_AUTH_TOKEN=s3cretvalue,bob:hunter2"}}, "config", "--json")
+	require.NotContains(t, out, "s3cret", "a token without a colon may be a bare secret")
+	require.NotContains(t, out, "hunter2")
+	_, c := configOf(t, binOpts{}, "--auth-token", "s3cretvalue", "--auth-token", "alice:s3cret")
+	require.Equal(t, []any{"***", "alice:***"}, c["auth-token"].Value)
+	out = mustBin(t, binOpts{}, "config", "--auth-token", "s3cretvalue")
+	require.Regexp(t, `(?m)^auth-token\s+HELIX_AUTH_TOKEN\s+\*\*\*\s+flag --auth-token$`, out)
+	require.NotContains(t, out, "s3cret")
 }

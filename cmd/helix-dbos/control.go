@@ -20,10 +20,16 @@ import (
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
-// defaultCLIExecutorID is the DBOS executor ID of the engine `resume`
-// starts. A resumed run belongs to it: if the command dies before the run
-// ends, the next engine launched with this ID (another `resume`, or your
-// process configured with it) recovers the run.
+// defaultCLIExecutorID is the DBOS executor ID of the engine `resume` and
+// `retry` start. A resumed run belongs to it: if the command dies before
+// the run ends, the next engine launched with this ID (another `resume`,
+// or your process configured with it) recovers the run.
+//
+// Only --executor-id on their command line replaces it: the executor-id of
+// the environment and the config file is serve's. A command that claimed
+// serve's ID would be refused while serve runs, and while it does not, its
+// engine would recover all of serve's pending runs and stop them when the
+// command exits.
 const defaultCLIExecutorID = "helix-cli"
 
 // cliDemoAgents are the agent types this CLI defines itself, by name.
@@ -143,8 +149,8 @@ func waitInactive(ctx context.Context, st *postgres.Store, sessionID string, tim
 
 func newResumeCmd(g *globals) *cobra.Command {
 	var (
-		message string
-		delay   time.Duration
+		message, executorID string
+		delay               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "resume <session>",
@@ -155,32 +161,46 @@ func newResumeCmd(g *globals) *cobra.Command {
 			"(--agents FILE, as `serve` runs them). Sessions of agents defined in Go are resumed by the\n" +
 			"process that defines them (engine.Resume).\n\n" +
 			"The run belongs to this command's executor ID (--executor-id, default " + defaultCLIExecutorID + "): if the\n" +
-			"command dies before the run ends, the next engine launched with that ID recovers it.",
+			"command dies before the run ends, the next engine launched with that ID recovers it. Only the\n" +
+			"command line sets it: HELIX_EXECUTOR_ID and executor-id: in the config file are serve's.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runContinue(cmd.Context(), cmd.OutOrStdout(), g, args[0], delay, "resumed", func(ctx context.Context, e *engine.Engine) (*engine.Handle, error) {
+			return runContinue(cmd.Context(), cmd.OutOrStdout(), g, args[0], executorID, delay, "resumed", func(ctx context.Context, e *engine.Engine) (*engine.Handle, error) {
 				return e.Resume(ctx, args[0], &engine.ResumeOptions{Message: message})
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&message, "message", "", "a user message to add before the run continues")
-	addEngineFlags(f, defaultCLIExecutorID)
+	addContinueFlags(f, &executorID)
 	f.DurationVar(&delay, "delay", 25*time.Millisecond, "demo agent: pause between streamed words")
 	return cmd
 }
 
-// addEngineFlags adds the settings of a command that starts an engine
-// for the agents of an agent file.
+// addEngineFlags adds the settings of serve's engine: its executor ID and
+// its agent file.
 func addEngineFlags(f *pflag.FlagSet, executorID string) {
 	f.String("executor-id", executorID, "DBOS executor ID of this command's engine (env HELIX_EXECUTOR_ID)")
+	addAgentsFlag(f)
+}
+
+// addContinueFlags adds the flags of resume and retry: the agent file (a
+// setting) and the executor ID, which only this flag sets (see
+// defaultCLIExecutorID).
+func addContinueFlags(f *pflag.FlagSet, executorID *string) {
+	f.StringVar(executorID, "executor-id", defaultCLIExecutorID, "DBOS executor ID of this command's engine "+
+		"(this flag only: HELIX_EXECUTOR_ID and executor-id: in the config file are serve's)")
+	addAgentsFlag(f)
+}
+
+func addAgentsFlag(f *pflag.FlagSet) {
 	f.String("agents", "", "agent file (YAML) defining the agents this command may run (env HELIX_AGENTS)")
 }
 
 // runContinue continues a session in an engine of its own (resume,
 // retry): it finds the session's agent, starts the engine, calls start,
 // prints the run's stream live and its outcome.
-func runContinue(ctx context.Context, out io.Writer, g *globals, sessionID string, delay time.Duration, verb string,
+func runContinue(ctx context.Context, out io.Writer, g *globals, sessionID, executorID string, delay time.Duration, verb string,
 	start func(context.Context, *engine.Engine) (*engine.Handle, error)) error {
 	url, err := g.requireDatabaseURL()
 	if err != nil {
@@ -206,7 +226,9 @@ func runContinue(ctx context.Context, out io.Writer, g *globals, sessionID strin
 	if agents.file != nil {
 		say("agents from %s: %s", g.cfg.Agents, strings.Join(agents.file.Names(), ", "))
 	}
-	executorID := g.cfg.ExecutorID
+	if src := g.sources["executor-id"]; (src.Kind == sourceEnv || src.Kind == sourceFile) && g.cfg.ExecutorID != executorID {
+		say("executor %s, not %s from %s: that executor-id is serve's (pass --executor-id to choose this command's)", executorID, g.cfg.ExecutorID, src.Where)
+	}
 	c, err := g.startEngine(ctx, url, engineOpts{executorID: executorID, agents: agents, claim: true, progress: say})
 	if err != nil {
 		return err
@@ -262,9 +284,9 @@ func runContinue(ctx context.Context, out io.Writer, g *globals, sessionID strin
 
 func newRetryCmd(g *globals) *cobra.Command {
 	var (
-		checkpoint, message string
-		fromStart           bool
-		delay               time.Duration
+		checkpoint, message, executorID string
+		fromStart                       bool
+		delay                           time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "retry <session> [--checkpoint ID | --from-start]",
@@ -296,7 +318,7 @@ func newRetryCmd(g *globals) *cobra.Command {
 			}); err != nil {
 				return err
 			}
-			return runContinue(cmd.Context(), out, g, sessionID, delay, "retrying", func(ctx context.Context, e *engine.Engine) (*engine.Handle, error) {
+			return runContinue(cmd.Context(), out, g, sessionID, executorID, delay, "retrying", func(ctx context.Context, e *engine.Engine) (*engine.Handle, error) {
 				return e.Retry(ctx, sessionID, opts)
 			})
 		},
@@ -305,7 +327,7 @@ func newRetryCmd(g *globals) *cobra.Command {
 	f.StringVar(&checkpoint, "checkpoint", "", "the checkpoint to go back to (default: the latest)")
 	f.BoolVar(&fromStart, "from-start", false, "start over from the session's first messages and initial state")
 	f.StringVar(&message, "message", "", "a user message to add before the run")
-	addEngineFlags(f, defaultCLIExecutorID)
+	addContinueFlags(f, &executorID)
 	f.DurationVar(&delay, "delay", 25*time.Millisecond, "demo agent: pause between streamed words")
 	return cmd
 }

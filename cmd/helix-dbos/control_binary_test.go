@@ -68,8 +68,10 @@ func TestCheckpointsAbortRetry(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	require.Contains(t, r.stderr, "give --checkpoint ID or --from-start, not both")
 
-	out = mustBin(t, o, "retry", "held", "--delay", "0s")
+	// HELIX_EXECUTOR_ID is serve's: retry keeps its own executor ID.
+	out = mustBin(t, binOpts{env: append(o.env, "HELIX_EXECUTOR_ID=web-1")}, "retry", "held", "--delay", "0s")
 	require.Contains(t, out, "• retrying session held (failed) from checkpoint "+st.CheckpointID+": step 1, 4 messages\n")
+	require.Contains(t, out, "• executor helix-cli, not web-1 from HELIX_EXECUTOR_ID: that executor-id is serve's (pass --executor-id to choose this command's)\n")
 	require.Contains(t, out, "• starting an engine (executor helix-cli)\n")
 	require.Contains(t, out, "retrying session held in run ")
 	require.Regexp(t, `stream_resync\s+research-assistant\s+retry: chunks from sequence \d+ removed; back to checkpoint step 1 \(4 messages\)`, out)
@@ -127,9 +129,14 @@ func TestResumeAndRetryAgentFileAgents(t *testing.T) {
 		r = runBin(t, o, "resume", "intake-1", "--agents", exampleAgents)
 		require.Equal(t, 1, r.code)
 		require.Contains(t, r.stderr, `executor ID "helix-cli" is in use by process 1 on elsewhere (started `)
-		require.Contains(t, r.stderr, "pass another --executor-id (or HELIX_EXECUTOR_ID), or stop that process first")
+		require.Contains(t, r.stderr, "pass another --executor-id, or stop that process first")
+		// HELIX_EXECUTOR_ID is serve's: it does not move resume off its own.
+		r = runBin(t, binOpts{env: append(o.env, "HELIX_EXECUTOR_ID=resumer")}, "resume", "intake-1", "--agents", exampleAgents)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stdout, "• executor helix-cli, not resumer from HELIX_EXECUTOR_ID: that executor-id is serve's (pass --executor-id to choose this command's)\n")
+		require.Contains(t, r.stderr, `executor ID "helix-cli" is in use by process 1 on elsewhere`)
 
-		p := startBin(t, binOpts{env: append(o.env, "HELIX_EXECUTOR_ID=resumer", "HELIX_AGENTS="+exampleAgents)}, "resume", "intake-1")
+		p := startBin(t, binOpts{env: append(o.env, "HELIX_AGENTS="+exampleAgents)}, "resume", "intake-1", "--executor-id", "resumer")
 		p.waitFor(t, "resumed session intake-1 in run ", time.Minute)
 		var pid int
 		require.NoError(t, e.Store().Pool().QueryRow(t.Context(), `SELECT pid FROM helix.executors WHERE executor_id = 'resumer'`).Scan(&pid))
@@ -162,4 +169,60 @@ func TestResumeAndRetryAgentFileAgents(t *testing.T) {
 		require.NoError(t, err)
 		require.JSONEq(t, `{"answer":"Grace"}`, page.Messages[2].Content, "the retried run used the new answer")
 	})
+}
+
+// The executor-id of the config file and of the environment is serve's:
+// resume and retry never launch with it. With serve stopped, an engine
+// launched with serve's ID would recover serve's pending runs, then stop
+// them when the command exits.
+func TestContinueLeavesServeExecutorAlone(t *testing.T) {
+	t.Parallel()
+	url, _, _ := completedSession(t) // research-1, which resume refuses after starting its engine
+	ctx := t.Context()
+	agents, err := agentfile.Load(exampleAgents, nil)
+	require.NoError(t, err)
+	intake, _ := agents.Get("intake")
+
+	// serve ran as web-1 and stopped while its run waited for a client
+	// tool: the run's workflow is pending, owned by web-1.
+	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: "web-1"})
+	require.NoError(t, err)
+	require.NoError(t, e.Register(intake))
+	require.NoError(t, e.Launch(ctx))
+	h, err := e.Execute(ctx, intake, engine.Input{Message: "hi"}, &engine.ExecuteOptions{SessionID: "web-session"})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, waitResult(t, h).Status)
+	require.NoError(t, e.Shutdown(ctx))
+	st, done, err := openStoreURL(ctx, url)
+	require.NoError(t, err)
+	defer done()
+	type owner struct {
+		status, executor string
+		recoveries       int
+	}
+	ownerOf := func() owner {
+		t.Helper()
+		var o owner
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status, executor_id, recovery_attempts FROM dbos.workflow_status
+			WHERE workflow_uuid = $1`, h.WorkflowID).Scan(&o.status, &o.executor, &o.recoveries))
+		return o
+	}
+	before := ownerOf()
+	require.Equal(t, "PENDING", before.status)
+	require.Equal(t, "web-1", before.executor)
+
+	dir := t.TempDir()
+	writeFile(t, dir, defaultConfigFile, "database-url: "+url+"\nexecutor-id: web-1\nagents: "+exampleAgents+"\n")
+	r := runBin(t, binOpts{dir: dir}, "resume", "research-1")
+	require.Equal(t, 1, r.code, "the session is completed: %s", r)
+	require.Contains(t, r.stdout, "• executor helix-cli, not web-1 from helix-dbos.yaml: that executor-id is serve's (pass --executor-id to choose this command's)\n")
+	require.Contains(t, r.stdout, "• starting an engine (executor helix-cli)\n")
+	require.Equal(t, before, ownerOf(), "serve's run was neither recovered nor stopped")
+
+	// The command line chooses the command's own.
+	r = runBin(t, binOpts{dir: dir}, "resume", "research-1", "--executor-id", "ops-1")
+	require.Equal(t, 1, r.code, "%s", r)
+	require.Contains(t, r.stdout, "• starting an engine (executor ops-1)\n")
+	require.NotContains(t, r.stdout, "that executor-id is serve's")
+	require.Equal(t, before, ownerOf())
 }

@@ -99,7 +99,7 @@ func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration
 	d.phase("provisioning Postgres")
 	inspect := "helix-dbos sessions list --database-url <the same URL>"
 	if d.dbURL = g.cfg.DatabaseURL; d.dbURL != "" {
-		d.say("using the database given by --database-url / HELIX_DATABASE_URL (%s)", redactURL(d.dbURL))
+		d.say("using the database given by --database-url / HELIX_DATABASE_URL (%s)", describeDatabase(d.dbURL))
 	} else {
 		srv, err := pgprovision.Provision(ctx, pgprovision.Options{Logf: d.say})
 		if err != nil {
@@ -130,7 +130,7 @@ func runDemo(ctx context.Context, out io.Writer, g *globals, delay time.Duration
 	applied, err := migrations.Up(ctx, db)
 	_ = db.Close()
 	if err != nil {
-		return fmt.Errorf("prepare the demo database %s: %w", redactURL(d.dbURL), err)
+		return fmt.Errorf("prepare the demo database %s: %w", describeDatabase(d.dbURL), err)
 	}
 	d.say("helix schema ready (%d new migration(s) applied)", len(applied))
 	if d.rec, err = newRecorder(ctx, d.dbURL, true); err != nil {
@@ -591,15 +591,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// redactURL hides a URL's password.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
 }
 
 // createDatabase (re)creates a database on a server and returns its URL.

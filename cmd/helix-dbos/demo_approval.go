@@ -208,7 +208,8 @@ func (d *demo) approveElsewhere(ctx context.Context, sessionID, runID string, re
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 5 * time.Second
-	d.p.line("$ %s=%s helix-dbos approve %s %s --reason %q", pgprovision.EnvDatabaseURL, redactURL(d.dbURL), sessionID, req.ToolCallID, approvalReason)
+	// Shown as what it connects to: the URL's password stays out of the output.
+	d.p.line("$ %s=%q helix-dbos approve %s %s --reason %q", pgprovision.EnvDatabaseURL, describeDatabase(d.dbURL), sessionID, req.ToolCallID, approvalReason)
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start the approving process: %w", err)
 	}

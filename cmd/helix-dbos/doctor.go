@@ -153,12 +153,10 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 			add(doctorCheck{Name: n, Title: checkTitles[n], Status: checkSkipped, Summary: why})
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	start := time.Now()
-	conn, err := pgx.Connect(cctx, url)
+	conn, err := connectDatabase(ctx, url)
 	if err != nil {
-		add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: redactURL(url),
+		add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: describeDatabase(url),
 			Problems: []doctorProblem{{Problem: err.Error(), Hint: "check --database-url / HELIX_DATABASE_URL, and that Postgres runs and accepts connections from here"}}})
 		skipRest("no database", "migrations", "dbos", "executors", "sessions")
 		return rep
@@ -169,9 +167,12 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 	var version string
 	for range 3 {
 		t := time.Now()
-		if err := conn.QueryRow(cctx, `SELECT current_setting('server_version')`).Scan(&version); err != nil {
-			add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: redactURL(url),
-				Problems: []doctorProblem{{Problem: err.Error()}}})
+		qctx, cancel := queryContext(ctx)
+		err := conn.QueryRow(qctx, `SELECT current_setting('server_version')`).Scan(&version)
+		cancel()
+		if err != nil {
+			add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: describeDatabase(url),
+				Problems: []doctorProblem{{Problem: queryError(ctx, "read the server version", err).Error()}}})
 			skipRest("no database", "migrations", "dbos", "executors", "sessions")
 			return rep
 		}
@@ -179,12 +180,27 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 	}
 	version, _, _ = strings.Cut(version, " ") // "15.18 (Debian 15.18-0+deb12u1)"
 	add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkOK,
-		Summary: fmt.Sprintf("%s · PostgreSQL %s · connect %s · round trip %s", redactURL(url), version, fmtMillis(connect), fmtMillis(rtt))})
+		Summary: fmt.Sprintf("%s · PostgreSQL %s · connect %s · round trip %s", describeDatabase(url), version, fmtMillis(connect), fmtMillis(rtt))})
 
+	// A query that times out closes the connection (pgx cannot tell what
+	// the server still sends): the checks after it cannot run.
+	lost := func(names ...string) bool {
+		if conn.IsClosed() {
+			skipRest("the database connection was lost (see above)", names...)
+			return true
+		}
+		return false
+	}
 	helixOK := checkMigrations(ctx, conn, add)
+	if lost("dbos", "executors", "sessions") {
+		return rep
+	}
 	var dbosOK bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('dbos.workflow_status') IS NOT NULL`).Scan(&dbosOK); err != nil {
-		add(doctorCheck{Name: "dbos", Title: checkTitles["dbos"], Status: checkFail, Problems: []doctorProblem{{Problem: err.Error()}}})
+	qctx, cancel := queryContext(ctx)
+	err = conn.QueryRow(qctx, `SELECT to_regclass('dbos.workflow_status') IS NOT NULL`).Scan(&dbosOK)
+	cancel()
+	if err != nil {
+		add(doctorCheck{Name: "dbos", Title: checkTitles["dbos"], Status: checkFail, Problems: []doctorProblem{{Problem: queryError(ctx, "look for the dbos schema", err).Error()}}})
 	} else if dbosOK {
 		add(doctorCheck{Name: "dbos", Title: checkTitles["dbos"], Status: checkOK, Summary: "schema dbos"})
 	} else {
@@ -199,6 +215,9 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 	execs, c := checkExecutors(ctx, conn)
 	rep.Executors = execs
 	add(c)
+	if lost("sessions") {
+		return rep
+	}
 	stuck, c := checkSessions(ctx, conn, execs, grace)
 	rep.Stuck = stuck
 	add(c)
@@ -241,11 +260,16 @@ func checkMigrations(ctx context.Context, conn *pgx.Conn, add func(doctorCheck))
 		}
 		return nil
 	})
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&exists); err != nil {
-		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+	fail := func(what string, err error) bool {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: queryError(ctx, what, err).Error()}}
 		add(c)
 		return false
+	}
+	var exists bool
+	qctx, cancel := queryContext(ctx)
+	defer cancel()
+	if err := conn.QueryRow(qctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&exists); err != nil {
+		return fail("look for the migrations table", err)
 	}
 	if !exists {
 		c.Status, c.Summary = checkFail, "the helix schema is missing"
@@ -253,17 +277,15 @@ func checkMigrations(ctx context.Context, conn *pgx.Conn, add func(doctorCheck))
 		add(c)
 		return false
 	}
-	rows, err := conn.Query(ctx, `SELECT DISTINCT version_id FROM `+migrations.VersionTable+` WHERE version_id > 0`)
+	qctx, cancel = queryContext(ctx)
+	defer cancel()
+	rows, err := conn.Query(qctx, `SELECT DISTINCT version_id FROM `+migrations.VersionTable+` WHERE version_id > 0`)
 	if err != nil {
-		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
-		add(c)
-		return false
+		return fail("read the applied migrations", err)
 	}
 	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
-		add(c)
-		return false
+		return fail("read the applied migrations", err)
 	}
 	var pending, unknown []string
 	for _, v := range slices.Sorted(func(yield func(int64) bool) {
@@ -303,22 +325,25 @@ func checkMigrations(ctx context.Context, conn *pgx.Conn, add func(doctorCheck))
 // owns workflows.
 func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctorCheck) {
 	c := doctorCheck{Name: "executors", Title: checkTitles["executors"], Status: checkOK}
-	fail := func(err error) ([]executorInfo, doctorCheck) {
-		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+	fail := func(what string, err error) ([]executorInfo, doctorCheck) {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: queryError(ctx, what, err).Error()}}
 		return []executorInfo{}, c
 	}
+	const readExecutors, readWorkflows = "read helix.executors", "count the pending workflows in dbos.workflow_status"
 	byID := map[string]*executorInfo{}
-	rows, err := conn.Query(ctx, `SELECT executor_id, application_version, coalesce(hostname, ''), coalesce(pid, 0),
+	qctx, cancel := queryContext(ctx)
+	defer cancel()
+	rows, err := conn.Query(qctx, `SELECT executor_id, application_version, coalesce(hostname, ''), coalesce(pid, 0),
 		started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8 FROM helix.executors`)
 	if err != nil {
-		return fail(err)
+		return fail(readExecutors, err)
 	}
 	for rows.Next() {
 		var e executorInfo
 		var started, beat time.Time
 		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &started, &beat, &e.HeartbeatAge); err != nil {
 			rows.Close()
-			return fail(err)
+			return fail(readExecutors, err)
 		}
 		e.Heartbeat, e.StartedAt, e.HeartbeatAt = true, &started, &beat
 		e.Alive = e.HeartbeatAge < heartbeatStale.Seconds()
@@ -326,19 +351,21 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fail(err)
+		return fail(readExecutors, err)
 	}
-	rows, err = conn.Query(ctx, `SELECT coalesce(executor_id, ''), count(*) FROM dbos.workflow_status
+	qctx, cancel = queryContext(ctx)
+	defer cancel()
+	rows, err = conn.Query(qctx, `SELECT coalesce(executor_id, ''), count(*) FROM dbos.workflow_status
 		WHERE status IN ('PENDING', 'ENQUEUED', 'DELAYED') GROUP BY 1`)
 	if err != nil {
-		return fail(err)
+		return fail(readWorkflows, err)
 	}
 	for rows.Next() {
 		var id string
 		var n int
 		if err := rows.Scan(&id, &n); err != nil {
 			rows.Close()
-			return fail(err)
+			return fail(readWorkflows, err)
 		}
 		e, ok := byID[id]
 		if !ok {
@@ -349,7 +376,7 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fail(err)
+		return fail(readWorkflows, err)
 	}
 	list := make([]executorInfo, 0, len(byID))
 	for _, e := range byID {
@@ -404,17 +431,20 @@ func describeExecutor(e executorInfo) string {
 // checkSessions finds active sessions that nothing runs.
 func checkSessions(ctx context.Context, conn *pgx.Conn, execs []executorInfo, grace time.Duration) ([]stuckSession, doctorCheck) {
 	c := doctorCheck{Name: "sessions", Title: checkTitles["sessions"], Status: checkOK}
-	fail := func(err error) ([]stuckSession, doctorCheck) {
-		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
+	fail := func(what string, err error) ([]stuckSession, doctorCheck) {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: queryError(ctx, what, err).Error()}}
 		return []stuckSession{}, c
 	}
+	const readSessions = "read the active sessions and their runs"
 	dead := map[string]executorInfo{}
 	for _, e := range execs {
 		if e.Heartbeat && !e.Alive {
 			dead[e.ExecutorID] = e
 		}
 	}
-	rows, err := conn.Query(ctx, `
+	qctx, cancel := queryContext(ctx)
+	defer cancel()
+	rows, err := conn.Query(qctx, `
 SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''), coalesce(r.workflow_id, ''),
        coalesce(r.updated_at < now() - make_interval(secs => $1), true),
        coalesce(w.status, ''), coalesce(w.executor_id, ''),
@@ -431,7 +461,7 @@ LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
 WHERE s.status = 'active'
 ORDER BY s.updated_at`, grace.Seconds())
 	if err != nil {
-		return fail(err)
+		return fail(readSessions, err)
 	}
 	stuck := []stuckSession{}
 	active := 0
@@ -442,7 +472,7 @@ ORDER BY s.updated_at`, grace.Seconds())
 		var overdue *string
 		if err := rows.Scan(&s.SessionID, &s.AgentType, &s.RunID, &s.RunStatus, &s.WorkflowID, &old, &s.WorkflowStatus, &s.ExecutorID, &overdue); err != nil {
 			rows.Close()
-			return fail(err)
+			return fail(readSessions, err)
 		}
 		id := s.SessionID
 		abortRetry := fmt.Sprintf("`helix-dbos abort %s` fails it, then `helix-dbos retry %s --agents FILE` runs it again", id, id)
@@ -481,11 +511,13 @@ ORDER BY s.updated_at`, grace.Seconds())
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fail(err)
+		return fail(readSessions, err)
 	}
 	var interrupted int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM helix.sessions WHERE status = 'interrupted'`).Scan(&interrupted); err != nil {
-		return fail(err)
+	qctx, cancel = queryContext(ctx)
+	defer cancel()
+	if err := conn.QueryRow(qctx, `SELECT count(*) FROM helix.sessions WHERE status = 'interrupted'`).Scan(&interrupted); err != nil {
+		return fail("count the interrupted sessions", err)
 	}
 	c.Summary = fmt.Sprintf("%d active", active)
 	if len(stuck) > 0 {

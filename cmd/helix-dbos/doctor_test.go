@@ -39,7 +39,7 @@ func TestDoctorHealthy(t *testing.T) {
 	url, _, _ := completedSession(t)
 	o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
 	out := mustBin(t, o, "doctor")
-	require.Regexp(t, `(?m)^✓ database reachable\s+postgres://\S+ · PostgreSQL [\d.]+ · connect [\d.]+ ms · round trip [\d.]+ ms$`, out)
+	require.Regexp(t, `(?m)^✓ database reachable\s+host=\S+ port=\d+ user=\S+ database=\S+ · PostgreSQL [\d.]+ · connect [\d.]+ ms · round trip [\d.]+ ms$`, out)
 	n := migrationCount(t)
 	require.Regexp(t, fmt.Sprintf(`(?m)^✓ migrations current\s+%d of %d applied$`, n, n), out)
 	require.Regexp(t, `(?m)^✓ DBOS schema present\s+schema dbos$`, out)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -143,7 +142,7 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 		applied, err := migrations.Up(ctx, db)
 		_ = db.Close()
 		if err != nil {
-			return nil, fmt.Errorf("migrate %s: %w", redactURL(url), err)
+			return nil, fmt.Errorf("migrate %s: %w", describeDatabase(url), err)
 		}
 		for _, r := range applied {
 			say("applied migration %s", r.Name)
@@ -173,11 +172,9 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 // ping says clearly when the database does not answer (DBOS's own error
 // is long and names no setting).
 func ping(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connectDatabase(ctx, url)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w (check --database-url or HELIX_DATABASE_URL)", redactURL(url), err)
+		return err
 	}
 	return conn.Close(ctx)
 }

@@ -47,7 +47,7 @@ type executorInUseError struct {
 func (e *executorInUseError) Error() string {
 	return fmt.Sprintf("executor ID %q is in use by process %d on %s (started %s, heartbeat %s ago): "+
 		"two live processes must never share an executor ID (both would recover the same workflows); "+
-		"pass another --executor-id (or HELIX_EXECUTOR_ID), or stop that process first "+
+		"pass another --executor-id, or stop that process first "+
 		"(if it died on another machine, its ID is free %s after its last heartbeat)",
 		e.id, e.pid, e.host, fmtTime(e.since), time.Since(e.lastBeat).Round(time.Second), heartbeatStale)
 }
@@ -59,7 +59,7 @@ func (e *executorInUseError) Error() string {
 func claimExecutor(ctx context.Context, url, id, appVersion string) (_ *executorHeartbeat, err error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %w", err)
+		return nil, errUnparsableURL
 	}
 	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -49,21 +48,23 @@ func withClient(ctx context.Context, g *globals, fn func(c *engine.Client) error
 // reachable database with the helix schema, on which an engine has run
 // (DBOS's system schema).
 func checkClientDatabase(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connectDatabase(ctx, url)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w (check --database-url or HELIX_DATABASE_URL)", redactURL(url), err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var helixOK, dbosOK bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('helix.sessions') IS NOT NULL, to_regclass('dbos.workflow_status') IS NOT NULL`).
+	qctx, cancel := queryContext(ctx)
+	defer cancel()
+	if err := conn.QueryRow(qctx, `SELECT to_regclass('helix.sessions') IS NOT NULL, to_regclass('dbos.workflow_status') IS NOT NULL`).
 		Scan(&helixOK, &dbosOK); err != nil {
-		return fmt.Errorf("inspect %s: %w", redactURL(url), err)
+		return queryError(ctx, "inspect "+describeDatabase(url), err)
 	}
 	switch {
 	case !helixOK:
-		return fmt.Errorf("%s has no helix schema: run `helix-dbos migrate up` against it, or check --database-url (it must be the database your engines use)", redactURL(url))
+		return fmt.Errorf("%s has no helix schema: run `helix-dbos migrate up` against it, or check --database-url (it must be the database your engines use)", describeDatabase(url))
 	case !dbosOK:
-		return fmt.Errorf("no engine has run on %s yet (DBOS's system schema is missing), so no session here waits for anything: check --database-url (it must be the database your engines use)", redactURL(url))
+		return fmt.Errorf("no engine has run on %s yet (DBOS's system schema is missing), so no session here waits for anything: check --database-url (it must be the database your engines use)", describeDatabase(url))
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
+	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/spf13/cobra"
 
 	"github.com/helix-agents/helix-dbos/migrations"
@@ -20,19 +23,34 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			"processes at once and is a no-op when nothing is pending.",
 	}
 	var asJSON bool
-	open := func() (*sql.DB, error) {
+	// open connects, within connectTimeout, with the errors of the other
+	// commands (sql.Open alone connects lazily and quotes a URL that does
+	// not parse).
+	open := func(ctx context.Context) (*sql.DB, error) {
 		url, err := g.requireDatabaseURL()
 		if err != nil {
 			return nil, err
 		}
-		return sql.Open("pgx", url)
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			return nil, errUnparsableURL
+		}
+		db := stdlib.OpenDB(*cfg)
+		pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
+		start := time.Now()
+		if err := db.PingContext(pctx); err != nil {
+			_ = db.Close()
+			return nil, connectError(ctx, url, err, time.Since(start))
+		}
+		return db, nil
 	}
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Apply every pending migration",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open()
+			db, err := open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -55,7 +73,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "List migrations and whether each is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open()
+			db, err := open(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -87,7 +105,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "Roll back the most recent migration (drops helix tables: data is lost)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			db, err := open()
+			db, err := open(cmd.Context())
 			if err != nil {
 				return err
 			}

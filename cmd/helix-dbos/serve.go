@@ -23,12 +23,43 @@ import (
 
 // Defaults of serve.
 const (
-	defaultServeAddr       = ":8080"
-	defaultServeExecutorID = "helix-serve"
-	defaultShutdownTimeout = 15 * time.Second
+	defaultServeAddr = ":8080"
+	// defaultUnauthenticatedAddr replaces defaultServeAddr with
+	// --allow-unauthenticated: a server that lets every caller control
+	// every session listens on this machine only unless told otherwise.
+	defaultUnauthenticatedAddr = "127.0.0.1:8080"
+	defaultServeExecutorID     = "helix-serve"
+	defaultShutdownTimeout     = 15 * time.Second
 	// minTokenLength is the secret length below which serve warns.
 	minTokenLength = 16
 )
+
+// Timeouts of serve's HTTP server. There is no WriteTimeout: it bounds a
+// whole response, and the SSE streams (GET /sse, the chat routes) last as
+// long as a run, minutes or hours; only a stream's handler can bound each
+// of its writes.
+const (
+	// serveReadHeaderTimeout bounds reading a request's headers.
+	serveReadHeaderTimeout = 10 * time.Second
+	// serveReadTimeout bounds reading a whole request, body included,
+	// against clients that send slowly to hold connections. It is long
+	// enough for a large chat history on a slow link. It does not limit a
+	// streamed response: net/http lifts the read deadline once the body
+	// has been read.
+	serveReadTimeout = time.Minute
+	// serveIdleTimeout closes a keep-alive connection left idle that long.
+	serveIdleTimeout = 2 * time.Minute
+)
+
+// newHTTPServer returns serve's HTTP server for h.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: serveReadHeaderTimeout,
+		ReadTimeout:       serveReadTimeout,
+		IdleTimeout:       serveIdleTimeout,
+	}
+}
 
 func newServeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -58,7 +89,7 @@ func newServeCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.String("addr", defaultServeAddr, "address to listen on (env HELIX_ADDR)")
+	f.String("addr", defaultServeAddr, "address to listen on (env HELIX_ADDR; with --allow-unauthenticated and no address given, "+defaultUnauthenticatedAddr+")")
 	addEngineFlags(f, defaultServeExecutorID)
 	f.StringArray("auth-token", nil, "a bearer token as NAME:SECRET, NAME being the principal (repeatable; env HELIX_AUTH_TOKEN, comma-separated)")
 	f.Bool("allow-unauthenticated", false, "serve every caller without a token, as one principal (development only; env HELIX_ALLOW_UNAUTHENTICATED)")
@@ -97,13 +128,12 @@ func parseTokens(values []string, warn io.Writer) ([]bearerToken, error) {
 	return out, nil
 }
 
-// redactToken hides the secret of a malformed --auth-token in an error.
+// redactToken hides the secret of an --auth-token: NAME:*** for
+// NAME:SECRET, and *** for a value without a colon, which may be a bare
+// secret.
 func redactToken(v string) string {
 	if name, _, ok := strings.Cut(v, ":"); ok {
 		return name + ":***"
-	}
-	if len(v) > 4 {
-		return v[:2] + "***"
 	}
 	return "***"
 }
@@ -161,14 +191,22 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 		return err
 	}
 	say("agents from %s: %s", cfg.Agents, strings.Join(file.Names(), ", "))
+	listenAddr := cfg.Addr
 	if cfg.AllowUnauthenticated {
 		fmt.Fprintln(errOut, "WARNING: --allow-unauthenticated: every caller can start, read, answer and abort every session.\n"+
 			"WARNING: use it only on a trusted machine; give --auth-token NAME:SECRET anywhere else.")
+		if g.sources["addr"].Kind == sourceDefault {
+			listenAddr = defaultUnauthenticatedAddr
+			say("without authentication and without --addr: listening on %s, this machine only (--addr %s listens on every interface)",
+				listenAddr, defaultServeAddr)
+		} else if !loopbackAddr(listenAddr) {
+			fmt.Fprintf(errOut, "WARNING: --allow-unauthenticated with --addr %s: anyone who can reach this address controls every session.\n", listenAddr)
+		}
 	}
 	// Listen first: a taken port fails before anything starts.
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listenAddr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w (pass another --addr)", cfg.Addr, err)
+		return fmt.Errorf("listen on %s: %w (pass another --addr)", listenAddr, err)
 	}
 	defer ln.Close()
 
@@ -204,7 +242,7 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := newHTTPServer(srv.Handler())
 	served := make(chan error, 1)
 	go func() { served <- httpSrv.Serve(ln) }()
 
@@ -251,6 +289,20 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	}
 	fmt.Fprintln(out, "stopped")
 	return nil
+}
+
+// loopbackAddr reports whether a listen address is this machine's only
+// (localhost, 127.0.0.1, ::1); an empty host is every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // printAgents lists the served agents with their models and tools.

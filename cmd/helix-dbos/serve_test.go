@@ -2,7 +2,12 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -139,7 +144,7 @@ func TestServeAuthenticationChoices(t *testing.T) {
 	}{
 		{[]string{"--agents", exampleAgents}, "helix-dbos: serve needs authentication: pass --auth-token NAME:SECRET"},
 		{[]string{"--agents", exampleAgents, "--auth-token", "a:b", "--allow-unauthenticated"}, "give --auth-token or --allow-unauthenticated, not both"},
-		{[]string{"--agents", exampleAgents, "--auth-token", "no-colon-secret"}, `auth-token #1: want NAME:SECRET (the principal's name, a colon, the bearer secret), got "no***"`},
+		{[]string{"--agents", exampleAgents, "--auth-token", "no-colon-secret"}, `auth-token #1: want NAME:SECRET (the principal's name, a colon, the bearer secret), got "***"`},
 		{[]string{"--agents", exampleAgents, "--auth-token", "a:same-secret-0123456789", "--auth-token", "b:same-secret-0123456789"}, `principals "a" and "b" have the same secret`},
 		{[]string{"--allow-unauthenticated"}, "serve needs agents: pass --agents FILE"},
 		{[]string{"--allow-unauthenticated", "--agents", "nope.yaml"}, "nope.yaml: read the agent file: no such file or directory"},
@@ -179,4 +184,116 @@ func TestServeAuthenticationChoices(t *testing.T) {
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	require.Equal(t, 0, p.wait(t), "%s\n%s", p.stdout, p.stderr)
+}
+
+// Without authentication serve listens on this machine only, unless an
+// address is given, which is then used with a warning when it is not a
+// loopback one.
+func TestServeUnauthenticatedAddress(t *testing.T) {
+	t.Parallel()
+	// The database does not answer: serve fails right after listening,
+	// which is all this test needs.
+	env := []string{"HELIX_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?connect_timeout=2&sslmode=disable", "HELIX_AGENTS=" + exampleAgents}
+	const local = "• without authentication and without --addr: listening on 127.0.0.1:8080, this machine only (--addr :8080 listens on every interface)\n"
+
+	// Hold 127.0.0.1:8080 (unless another process does already): serve's
+	// error then names the address it tried, without serving anything.
+	if ln, err := net.Listen("tcp", defaultUnauthenticatedAddr); err == nil {
+		defer ln.Close()
+	} else if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Skipf("cannot hold %s: %v", defaultUnauthenticatedAddr, err)
+	}
+	r := runBin(t, binOpts{env: env}, "serve", "--allow-unauthenticated")
+	require.Equal(t, 1, r.code, "%s", r)
+	require.Contains(t, r.stdout, local)
+	require.Contains(t, r.stderr, "helix-dbos: listen on 127.0.0.1:8080: ")
+	require.NotContains(t, r.stderr, "anyone who can reach this address")
+
+	for _, tc := range []struct {
+		o    binOpts
+		args []string
+		warn bool
+	}{
+		{binOpts{env: env}, []string{"--addr", ":0"}, true},
+		{binOpts{env: append(env, "HELIX_ADDR=0.0.0.0:0")}, nil, true},
+		{binOpts{env: env}, []string{"--addr", "127.0.0.1:0"}, false},
+		{binOpts{env: env}, []string{"--addr", "localhost:0"}, false},
+	} {
+		r := runBin(t, tc.o, append([]string{"serve", "--allow-unauthenticated"}, tc.args...)...)
+		require.Equal(t, 1, r.code, "%v: %s", tc.args, r)
+		require.Contains(t, r.stderr, "helix-dbos: connect to host=127.0.0.1 port=1 user=nobody database=none: ", "%v: it listened", tc.args)
+		require.NotContains(t, r.stdout, local, "%v", tc.args)
+		if tc.warn {
+			require.Regexp(t, `WARNING: --allow-unauthenticated with --addr \S*:0: anyone who can reach this address controls every session\.\n`, r.stderr, "%v", tc.args)
+		} else {
+			require.NotContains(t, r.stderr, "anyone who can reach this address", "%v", tc.args)
+		}
+	}
+}
+
+// serve's HTTP server bounds how long a request may take to arrive, but
+// not how long a response may stream: a body sent too slowly is cut at the
+// read timeout, an SSE stream outlives it.
+func TestServeHTTPTimeouts(t *testing.T) {
+	t.Parallel()
+	srv := newHTTPServer(http.NotFoundHandler())
+	require.Equal(t, serveReadHeaderTimeout, srv.ReadHeaderTimeout)
+	require.Equal(t, serveReadTimeout, srv.ReadTimeout)
+	require.Equal(t, serveIdleTimeout, srv.IdleTimeout)
+	require.Zero(t, srv.WriteTimeout, "a write timeout would cut every SSE stream at that age")
+
+	// The same server with a read timeout short enough for a test.
+	const readTimeout = 300 * time.Millisecond
+	bodyErr := make(chan error, 1)
+	srv = newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			_, err := io.ReadAll(r.Body)
+			bodyErr <- err
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 10 { // 10 × 100ms: over three read timeouts
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	srv.ReadTimeout = readTimeout
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		require.NoError(t, srv.Shutdown(context.WithoutCancel(t.Context())))
+		require.ErrorIs(t, <-served, http.ErrServerClosed)
+	}()
+	base := "http://" + ln.Addr().String()
+
+	resp := request(t, http.MethodGet, base+"/sse", "", "")
+	events := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			events++
+		}
+	}
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 10, events, "the stream outlived the read timeout")
+
+	// A client that sends a part of its body, then stalls.
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\":")
+	require.NoError(t, err)
+	select {
+	case err := <-bodyErr:
+		require.Error(t, err, "the body read is cut at the read timeout")
+	case <-time.After(10 * readTimeout):
+		t.Fatal("a stalled body was not cut at the read timeout")
+	}
 }

@@ -144,7 +144,16 @@ func run() error {
 	if err := eng.Launch(ctx); err != nil {
 		return err
 	}
-	httpSrv := &http.Server{Addr: cmp.Or(os.Getenv("ADDR"), ":8080"), Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Bound how long a request may take to arrive (headers, then the whole
+	// body: a minute is ample for a large chat history). No WriteTimeout:
+	// it would cut the SSE streams, which last as long as a run.
+	httpSrv := &http.Server{
+		Addr:              cmp.Or(os.Getenv("ADDR"), ":8080"),
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+	}
 	served := make(chan error, 1)
 	go func() { served <- httpSrv.ListenAndServe() }()
 	log.Printf("serving %s on %s", assistant.Name, httpSrv.Addr)

@@ -221,6 +221,7 @@ func (b *builder) agent(spec *AgentSpec) (*helix.Agent, error) {
 			Model:           spec.Model.Model,
 			Temperature:     spec.Model.Temperature,
 			MaxOutputTokens: spec.Model.MaxOutputTokens,
+			ProviderOptions: providerOptions(spec.Model),
 		},
 	}
 	for i, t := range spec.ClientTools {
@@ -309,19 +310,22 @@ func (b *builder) model(spec *AgentSpec) (helix.Model, error) {
 }
 
 // apiKey reads the key of an openai or anthropic model from the variable
-// apiKeyEnv names (default OPENAI_API_KEY without a baseURL, none with
-// one; ANTHROPIC_API_KEY).
+// apiKeyEnv names. Without apiKeyEnv it is the provider's own variable
+// (OPENAI_API_KEY, ANTHROPIC_API_KEY) for the provider's own endpoint, and
+// no key with a baseURL: a provider's key is never sent to a server the
+// file names unless the file says so (apiKeyEnv), since that server may be
+// anyone's.
 func (b *builder) apiKey(spec *AgentSpec) (string, error) {
 	m := spec.Model
 	name := m.APIKeyEnv
 	if name == "" {
 		switch {
+		case m.BaseURL != "":
+			return "", nil // a server of your own: apiKeyEnv names its key, if it needs one
 		case m.Provider == ProviderAnthropic:
 			name = DefaultAnthropicKeyEnv
-		case m.BaseURL == "":
-			name = DefaultOpenAIKeyEnv
 		default:
-			return "", nil // an OpenAI-compatible server of your own may need no key
+			name = DefaultOpenAIKeyEnv
 		}
 	}
 	key := b.o.getenv(name)

@@ -135,7 +135,54 @@ agents:
 		{"key of another provider", `
 agents:
   - name: a
-    model: {provider: openai, model: x, script: s.yaml}`, `:4: agent "a": model.script: not a setting of provider openai (its keys: provider, model, baseURL, apiKeyEnv, headers, maxRetries, temperature, maxOutputTokens)`},
+    model: {provider: openai, model: x, script: s.yaml}`, `:4: agent "a": model.script: not a setting of provider openai (its keys: provider, model, baseURL, apiKeyEnv, headers, maxRetries, temperature, maxOutputTokens, providerOptions)`},
+		{"provider options on scripted", `
+agents:
+  - name: a
+    model: {provider: scripted, script: s.yaml, providerOptions: {top_p: 1}}`, `:4: agent "a": model.providerOptions: not a setting of provider scripted (its keys: provider, script)`},
+		{"provider options not a mapping", `
+agents:
+  - name: a
+    model: {provider: openai, model: gpt-4o-mini, apiKeyEnv: SET_KEY, providerOptions: [top_p]}`, `:4: agent "a": model.providerOptions: want a mapping (a JSON object written in YAML), got a list`},
+		{"provider options as JSON text", `
+agents:
+  - name: a
+    model: {provider: openai, model: gpt-4o-mini, apiKeyEnv: SET_KEY, providerOptions: '{"top_p": 1}'}`, `:4: agent "a": model.providerOptions: want a mapping (a JSON object written in YAML), got "{\"top_p\": 1}"`},
+		{"provider options set what the adapter owns", `
+agents:
+  - name: a
+    model:
+      provider: anthropic
+      model: claude-sonnet-4-5
+      apiKeyEnv: SET_KEY
+      providerOptions:
+        top_k: 40
+        stream: false`, `:10: agent "a": model.providerOptions.stream: cannot be set: the adapter sets it on every request`},
+		{"thinking above maxOutputTokens", `
+agents:
+  - name: a
+    model:
+      provider: anthropic
+      model: claude-sonnet-4-5
+      apiKeyEnv: SET_KEY
+      thinking: 2048
+      maxOutputTokens: 1024`, `:8: agent "a": model.thinking: the thinking budget 2048 must be below maxOutputTokens (1024): Anthropic counts thinking in max tokens, so every request would be refused; raise maxOutputTokens or lower thinking`},
+		{"thinking equal to maxTokens", `
+agents:
+  - name: a
+    model: {provider: anthropic, model: claude-sonnet-4-5, apiKeyEnv: SET_KEY, maxTokens: 2048, thinking: 2048}`, `:4: agent "a": model.thinking: the thinking budget 2048 must be below maxTokens (2048): Anthropic counts thinking in max tokens, so every request would be refused; raise maxTokens or lower thinking`},
+		{"thinking above maxTokens under maxOutputTokens", `
+agents:
+  - name: a
+    model: {provider: anthropic, model: claude-sonnet-4-5, apiKeyEnv: SET_KEY, maxTokens: 2000, maxOutputTokens: 8000, thinking: 4000}`, `:4: agent "a": model.thinking: the thinking budget 4000 must be below maxTokens (2000)`},
+		{"thinking above the default max tokens", `
+agents:
+  - name: a
+    model: {provider: anthropic, model: claude-sonnet-4-5, apiKeyEnv: SET_KEY, thinking: 4096}`, `:4: agent "a": model.thinking: the thinking budget 4096 must be below the default max tokens (4096, as neither maxOutputTokens nor maxTokens is set): Anthropic counts thinking in max tokens, so every request would be refused; set maxTokens or maxOutputTokens above it or lower thinking`},
+		{"thinking below the minimum", `
+agents:
+  - name: a
+    model: {provider: anthropic, model: claude-sonnet-4-5, apiKeyEnv: SET_KEY, thinking: 1000}`, `:4: agent "a": model.thinking: the thinking budget 1000 is below Anthropic's minimum of 1024 tokens (0 turns thinking off)`},
 		{"no model name", `
 agents:
   - name: a

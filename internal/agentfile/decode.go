@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/llm/anthropic"
 )
 
 // File is a decoded agent file: every agent's specification, checked for
@@ -70,6 +71,11 @@ type ModelSpec struct {
 	// Temperature and MaxOutputTokens go to helix.LLMConfig.
 	Temperature     *float64
 	MaxOutputTokens int
+	// ProviderOptions is a JSON object of request options for the
+	// provider (nil: none). It goes to helix.LLMConfig.ProviderOptions
+	// under the provider's key (see [ProviderOptionsKey]); the openai and
+	// anthropic adapters set its members on the request body as they are.
+	ProviderOptions json.RawMessage
 	// Script is the scripted provider's script file, relative to the agent
 	// file's directory.
 	Script string
@@ -123,8 +129,8 @@ type PersistentAgentSpec struct {
 // of the model's keys in [decoder.model]; a provider from
 // Options.Providers accepts them all.
 var modelKeys = map[string][]string{
-	ProviderOpenAI:    {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "temperature", "maxOutputTokens"},
-	ProviderAnthropic: {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "maxTokens", "thinking", "temperature", "maxOutputTokens"},
+	ProviderOpenAI:    {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "temperature", "maxOutputTokens", "providerOptions"},
+	ProviderAnthropic: {"provider", "model", "baseURL", "apiKeyEnv", "headers", "maxRetries", "maxTokens", "thinking", "temperature", "maxOutputTokens", "providerOptions"},
 	ProviderScripted:  {"provider", "script"},
 }
 
@@ -365,6 +371,7 @@ func (d *decoder) model(n *yaml.Node) (ModelSpec, error) {
 		{"thinking", into(&m.Thinking, d.nonNegative)},
 		{"temperature", into(&m.Temperature, optional(d.number))},
 		{"maxOutputTokens", into(&m.MaxOutputTokens, d.nonNegative)},
+		{"providerOptions", into(&m.ProviderOptions, d.providerOptions)},
 		{"script", into(&m.Script, d.str)},
 	}
 	all := keyNames(keys)
@@ -409,12 +416,83 @@ func (d *decoder) model(n *yaml.Node) (ModelSpec, error) {
 			}
 			return m, d.errorf(n.Line, "model.model", "required for provider %s, e.g. %s", m.Provider, example)
 		}
+		if m.Provider == ProviderAnthropic {
+			if err := d.thinking(n, m); err != nil {
+				return m, err
+			}
+		}
 	case ProviderScripted:
 		if m.Script == "" {
 			return m, d.errorf(n.Line, "model.script", "required for provider scripted: the script file (YAML or JSON, see llm/scripted), relative to the agent file")
 		}
 	}
 	return m, nil
+}
+
+// thinking checks an anthropic model's extended-thinking budget against
+// the limits the adapter enforces: at least anthropic.MinThinkingBudget,
+// and below the max tokens of every request (maxOutputTokens, which every
+// request of the agent sends) and below the adapter's own max tokens
+// (maxTokens, else anthropic.DefaultMaxTokens when maxOutputTokens does
+// not replace it; see builtinModel). Caught here, a budget that does not
+// fit fails the load instead of every step of every run.
+func (d *decoder) thinking(n *yaml.Node, m ModelSpec) error {
+	if m.Thinking == 0 {
+		return nil
+	}
+	line := n.Line
+	for k := range pairs(n) {
+		if k.Value == "thinking" {
+			line = k.Line
+		}
+	}
+	if m.Thinking < anthropic.MinThinkingBudget {
+		return d.errorf(line, "model.thinking", "the thinking budget %d is below Anthropic's minimum of %d tokens (0 turns thinking off)",
+			m.Thinking, anthropic.MinThinkingBudget)
+	}
+	type limit struct {
+		field string
+		value int
+	}
+	var limits []limit
+	if m.MaxOutputTokens > 0 {
+		limits = append(limits, limit{"maxOutputTokens", m.MaxOutputTokens})
+	}
+	if m.MaxTokens > 0 {
+		limits = append(limits, limit{"maxTokens", m.MaxTokens})
+	}
+	if len(limits) == 0 {
+		return d.checkBudget(line, m.Thinking, anthropic.DefaultMaxTokens,
+			fmt.Sprintf("the default max tokens (%d, as neither maxOutputTokens nor maxTokens is set)", anthropic.DefaultMaxTokens),
+			"set maxTokens or maxOutputTokens above it")
+	}
+	for _, l := range limits {
+		if err := d.checkBudget(line, m.Thinking, l.value, fmt.Sprintf("%s (%d)", l.field, l.value), "raise "+l.field); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkBudget requires a thinking budget below a max tokens limit.
+func (d *decoder) checkBudget(line, budget, maxTokens int, what, fix string) error {
+	if budget < maxTokens {
+		return nil
+	}
+	return d.errorf(line, "model.thinking", "the thinking budget %d must be below %s: Anthropic counts thinking in max tokens, "+
+		"so every request would be refused; %s or lower thinking", budget, what, fix)
+}
+
+// providerOptions reads a model's providerOptions: a JSON object (written
+// in YAML) whose members the adapter sets on the request body. The members
+// the adapters own are refused here rather than on every request.
+func (d *decoder) providerOptions(n *yaml.Node, field string) (json.RawMessage, error) {
+	for k := range pairs(n) {
+		if k.Value == "stream" || k.Value == "messages" {
+			return nil, d.errorf(k.Line, join(field, k.Value), "cannot be set: the adapter sets it on every request")
+		}
+	}
+	return d.object(n, field)
 }
 
 // toolKeys are the keys every tool has, sub-agent tools included.

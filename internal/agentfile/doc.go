@@ -25,6 +25,8 @@
 //	      maxRetries: 3                 # 0: no retries; absent: the provider's default
 //	      temperature: 0.2              # helix.LLMConfig
 //	      maxOutputTokens: 1024         # helix.LLMConfig
+//	      providerOptions:              # request options of the provider (a JSON object in YAML)
+//	        reasoning_effort: low       # set on the request body as they are
 //	      # anthropic only: maxTokens (default 4096), thinking (budget tokens; 0 = off)
 //	      # scripted only: script: scripts/assistant.yaml (relative to this file)
 //	    outputSchema:                   # optional: a JSON Schema (in YAML) of a JSON object;
@@ -51,17 +53,33 @@
 // Unknown keys are rejected (with a suggestion for a misspelt one), as are
 // values of the wrong type, invalid names and schemas, duplicate agent or
 // tool names, sub-agents and companions that are not agents of the file or
-// have no outputSchema, and delegation cycles (an agent reaching itself
-// through subAgents or persistentAgents). Every error is an [*Error] naming
-// the file, the line, the agent and the field.
+// have no outputSchema, delegation cycles (an agent reaching itself
+// through subAgents or persistentAgents), providerOptions that are not a
+// mapping or set what the adapter owns (stream, messages), and an
+// anthropic thinking budget below anthropic.MinThinkingBudget or not below
+// maxOutputTokens and maxTokens (the default 4096 when neither is set).
+// Every error is an [*Error] naming the file, the line, the agent and the
+// field.
+//
+// # Provider options
+//
+// providerOptions is passed as helix.LLMConfig.ProviderOptions under the
+// adapter's key ([ProviderOptionsKey]: "openai", "anthropic", or the name
+// of a provider of Options.Providers). The openai and anthropic adapters
+// set its members on the request body as they are (a null member removes
+// a field the adapter sets): reasoning_effort, response_format, top_p,
+// seed or max_completion_tokens for openai; top_k, metadata or
+// service_tier for anthropic.
 //
 // # API keys
 //
 // Keys are never written in the file: apiKeyEnv names the environment
 // variable that holds one (an apiKey key is rejected). Without apiKeyEnv,
-// openai reads OPENAI_API_KEY (or no key at all when baseURL is set: a
-// local server may need none) and anthropic reads ANTHROPIC_API_KEY. A
-// variable that is named but not set is an error naming it.
+// openai reads OPENAI_API_KEY and anthropic ANTHROPIC_API_KEY, for the
+// provider's own endpoint only: with a baseURL and no apiKeyEnv no key is
+// sent (a local server may need none, and a provider's key must not go to
+// a server it does not run unless the file says so). A variable that is
+// named but not set is an error naming it.
 //
 // # The scripted provider
 //
