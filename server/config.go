@@ -27,6 +27,17 @@ const (
 	// hangs up half-way cannot leave an operation half done (an abort that
 	// cancelled the workflow but did not fail the session).
 	DefaultOperationTimeout = 30 * time.Second
+	// DefaultStreamWriteTimeout bounds one write (and flush) of a stream
+	// response: a client that stops reading is dropped after it instead of
+	// pinning its handler (and Shutdown) for good. 30 s is far beyond what
+	// a reading client needs for one event, even over a slow link.
+	DefaultStreamWriteTimeout = 30 * time.Second
+	// DefaultDatabaseMetricsMaxAge is how long GET /metrics reuses the
+	// figures it read from the database: /metrics is not authenticated,
+	// and its queries count whole tables, so scrapes (however frequent, from
+	// however many scrapers) cost the database one round trip per 15 s at
+	// most. Prometheus's default scrape interval is 15 s too.
+	DefaultDatabaseMetricsMaxAge = 15 * time.Second
 	// HealthTimeout is how long /healthz waits for the database.
 	HealthTimeout = 2 * time.Second
 	// MetricsQueryTimeout bounds the database queries of one /metrics
@@ -71,6 +82,22 @@ type Config struct {
 	// OperationTimeout bounds the engine call of a state-changing route.
 	// Default DefaultOperationTimeout.
 	OperationTimeout time.Duration
+	// StreamWriteTimeout bounds each write of a GET /sse response: a write
+	// that does not complete within it (the client stopped reading) ends
+	// the response. Default DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
+	// DatabaseMetricsMaxAge is how long GET /metrics serves the database
+	// figures of its last query before it queries again (concurrent
+	// scrapes share one query). Default DefaultDatabaseMetricsMaxAge.
+	DatabaseMetricsMaxAge time.Duration
+
+	// AllowAnyMessageRole lets POST /start take messages of every role
+	// (system, assistant, tool) in its messages field. By default only
+	// user messages are accepted: a caller who may write the system prompt
+	// or the assistant's past answers can steer the agent past its
+	// instructions. Set it when your callers are trusted to seed a whole
+	// conversation.
+	AllowAnyMessageRole bool
 
 	// Logger receives request logs (debug), client errors (debug),
 	// internal errors with their request ID (error) and SSE lifecycle
@@ -89,9 +116,14 @@ type Config struct {
 	// Chat, when set, is mounted at POST /chat and under /chat/ (the AI
 	// SDK chat routes of package server/aisdk). Requests reach it only
 	// after authentication; it reads the caller with PrincipalFromContext
-	// and must apply the ownership rule itself (a session is visible to
-	// the principal stored as its root session's UserID). nil: no /chat
-	// routes (404).
+	// (the handler of server/aisdk does with Options.Authenticate set to
+	// aisdk.ServerPrincipal) and must apply the ownership rule itself (a
+	// session is visible to the principal stored as its root session's
+	// UserID). Shutdown ends its requests too: their context is cancelled
+	// (a handler sees the client leave), Chat's own Shutdown method is
+	// called when it has one (func(context.Context) error, as the handler
+	// of server/aisdk has), and Shutdown waits for them to return. nil: no
+	// /chat routes (404).
 	Chat http.Handler
 }
 
@@ -106,6 +138,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.OperationTimeout == 0 {
 		c.OperationTimeout = DefaultOperationTimeout
+	}
+	if c.StreamWriteTimeout == 0 {
+		c.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
+	if c.DatabaseMetricsMaxAge == 0 {
+		c.DatabaseMetricsMaxAge = DefaultDatabaseMetricsMaxAge
 	}
 	return c, c.validate()
 }
@@ -122,6 +160,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.HeartbeatInterval must be > 0 (0 means the default %s), got %s", DefaultHeartbeatInterval, c.HeartbeatInterval)
 	case c.OperationTimeout < 0:
 		return fmt.Errorf("server: Config.OperationTimeout must be > 0 (0 means the default %s), got %s", DefaultOperationTimeout, c.OperationTimeout)
+	case c.StreamWriteTimeout < 0:
+		return fmt.Errorf("server: Config.StreamWriteTimeout must be > 0 (0 means the default %s), got %s", DefaultStreamWriteTimeout, c.StreamWriteTimeout)
+	case c.DatabaseMetricsMaxAge < 0:
+		return fmt.Errorf("server: Config.DatabaseMetricsMaxAge must be > 0 (0 means the default %s), got %s", DefaultDatabaseMetricsMaxAge, c.DatabaseMetricsMaxAge)
 	}
 	seen := make(map[string]bool, len(c.Agents))
 	for i, a := range c.Agents {

@@ -12,7 +12,7 @@
 //	httpSrv := &http.Server{Addr: ":8080", Handler: srv.Handler()}
 //	go httpSrv.ListenAndServe()
 //	// on SIGTERM:
-//	_ = srv.Shutdown(ctx)     // refuse new requests, end SSE responses cleanly
+//	_ = srv.Shutdown(ctx)     // refuse new requests, end SSE and chat streams cleanly
 //	_ = httpSrv.Shutdown(ctx) // let in-flight requests finish
 //	_ = eng.Shutdown(ctx)     // runs stop at a step boundary; the next Launch recovers them
 //
@@ -23,14 +23,21 @@
 //
 // # Routes
 //
-// Bodies are JSON objects (Content-Type application/json or absent), at
-// most Config.MaxBodyBytes; unknown fields are refused.
+// Bodies are JSON objects sent with Content-Type application/json
+// (parameters such as charset allowed; anything else, or none, is 415
+// unsupported_media_type), at most Config.MaxBodyBytes; unknown fields are
+// refused. Requiring application/json is also the routes' defence against
+// cross-site requests: browsers send a cross-origin POST without asking
+// the server first (a CORS preflight) only with the content types of HTML
+// forms, so a page on another origin cannot post with a visitor's
+// cookies.
 //
 //	POST /start               StartRequest  -> 202 RunResponse
 //	    {agentType, message?, messages?, sessionId?, state?, metadata?, tags?}
 //	    -> {sessionId, runId, streamUrl}
 //	    A new session (its UserID is the caller's principal), or with the
-//	    sessionId of a completed session its next turn.
+//	    sessionId of a completed session its next turn. messages are user
+//	    messages only, unless Config.AllowAnyMessageRole is set.
 //	POST /resume              ResumeRequest -> 202 RunResponse
 //	    {sessionId, message?} -> {sessionId, runId, streamUrl}
 //	    An interrupted session continues from its last committed step; a
@@ -73,6 +80,15 @@
 // no authenticated caller. Without Authenticate every caller is Principal
 // "" and sees every session.
 //
+// A session ID that no session can have (invalid UTF-8, control
+// characters) is answered 404 session_not_found like any missing session.
+//
+// The Chat handler gets the caller as PrincipalFromContext tells it: the
+// handler of server/aisdk takes it with Options.Authenticate set to
+// aisdk.ServerPrincipal, which also accepts the principal "" of a server
+// without Authenticate (AllowUnauthenticated), so the chat routes work in
+// both modes.
+//
 // # Errors
 //
 // Every error is JSON, {"error": {"code", "message", "requestId",
@@ -84,14 +100,15 @@
 //	status  code                     when
 //	400     invalid_json             the body is not one JSON object (or is empty)
 //	400     unknown_field            the body has fields the route does not know (details: unknownFields, knownFields)
-//	400     invalid_request          a field is missing, of the wrong type or invalid (sessionId, state, messages, reason, ...)
+//	400     invalid_request          a field is missing, of the wrong type or invalid (sessionId, state, messages, reason,
+//	                                 a string with U+0000, which the database cannot store, ...)
 //	400     unknown_agent            /start: agentType names no agent of the server (details: knownAgents)
 //	400     invalid_resume_position  /sse: a resume position is not an integer >= 0 or is past the stream's end
 //	400     invalid_submission       /submit-tool-result: the submission's shape is wrong
 //	400     invalid_result           /submit-tool-result: the result fails the tool's output schema (details: violations)
 //	400     not_root_session         /submit-tool-result: submit on the conversation's root session
 //	401     unauthenticated          Authenticate refused the request
-//	404     session_not_found        no such session, or not the caller's
+//	404     session_not_found        no such session, or not the caller's (or an ID no session can have)
 //	404     unknown_tool_call        /submit-tool-result: no such call waits in the session
 //	404     not_found                no such route
 //	405     method_not_allowed       the route does not accept the method (Allow header)
@@ -105,7 +122,7 @@
 //	409     kind_mismatch, timed_out, session_interrupted, session_not_waiting
 //	                                 /submit-tool-result: the call cannot take this submission now
 //	413     body_too_large           the body exceeds Config.MaxBodyBytes
-//	415     unsupported_media_type   the Content-Type is not JSON
+//	415     unsupported_media_type   the body is not sent with Content-Type application/json
 //	500     internal_error           anything else (logged with the request ID)
 //	503     shutting_down            the server is shutting down: retry on another instance
 //	503     database_unavailable     /healthz: the database did not answer
@@ -121,7 +138,8 @@
 // The chunk is the stored JSON, byte for byte, except the text of a
 // failure with code internal_error (error and tool_end chunks): that is
 // the engine's own error, possibly with SQL, and clients read a generic
-// message instead (as in /status and the fail event; the engine logs the
+// message instead (as in /status, the fail event and the chat routes of
+// server/aisdk, which apply the same redaction; the engine logs the
 // cause). The stream's stream_end is
 // the last event, {"type":"end","finalOutput":...} (with its id); a failed
 // stream ends with {"type":"fail","error":"..."}; then the response ends.
@@ -138,6 +156,16 @@
 // the current run's first chunk (the streamUrl of /start and /resume pins
 // that run's first chunk with fromSequence).
 //
+// End. A client whose position is the last event of an ended or failed
+// stream has everything: it gets 204 No Content. EventSource reconnects
+// whenever a response ends, end and fail events included, with the id of
+// the last event it received (the end event's; for a failed stream, its
+// error chunk's, as the fail event has no id), and a 204 is what makes it
+// stop instead of replaying the end every few seconds. (The stream
+// protocol specifies the events, not what follows them; a client that
+// missed the fail event but has the error chunk has the failure.) A client
+// positioned before the end still gets the rest and the end event.
+//
 // Truncation (G4). A crash recovery or retry may remove chunks after the
 // client's position while it reads. The server then sends
 // {"type":"truncated","truncatedAtStep":n,"atSequence":m} (no id) and goes
@@ -146,7 +174,10 @@
 // not closed: a reconnect would not see the event.
 //
 // The response ends cleanly, without an end event, when the server shuts
-// down or a read fails; clients reconnect with Last-Event-ID.
+// down or a read fails; clients reconnect with Last-Event-ID. Each write
+// (event, comment, flush) must complete within Config.StreamWriteTimeout:
+// a client that stops reading is dropped then, instead of holding its
+// handler and the server's Shutdown.
 //
 // # Metrics
 //
@@ -160,8 +191,12 @@
 //	helix_stream_lag_seconds                                histogram: now - chunk timestamp when sent,
 //	                                                        for chunks written while the client was connected
 //
-// From the database at scrape time (one round trip, at most 2 s; the whole
-// cluster's counts, whichever instance is scraped):
+// From the database (one round trip, at most 2 s; the whole cluster's
+// counts, whichever instance is scraped). /metrics is not authenticated
+// and these queries count whole tables, so their figures are read at most
+// once per Config.DatabaseMetricsMaxAge (15 s by default): concurrent
+// scrapes share one query, later ones reuse its figures (a failed query is
+// remembered as long), and scrapes cannot load the database:
 //
 //	helix_database_up                                       1 when the queries succeeded
 //	helix_runs{status}                                      gauge: runs by status (suspended_* are suspensions)

@@ -24,6 +24,7 @@ import (
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/llm/scripted"
 	"github.com/helix-agents/helix-dbos/server"
+	"github.com/helix-agents/helix-dbos/server/aisdk"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -102,6 +103,13 @@ type harness struct {
 // server with cfg (bearerAuth when cfg has no auth), and an HTTP server.
 func newHarness(t *testing.T, db, executorID string, cfg server.Config) *harness {
 	t.Helper()
+	return newHarnessWith(t, db, executorID, cfg, nil)
+}
+
+// newHarnessWith is newHarness with, when chat is not nil, the Chat
+// handler chat builds over the harness's engine (an aisdk handler).
+func newHarnessWith(t *testing.T, db, executorID string, cfg server.Config, chat func(*engine.Engine) http.Handler) *harness {
+	t.Helper()
 	if db == "" {
 		db = pgtest.NewURL(t)
 	}
@@ -110,6 +118,9 @@ func newHarness(t *testing.T, db, executorID string, cfg server.Config) *harness
 	t.Cleanup(func() { require.NoError(t, eng.Shutdown(context.Background())) })
 	if cfg.Authenticate == nil && !cfg.AllowUnauthenticated {
 		cfg.Authenticate = bearerAuth
+	}
+	if chat != nil {
+		cfg.Chat = chat(eng)
 	}
 	srv, err := server.New(eng, cfg)
 	require.NoError(t, err)
@@ -434,4 +445,169 @@ func leadScript() helix.Model {
 		scripted.Step{ToolCalls: []scripted.Call{{ID: "s1", Name: helix.SubAgentToolPrefix + "child", Args: map[string]any{"task": "check"}}}},
 		scripted.Step{Text: "ok"},
 	)
+}
+
+// aisdkChat returns a builder of the AI SDK chat handler over agents,
+// taking the server's principal (aisdk.ServerPrincipal).
+func aisdkChat(t *testing.T, agents ...*helix.Agent) func(*engine.Engine) http.Handler {
+	return func(eng *engine.Engine) http.Handler {
+		h, err := aisdk.NewHandler(eng, aisdk.Options{Agents: agents, Authenticate: aisdk.ServerPrincipal,
+			PollInterval: 20 * time.Millisecond})
+		require.NoError(t, err)
+		return h
+	}
+}
+
+// gatedAgent is "gated": each turn streams "working " and waits until the
+// gate is open (or its context ends), then answers "done".
+func gatedAgent(gate <-chan struct{}) *helix.Agent {
+	return &helix.Agent{Name: "gated", Model: helix.ModelFunc(func(ctx context.Context, _ helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		cb.TextDelta("working ")
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return helix.StepResult{}, ctx.Err()
+		}
+		cb.TextDelta("done")
+		return helix.StepResult{Type: helix.StepText, Content: "working done", StopReason: helix.StopEndTurn}, nil
+	})}
+}
+
+// newGate returns a gate and its opener; the test's cleanup opens it (the
+// engines' shutdowns wait for the steps behind it).
+func newGate(t *testing.T) (gate chan struct{}, open func()) {
+	gate = make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	return gate, open
+}
+
+// chatEvent is one event of a chat (UI message stream) response.
+type chatEvent struct {
+	id    int64
+	chunk map[string]any
+	done  bool // data: [DONE]
+}
+
+// chatStream reads a chat response's events as they arrive.
+type chatStream struct {
+	t    *testing.T
+	resp *http.Response
+	br   *bufio.Reader
+}
+
+// postChat posts a useChat request (one user message) to /chat as user
+// and returns its open stream.
+func (h *harness) postChat(user, chatID, text string) *chatStream {
+	h.t.Helper()
+	body := map[string]any{"id": chatID, "trigger": "submit-message", "messages": []any{
+		map[string]any{"id": "u1", "role": "user", "parts": []any{map[string]any{"type": "text", "text": text}}}}}
+	return h.openChat(http.MethodPost, "/chat", user, body)
+}
+
+// openChat sends a chat request and returns its open stream (200
+// required).
+func (h *harness) openChat(method, path, user string, body any, headers ...string) *chatStream {
+	h.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(mustMarshal(h.t, body))
+	}
+	ctx, cancel := context.WithTimeout(h.t.Context(), 60*time.Second)
+	h.t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, method, h.ts.URL+path, rd)
+	require.NoError(h.t, err)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if user != "" {
+		req.Header.Set("Authorization", "Bearer "+user)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(h.t, err)
+	h.t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		h.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	require.Equal(h.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	return &chatStream{t: h.t, resp: resp, br: bufio.NewReader(resp.Body)}
+}
+
+// next returns the next event; ok is false when the response ended.
+func (s *chatStream) next() (ev chatEvent, ok bool) {
+	s.t.Helper()
+	for {
+		line, err := s.br.ReadString('\n')
+		if err != nil {
+			return ev, false
+		}
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case line == "":
+			if ev.chunk != nil || ev.done {
+				return ev, true
+			}
+		case strings.HasPrefix(line, "id: "):
+			ev.id, err = strconv.ParseInt(line[4:], 10, 64)
+			require.NoError(s.t, err)
+		case line == "data: [DONE]":
+			ev.done = true
+		case strings.HasPrefix(line, "data: "):
+			require.NoError(s.t, json.Unmarshal([]byte(line[6:]), &ev.chunk), line)
+		}
+	}
+}
+
+// until returns the events up to and including the first of type typ.
+func (s *chatStream) until(typ string) []chatEvent {
+	s.t.Helper()
+	var out []chatEvent
+	for {
+		ev, ok := s.next()
+		require.True(s.t, ok, "the chat response ended before a %s chunk (after %v)", typ, out)
+		out = append(out, ev)
+		if ev.chunk["type"] == typ {
+			return out
+		}
+	}
+}
+
+// rest returns the remaining events until the response ends.
+func (s *chatStream) rest() []chatEvent {
+	s.t.Helper()
+	var out []chatEvent
+	for {
+		ev, ok := s.next()
+		if !ok {
+			return out
+		}
+		out = append(out, ev)
+	}
+}
+
+// chatTypes lists the chunk types of events ("[DONE]" for the end).
+func chatTypes(evs []chatEvent) []string {
+	out := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		if ev.done {
+			out = append(out, "[DONE]")
+			continue
+		}
+		out = append(out, ev.chunk["type"].(string))
+	}
+	return out
+}
+
+// lastID is the id of the last event that has one.
+func lastID(evs []chatEvent) int64 {
+	var id int64
+	for _, ev := range evs {
+		id = max(id, ev.id)
+	}
+	return id
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,7 +27,7 @@ type metrics struct {
 	streamLag      prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log zerolog.Logger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, maxAge time.Duration, log zerolog.Logger) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "helix_http_requests_total",
@@ -51,8 +52,9 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log zerolog.Logge
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 	}
-	collectors := []prometheus.Collector{m.requests, m.latency, m.sseConnections, m.sseChunks, m.streamLag,
-		&dbCollector{pool: pool, log: log}}
+	db := &dbCollector{maxAge: maxAge, log: log, now: time.Now}
+	db.load = func(ctx context.Context) ([]prometheus.Metric, error) { return queryDatabase(ctx, pool) }
+	collectors := []prometheus.Collector{m.requests, m.latency, m.sseConnections, m.sseChunks, m.streamLag, db}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			if _, dup := errors.AsType[prometheus.AlreadyRegisteredError](err); dup {
@@ -90,12 +92,24 @@ func (m *metrics) observeChunk(c store.StoredChunk, connected time.Time) {
 	}
 }
 
-// dbCollector reports what the database holds, at scrape time: the
-// counts every engine process contributes to, so any server instance
-// reports the cluster's totals.
+// dbCollector reports what the database holds: the counts every engine
+// process contributes to, so any server instance reports the cluster's
+// totals. /metrics is not authenticated and the counts scan whole tables,
+// so the figures are read at most once per maxAge, by one query however
+// many scrapes arrive meanwhile (the others wait for it and share its
+// figures); a failed query is remembered as long, so that a struggling
+// database is not asked again by every scrape.
 type dbCollector struct {
-	pool *pgxpool.Pool
-	log  zerolog.Logger
+	load   func(ctx context.Context) ([]prometheus.Metric, error)
+	maxAge time.Duration
+	log    zerolog.Logger
+	now    func() time.Time
+
+	mu       sync.Mutex
+	figures  []prometheus.Metric // of the last query
+	err      error               // of the last query
+	readAt   time.Time           // of the last query; zero before the first
+	inflight chan struct{}       // closed when the running query is done; nil when none runs
 }
 
 var (
@@ -127,14 +141,10 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector: one round trip of five
-// aggregate queries, bounded by MetricsQueryTimeout.
+// Collect implements prometheus.Collector with the figures of snapshot.
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), MetricsQueryTimeout)
-	defer cancel()
-	ms, err := c.query(ctx)
+	ms, err := c.snapshot()
 	if err != nil {
-		c.log.Warn().Str("event", "metrics.database_error").Err(err).Msg("metrics: the database queries failed; database metrics are missing from this scrape")
 		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0)
 		return
 	}
@@ -142,6 +152,47 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range ms {
 		ch <- m
 	}
+}
+
+// snapshot returns the figures of the last query when it is younger than
+// maxAge; otherwise it runs the query (one round trip of five aggregate
+// queries, bounded by MetricsQueryTimeout), or waits for the one another
+// scrape is running.
+func (c *dbCollector) snapshot() (ms []prometheus.Metric, err error) {
+	c.mu.Lock()
+	for {
+		if !c.readAt.IsZero() && c.now().Sub(c.readAt) < c.maxAge {
+			defer c.mu.Unlock()
+			return c.figures, c.err
+		}
+		if c.inflight == nil {
+			break
+		}
+		wait := c.inflight
+		c.mu.Unlock()
+		<-wait
+		c.mu.Lock()
+	}
+	done := make(chan struct{})
+	c.inflight = done
+	c.mu.Unlock()
+	// Whatever happens to the query (a panic included), the scrapes
+	// waiting for it are released.
+	err = errors.New("metrics: the database query did not complete")
+	defer func() {
+		c.mu.Lock()
+		c.figures, c.err, c.readAt, c.inflight = ms, err, c.now(), nil
+		c.mu.Unlock()
+		close(done)
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), MetricsQueryTimeout)
+	defer cancel()
+	if ms, err = c.load(ctx); err != nil {
+		c.log.Warn().Str("event", "metrics.database_error").Err(err).
+			Msg("metrics: the database queries failed; database metrics are missing until the next query")
+	}
+	return ms, err
 }
 
 // The queries of one scrape. The pending calls are read from the sessions
@@ -159,7 +210,8 @@ const (
 		GROUP BY 1`
 )
 
-func (c *dbCollector) query(ctx context.Context) ([]prometheus.Metric, error) {
+// queryDatabase reads the database figures in one round trip.
+func queryDatabase(ctx context.Context, pool *pgxpool.Pool) ([]prometheus.Metric, error) {
 	b := &pgx.Batch{}
 	var out []prometheus.Metric
 	b.Queue(queryRuns).Query(func(rows pgx.Rows) error { return collectCounts(rows, descRuns, &out) })
@@ -202,7 +254,7 @@ func (c *dbCollector) query(ctx context.Context) ([]prometheus.Metric, error) {
 		return nil
 	})
 	b.Queue(queryPending).Query(func(rows pgx.Rows) error { return collectCounts(rows, descPending, &out) })
-	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	return out, nil

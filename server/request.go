@@ -11,17 +11,20 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/helix-agents/helix-dbos/server/internal/pgtext"
 )
 
 // decodeBody reads the request's JSON body into v (a pointer to a struct
-// with json tags): at most maxBytes, one JSON object, no unknown fields, no
-// trailing data. The errors it returns are written for the client.
+// with json tags): Content-Type application/json, at most maxBytes, one
+// JSON object, no unknown fields, no trailing data. The errors it returns
+// are written for the client.
 func decodeBody(r *http.Request, w http.ResponseWriter, maxBytes int64, v any) *apiError {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
-				"Content-Type %q is not supported: send a JSON body with Content-Type application/json", ct)
+	if r.ContentLength != 0 { // a body, or one of unknown length
+		if err := requireJSON(r); err != nil {
+			return err
 		}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
@@ -34,6 +37,9 @@ func decodeBody(r *http.Request, w http.ResponseWriter, maxBytes int64, v any) *
 		return newError(http.StatusBadRequest, CodeInvalidJSON, "the request body could not be read: send it again")
 	case len(bytes.TrimSpace(body)) == 0:
 		return newError(http.StatusBadRequest, CodeInvalidJSON, "the request body is empty: send a JSON object")
+	case pgtext.JSONHasNUL(body):
+		return newError(http.StatusBadRequest, CodeInvalidRequest,
+			`the request body has a string with the character U+0000 ("\u0000"), which cannot be stored: remove it`)
 	}
 	// Unknown top-level fields first, with the list of the known ones: the
 	// most common mistake (a typo, a field of another route) gets the most
@@ -60,6 +66,27 @@ func decodeBody(r *http.Request, w http.ResponseWriter, maxBytes int64, v any) *
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
+	}
+	return nil
+}
+
+// requireJSON refuses a body that is not declared application/json
+// (parameters such as charset allowed). Besides telling clients what the
+// routes read, it is the server's defence against cross-site requests: a
+// browser sends a cross-origin POST without asking the server first (a
+// CORS preflight) only with the content types of HTML forms
+// (application/x-www-form-urlencoded, multipart/form-data, text/plain) or
+// none, so a page on another origin cannot make a visitor's browser post
+// to these routes with the visitor's cookies.
+func requireJSON(r *http.Request) *apiError {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			"the request has a body but no Content-Type: send it with Content-Type application/json")
+	}
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return newError(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			"Content-Type %q is not supported: send a JSON body with Content-Type application/json", ct)
 	}
 	return nil
 }
@@ -159,13 +186,21 @@ func sessionIDChar(c rune) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':'
 }
 
-// requireSessionID checks the sessionId naming an existing session.
+// requireSessionID checks the sessionId naming an existing session. Any
+// session's ID is valid UTF-8 without control characters (the server's
+// own alphabet is narrower, but sessions created by the chat routes or the
+// engine, and sub-agents', have more): an ID with others names no session,
+// and is answered as one that does not exist instead of reaching the
+// database (which refuses NUL and invalid UTF-8 with an error).
 func requireSessionID(id string) *apiError {
 	if id == "" {
 		return newError(http.StatusBadRequest, CodeInvalidRequest, "sessionId is required: give the ID returned by POST /start")
 	}
 	if len(id) > maxSessionIDLength {
 		return newError(http.StatusBadRequest, CodeInvalidRequest, "sessionId is too long (%d characters, at most %d)", len(id), maxSessionIDLength)
+	}
+	if !utf8.ValidString(id) || strings.IndexFunc(id, unicode.IsControl) >= 0 {
+		return sessionNotFound(id)
 	}
 	return nil
 }

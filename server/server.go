@@ -19,6 +19,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/server/internal/principal"
 )
 
 // Server is the HTTP agent server: the routes of the package documentation
@@ -73,7 +74,7 @@ func New(eng *engine.Engine, cfg Config) (*Server, error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		gatherer = g
 	}
-	if s.metrics, err = newMetrics(reg, eng.Store().Pool(), log); err != nil {
+	if s.metrics, err = newMetrics(reg, eng.Store().Pool(), cfg.DatabaseMetricsMaxAge, log); err != nil {
 		return nil, err
 	}
 	s.handler = s.routes(gatherer)
@@ -83,24 +84,28 @@ func New(eng *engine.Engine, cfg Config) (*Server, error) {
 // Handler returns the server's HTTP handler. Mount it at the root, or
 // under a prefix with http.StripPrefix (stream URLs follow the prefix).
 //
-// Give the http.Server no WriteTimeout, or one longer than your longest
-// stream: SSE responses clear their write deadline, but proxies in front
-// of the server must not buffer text/event-stream either (the responses
-// carry X-Accel-Buffering: no for nginx).
+// Stream responses (GET /sse) set their own write deadline before each
+// write (Config.StreamWriteTimeout), so the http.Server's WriteTimeout does
+// not cut them; proxies in front of the server must not buffer
+// text/event-stream either (the responses carry X-Accel-Buffering: no for
+// nginx).
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Shutdown stops the server gracefully: new requests are answered 503
 // shutting_down (health checks included, so a load balancer drains the
 // instance), open SSE responses end cleanly at once (their clients
 // reconnect, to another instance, with Last-Event-ID and lose nothing),
-// and Shutdown waits until they have returned or ctx ends. It does not
-// touch sessions: runs go on in the engine until Engine.Shutdown, and the
-// engine recovers them at the next Launch.
+// and so do the Chat handler's requests (see Config.Chat: the chat streams
+// of server/aisdk end without their finish chunk, and the client
+// reconnects with GET /chat/{id}/stream). Shutdown waits until they have
+// returned or ctx ends. It does not touch sessions: runs go on in the
+// engine until Engine.Shutdown, and the engine recovers them at the next
+// Launch.
 //
-// Call it before http.Server.Shutdown, which otherwise waits for the SSE
-// connections (they are never idle) until its own deadline:
+// Call it before http.Server.Shutdown, which otherwise waits for the
+// stream connections (they are never idle) until its own deadline:
 //
-//	_ = srv.Shutdown(ctx)     // this server: SSE responses end
+//	_ = srv.Shutdown(ctx)     // this server: SSE and chat streams end
 //	_ = httpSrv.Shutdown(ctx) // net/http: in-flight requests finish
 //	_ = eng.Shutdown(ctx)     // the engine: runs stop at a step boundary
 //
@@ -114,9 +119,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.closed {
 		s.closed = true
 		close(s.shutdown)
-		s.log.Info().Str("event", "server.shutdown").Msg("server shutting down: new requests are refused, SSE streams end")
+		s.log.Info().Str("event", "server.shutdown").Msg("server shutting down: new requests are refused, streams end")
 	}
 	s.mu.Unlock()
+	var chatErr error
+	if c, ok := s.cfg.Chat.(interface{ Shutdown(context.Context) error }); ok {
+		if err := c.Shutdown(ctx); err != nil {
+			chatErr = fmt.Errorf("server: shutdown: the Chat handler: %w", err)
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		s.streams.Wait()
@@ -124,9 +135,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		return nil
+		return chatErr
 	case <-ctx.Done():
-		return fmt.Errorf("server: shutdown: SSE responses still open: %w", ctx.Err())
+		return errors.Join(chatErr, fmt.Errorf("server: shutdown: stream responses still open: %w", ctx.Err()))
 	}
 }
 
@@ -142,6 +153,9 @@ type route struct {
 	methods map[string]http.Handler // by method
 	auth    bool                    // run Authenticate first
 	stream  bool                    // long-lived: no latency histogram
+	// mounted: a handler the server does not own (Config.Chat): Shutdown
+	// cancels its requests' context and waits for them.
+	mounted bool
 }
 
 // routes builds the server's handler.
@@ -170,8 +184,8 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 	}
 	var chat *route
 	if s.cfg.Chat != nil {
-		chat = &route{name: "chat", auth: true, stream: true}
-		table["/chat"] = &route{name: "chat", auth: true, stream: true, methods: map[string]http.Handler{http.MethodPost: s.cfg.Chat}}
+		chat = &route{name: "chat", auth: true, stream: true, mounted: true}
+		table["/chat"] = &route{name: "chat", auth: true, stream: true, mounted: true, methods: map[string]http.Handler{http.MethodPost: s.cfg.Chat}}
 	}
 	notFound := &route{name: "not_found"}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -237,9 +251,45 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt *route, h http
 			s.writeError(rec, r, err)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		r = r.WithContext(principal.With(r.Context(), string(p), s.cfg.Authenticate == nil))
+	}
+	if rt.mounted {
+		ctx, done, ok := s.track(r.Context())
+		if !ok {
+			rec.Header().Set("Retry-After", "1")
+			s.writeError(rec, r, newError(http.StatusServiceUnavailable, CodeShuttingDown,
+				"the server is shutting down: retry on another instance"))
+			return
+		}
+		defer done()
+		r = r.WithContext(ctx)
 	}
 	h.ServeHTTP(rec, r)
+}
+
+// track registers a request of a mounted handler with Shutdown: it returns
+// the request's context, cancelled when Shutdown is called, and done, to
+// call when the handler returned. ok is false once Shutdown was called.
+func (s *Server) track(parent context.Context) (ctx context.Context, done func(), ok bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, false
+	}
+	s.streams.Add(1) // under mu: never after Shutdown started waiting
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-s.shutdown:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		cancel()
+		s.streams.Done()
+	}, true
 }
 
 // authenticate runs Config.Authenticate.
@@ -293,19 +343,16 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) *apiError 
 	return nil
 }
 
-// Context keys.
-type (
-	principalKey struct{}
-	requestIDKey struct{}
-)
+// requestIDKey is the context key of the request ID.
+type requestIDKey struct{}
 
 // PrincipalFromContext returns the principal the server authenticated for
 // the request whose context ctx is (the Chat handler's requests, for
 // instance). ok is false outside an authenticated route. Without
 // Authenticate (AllowUnauthenticated) the principal is "" and ok is true.
 func PrincipalFromContext(ctx context.Context) (p Principal, ok bool) {
-	p, ok = ctx.Value(principalKey{}).(Principal)
-	return p, ok
+	id, _, ok := principal.From(ctx)
+	return Principal(id), ok
 }
 
 // RequestIDFromContext returns the request ID the server gave the request

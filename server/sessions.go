@@ -12,6 +12,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/server/internal/redact"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -19,9 +20,10 @@ import (
 type StartRequest struct {
 	// AgentType names the agent to run (one of Config.Agents). Required.
 	AgentType string `json:"agentType"`
-	// Message is a user message; Messages are more messages (after it).
-	// A new session needs a message, messages or a state; a session's
-	// next turn needs a message or messages.
+	// Message is a user message; Messages are more messages (after it),
+	// user messages only unless Config.AllowAnyMessageRole is set. A new
+	// session needs a message, messages or a state; a session's next turn
+	// needs a message or messages.
 	Message  string          `json:"message,omitempty"`
 	Messages []helix.Message `json:"messages,omitempty"`
 	// SessionID continues a completed session (its next turn) or names the
@@ -166,6 +168,10 @@ func (s *Server) handleStart(w http.ResponseWriter, r *http.Request) *apiError {
 	for i, m := range req.Messages {
 		if err := m.Validate(); err != nil {
 			return newError(http.StatusBadRequest, CodeInvalidRequest, "messages[%d]: %s", i, userMessage(err))
+		}
+		if m.Role != helix.RoleUser && !s.cfg.AllowAnyMessageRole {
+			return newError(http.StatusBadRequest, CodeInvalidRequest,
+				"messages[%d]: role %q is not accepted: send user messages (the server's Config.AllowAnyMessageRole accepts the other roles)", i, m.Role)
 		}
 	}
 	hasInput := req.Message != "" || len(req.Messages) > 0
@@ -345,8 +351,8 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 		}
 		if run.Status == helix.RunFailed {
 			res.ErrorCode = run.ErrorCode
-			if res.ErrorCode == helix.CodeInternal {
-				res.Error = internalFailureMessage
+			if redact.Internal(res.ErrorCode) {
+				res.Error = redact.RunFailure
 			}
 		}
 	}

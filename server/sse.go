@@ -13,6 +13,7 @@ import (
 	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/server/internal/redact"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -72,13 +73,21 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 			return internalError(err)
 		}
 	}
-	latest, err := st2.LatestSequence(r.Context(), st.StreamID)
+	info, err := st2.GetStreamInfo(r.Context(), st.StreamID)
 	if err != nil {
 		return internalError(err)
 	}
+	latest := info.LatestSequence
 	if from > latest {
 		return newError(http.StatusBadRequest, CodeInvalidResume,
 			"resume position %d is past the stream's last event (%d): resume from the id of an event you received", from, latest)
+	}
+	if explicit && from == latest && (info.Status == helix.StreamEnded || info.Status == helix.StreamFailed) {
+		// The client has every event of a finished stream: EventSource
+		// reconnects after the end (or fail) event with its last id, and
+		// 204 is what makes it stop instead of replaying the end forever.
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 
 	s.mu.Lock()
@@ -98,15 +107,14 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	log := s.log.With().Str("requestId", requestIDFrom(r.Context())).Str("sessionId", id).Str("streamId", st.StreamID).Logger()
 
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives any server-wide WriteTimeout; unsupported is fine
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
+	out := &eventWriter{w: w, rc: http.NewResponseController(w), timeout: s.cfg.StreamWriteTimeout}
+	out.deadline()
 	w.WriteHeader(http.StatusOK)
-	out := &eventWriter{w: w, rc: rc}
 	out.flush()
 
 	s.metrics.sseConnections.Inc()
@@ -141,6 +149,9 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 				}
 				if e, ok := n.c.Chunk.(*helix.ErrorChunk); ok {
 					lastErrorCode = e.Code
+					if lastErrorCode == "" && e.ErrorDetail != nil {
+						lastErrorCode = e.ErrorDetail.Code
+					}
 				}
 				out.event(n.c.Sequence, true, chunkEvent(n.c))
 				last = n.c.Sequence
@@ -168,8 +179,8 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 						lastErrorCode = run.ErrorCode
 					}
 				}
-				if lastErrorCode == helix.CodeInternal {
-					msg = internalFailureMessage
+				if redact.Internal(lastErrorCode) {
+					msg = redact.RunFailure
 				}
 				out.event(0, false, mustJSON(map[string]string{"type": "fail", "error": msg}))
 				return nil
@@ -198,7 +209,8 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 			}
 		}
 	}
-	log.Debug().Str("event", "sse.write_failed").Err(out.err).Msg("SSE client unreachable")
+	log.Debug().Str("event", "sse.write_failed").Err(out.err).Int64("lastSequence", last).
+		Msg("SSE client unreachable or not reading: response ended")
 	return nil
 }
 
@@ -255,16 +267,27 @@ func (p *pump) stop() {
 	p.wg.Wait()
 }
 
-// eventWriter writes SSE frames and flushes each; the first write error
-// sticks (the client is gone).
+// eventWriter writes SSE frames and flushes each, within a write deadline
+// per frame; the first write error sticks (the client is gone, or stopped
+// reading).
 type eventWriter struct {
-	w   io.Writer
-	rc  *http.ResponseController
-	err error
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration // of one frame's write and flush
+	err     error
+}
+
+// deadline arms the write deadline of the next frame. The deadline is the
+// connection's: net/http clears it when the response ends. A writer that
+// cannot set one (ErrNotSupported) writes without.
+func (e *eventWriter) deadline() {
+	if err := e.rc.SetWriteDeadline(time.Now().Add(e.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		e.err = err
+	}
 }
 
 func (e *eventWriter) event(id int64, withID bool, data []byte) {
-	if e.err != nil {
+	if e.deadline(); e.err != nil {
 		return
 	}
 	var b bytes.Buffer
@@ -282,7 +305,7 @@ func (e *eventWriter) event(id int64, withID bool, data []byte) {
 }
 
 func (e *eventWriter) comment(text string) {
-	if e.err != nil {
+	if e.deadline(); e.err != nil {
 		return
 	}
 	if _, e.err = fmt.Fprintf(e.w, ": %s\n\n", text); e.err == nil {
@@ -298,11 +321,12 @@ func (e *eventWriter) flush() {
 
 // chunkEvent is {"type":"chunk","chunk":<stored JSON>,"sequence":n}. The
 // stored bytes are served as they are (the store keeps them byte for byte),
-// except for an internal failure's text (see redact); a chunk whose JSON
-// spans lines is compacted so it fits one data: line.
+// except for an internal failure's text (package redact, shared with the
+// chat routes); a chunk whose JSON spans lines is compacted so it fits one
+// data: line.
 func chunkEvent(c store.StoredChunk) []byte {
 	raw := []byte(c.Raw)
-	if redacted := redact(c.Chunk); redacted != nil {
+	if redacted := redact.Chunk(c.Chunk); redacted != nil {
 		raw = mustJSON(redacted)
 	}
 	if len(raw) == 0 {
@@ -345,38 +369,4 @@ func mustJSON(v any) []byte {
 		return []byte(`{"type":"fail","error":"the server could not encode an event"}`)
 	}
 	return b
-}
-
-// internalFailureMessage replaces the text of failures with code
-// internal_error (a step that failed for good on a database error, an
-// agent missing from the engine, ...): it is the engine's own error text,
-// possibly with SQL, which clients must not read. The engine logs it.
-const internalFailureMessage = "the run failed on an internal error (the engine logged the cause); the session can be run again"
-
-// redact returns a copy of an error or tool_end chunk with code
-// internal_error whose text is replaced by internalFailureMessage, or nil
-// when c needs no redaction.
-func redact(c helix.Chunk) helix.Chunk {
-	switch ch := c.(type) {
-	case *helix.ErrorChunk:
-		if ch.Code != helix.CodeInternal {
-			return nil
-		}
-		cp := *ch
-		cp.Error = internalFailureMessage
-		if ch.ErrorDetail != nil {
-			d := *ch.ErrorDetail
-			d.Message, d.Cause = internalFailureMessage, ""
-			cp.ErrorDetail = &d
-		}
-		return &cp
-	case *helix.ToolEndChunk:
-		if ch.ErrorCode != helix.CodeInternal {
-			return nil
-		}
-		cp := *ch
-		cp.Error = internalFailureMessage
-		return &cp
-	}
-	return nil
 }

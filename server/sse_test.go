@@ -4,7 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,11 +89,11 @@ func TestSSEResumeOnSecondInstance(t *testing.T) {
 			}
 			require.EqualValues(t, 1, runs.Load())
 
-			// The end is final: resuming after it ends at once.
-			again := openSSE(t, b.ts.URL, "sessionId="+id, "alice", header, strconv.FormatInt(events[len(events)-1].id, 10))
-			rest, _ := again.rest()
-			require.Len(t, rest, 1)
-			require.Equal(t, "end", rest[0].typ())
+			// The end is final: a reconnect after it (what EventSource
+			// does when the response ends) gets 204, which stops it.
+			res = b.do(http.MethodGet, "/sse?"+query, "alice", nil, header, strconv.FormatInt(events[len(events)-1].id, 10))
+			require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.raw)
+			require.Empty(t, res.raw)
 		})
 	}
 }
@@ -289,4 +294,124 @@ func TestSSETruncation(t *testing.T) {
 	require.Equal(t, string(helix.ChunkStreamResync), after[0].chunkType(), "the surviving chunks start with the retry's resync")
 	require.Equal(t, helix.ResyncRetry, after[0].data["chunk"].(map[string]any)["reason"])
 	require.Equal(t, "end", after[len(after)-1].typ())
+}
+
+// A client positioned at the end of a finished stream (EventSource
+// reconnecting after the end or fail event with its last id) gets 204 No
+// Content, which stops EventSource from reconnecting; one positioned
+// before the end still gets the rest and the end.
+func TestSSEFinishedStreamAnswers204(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	h := newHarness(t, "", "", server.Config{Agents: []*helix.Agent{echoAgent(), approverAgent(&runs)}})
+
+	done, _ := h.start("alice", map[string]any{"agentType": "echo", "message": "hi"})
+	full := openSSE(t, h.ts.URL, "sessionId="+done, "alice").until(isEnd)
+	end := full[len(full)-1]
+	require.Equal(t, "end", end.typ())
+	for _, header := range []string{server.HeaderLastEventID, server.HeaderResumeFromSequence} {
+		res := h.do(http.MethodGet, "/sse?sessionId="+done, "alice", nil, header, strconv.FormatInt(end.id, 10))
+		require.Equal(t, http.StatusNoContent, res.status, "%s: %s", header, res.raw)
+	}
+	res := h.do(http.MethodGet, "/sse?sessionId="+done+"&fromSequence="+strconv.FormatInt(end.id, 10), "alice", nil)
+	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.raw)
+	rest := openSSE(t, h.ts.URL, "sessionId="+done, "alice", server.HeaderLastEventID, strconv.FormatInt(full[len(full)-2].id, 10)).until(isEnd)
+	require.Equal(t, []int64{end.id}, ids(rest), "a client that missed the end gets it")
+	require.Equal(t, "end", rest[0].typ())
+
+	// A failed stream: its last id is the error chunk's (the fail event
+	// has none).
+	failed, _ := h.start("alice", map[string]any{"agentType": "approver", "message": "pay"})
+	h.waitStatus("alice", failed, "suspended_client_tool")
+	require.Equal(t, http.StatusOK, h.do(http.MethodPost, "/abort", "alice", map[string]any{"sessionId": failed}).status)
+	events := openSSE(t, h.ts.URL, "sessionId="+failed, "alice").until(isEnd)
+	require.Equal(t, "fail", events[len(events)-1].typ())
+	last := events[len(events)-2]
+	require.Equal(t, string(helix.ChunkError), last.chunkType())
+	res = h.do(http.MethodGet, "/sse?sessionId="+failed, "alice", nil, server.HeaderLastEventID, strconv.FormatInt(last.id, 10))
+	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.raw)
+
+	// Without a position the current run is replayed, end included.
+	again := openSSE(t, h.ts.URL, "sessionId="+done, "alice").until(isEnd)
+	require.Equal(t, ids(full), ids(again))
+}
+
+// smallBufferServer serves h on an httptest server whose connections have
+// a small kernel send buffer, so that a client that stops reading blocks
+// the server's writes after a few kilobytes.
+func smallBufferServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(h)
+	ts.Listener = smallBufferListener{ts.Listener}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+type smallBufferListener struct{ net.Listener }
+
+func (l smallBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
+// stalledRequest sends a GET with headers on a connection with a small
+// receive buffer and never reads the response: the client of a stream
+// that stopped reading. It returns the connection (closed by the test's
+// cleanup).
+func stalledRequest(t *testing.T, base, target string, headers ...string) net.Conn {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4<<10))
+	var b strings.Builder
+	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\n", target, u.Host)
+	for i := 0; i+1 < len(headers); i += 2 {
+		fmt.Fprintf(&b, "%s: %s\r\n", headers[i], headers[i+1])
+	}
+	b.WriteString("\r\n")
+	_, err = conn.Write([]byte(b.String()))
+	require.NoError(t, err)
+	return conn
+}
+
+// bigAnswer is an answer of 512 deltas of 4 KiB (2 MiB): far more than
+// the socket buffers between a server and a client that stopped reading.
+func bigAnswer() []string {
+	big := make([]string, 512)
+	for i := range big {
+		big[i] = strings.Repeat("x", 4<<10)
+	}
+	return big
+}
+
+// A client that stops reading does not pin its SSE handler: the write
+// that cannot complete within StreamWriteTimeout ends the response, and
+// the handler returns (the request is counted as answered).
+func TestSSEWriteTimeout(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "big", Model: scripted.New(scripted.Step{Deltas: bigAnswer()})}
+	h := newHarness(t, "", "", server.Config{Agents: []*helix.Agent{agent}, StreamWriteTimeout: 300 * time.Millisecond})
+	id, _ := h.start("alice", map[string]any{"agentType": "big", "message": "hi"})
+	h.waitStatus("alice", id, "completed")
+
+	ts := smallBufferServer(t, h.srv.Handler())
+	conn := stalledRequest(t, ts.URL, "/sse?sessionId="+id, "Authorization", "Bearer alice")
+	answered := `helix_http_requests_total{code="200",method="GET",route="sse"}`
+	eventually(t, "the stalled SSE handler to return", func() bool {
+		return len(h.metricLines(answered)) > 0 && h.metricValue(answered) == 1
+	})
+	h.requireMetric("helix_sse_connections", 0)
+
+	// The client got the beginning of the stream, not its end.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	got, _ := io.ReadAll(conn) // ends with EOF or a reset: the server closed the connection
+	require.Contains(t, string(got), "text/event-stream")
+	require.NotContains(t, string(got), `"type":"end"`)
 }

@@ -155,35 +155,57 @@ func SlowAgent(deltas []string, delay time.Duration) *helix.Agent {
 	return &helix.Agent{Name: "slow", Model: scripted.New(scripted.Step{Deltas: deltas, DeltaDelay: delay})}
 }
 
+// Authenticate is the handler's Authenticate hook in [NewServer] and
+// [NewHandler]: the principal is the [HeaderUser] header; a request
+// without one is refused.
+func Authenticate(r *http.Request) (string, error) {
+	if u := r.Header.Get(HeaderUser); u != "" {
+		return u, nil
+	}
+	return "", errors.New("no " + HeaderUser + " header")
+}
+
 // NewServer serves agents through the chat handler, mounted at /chat and
 // /chat/ as package server mounts it, on an httptest server, and returns
 // its engine (launched, on a fresh database from pgtest: the test binary's
 // TestMain must be pgtest.Main) and the server. The first agent is the
 // default of a new chat. The handler takes the principal from
-// [HeaderUser] and polls a run's status every 20 ms, so that a response
-// ends soon after its run suspends. The test's cleanup closes the server,
-// then shuts the engine down.
+// [HeaderUser] and checks an idle run's status 20 ms after its last chunk
+// (then less and less often), so that a response ends soon after its run
+// suspends. The test's cleanup closes the server, then shuts the engine
+// down.
 func NewServer(t *testing.T, agents ...*helix.Agent) (*engine.Engine, *httptest.Server) {
+	t.Helper()
+	eng, h := NewHandler(t, nil, agents...)
+	return eng, Serve(t, h)
+}
+
+// NewHandler is the engine and the handler of [NewServer], unserved, with
+// configure (when not nil) applied to the handler's options first: for a
+// test that serves the handler its own way or shuts it down.
+func NewHandler(t *testing.T, configure func(*aisdk.Options), agents ...*helix.Agent) (*engine.Engine, *aisdk.Handler) {
 	t.Helper()
 	eng, err := engine.New(t.Context(), engine.Config{DatabaseURL: pgtest.NewURL(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, eng.Shutdown(context.Background())) })
-	h, err := aisdk.NewHandler(eng, aisdk.Options{
-		Agents: agents,
-		Authenticate: func(r *http.Request) (string, error) {
-			if u := r.Header.Get(HeaderUser); u != "" {
-				return u, nil
-			}
-			return "", errors.New("no " + HeaderUser + " header")
-		},
-		PollInterval: 20 * time.Millisecond,
-	})
+	opts := aisdk.Options{Agents: agents, Authenticate: Authenticate, PollInterval: 20 * time.Millisecond}
+	if configure != nil {
+		configure(&opts)
+	}
+	h, err := aisdk.NewHandler(eng, opts)
 	require.NoError(t, err)
 	require.NoError(t, eng.Launch(t.Context()))
+	return eng, h
+}
+
+// Serve mounts h at /chat and /chat/ on an httptest server, which the
+// test's cleanup closes.
+func Serve(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("/chat", h)
 	mux.Handle("/chat/", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return eng, srv
+	return srv
 }

@@ -24,7 +24,7 @@ const CodeNoPendingToolCalls = "no_pending_tool_calls"
 // decides: a user message starts a turn (creating the chat's session on
 // its first message), an assistant message carries tool answers to submit
 // before streaming the continuation.
-func (h *handler) postChat(w http.ResponseWriter, r *http.Request, principal string) *apiError {
+func (h *Handler) postChat(w http.ResponseWriter, r *http.Request, principal string) *apiError {
 	body, e := h.readBody(w, r)
 	if e != nil {
 		return e
@@ -51,12 +51,12 @@ func (h *handler) postChat(w http.ResponseWriter, r *http.Request, principal str
 	if req.last().Role == string(helix.RoleAssistant) {
 		return h.continueChat(w, r, st, req)
 	}
-	return h.nextTurn(w, r, st, agent, req)
+	return h.nextTurn(w, r, st, agent, req, principal)
 }
 
 // newChat creates the chat's session, owned by principal, with its first
 // message.
-func (h *handler) newChat(w http.ResponseWriter, r *http.Request, principal string, req *ChatRequest) *apiError {
+func (h *Handler) newChat(w http.ResponseWriter, r *http.Request, principal string, req *ChatRequest) *apiError {
 	agent := h.opts.Agents[0]
 	if req.Agent != "" {
 		a, ok := h.agents[req.Agent]
@@ -79,13 +79,15 @@ func (h *handler) newChat(w http.ResponseWriter, r *http.Request, principal stri
 	if len(state) == 0 {
 		state = json.RawMessage("{}")
 	}
-	hd, err := h.eng.Execute(r.Context(), agent, engine.Input{Message: text, State: state},
+	ctx, cancel := h.operationContext(r)
+	defer cancel()
+	hd, err := h.eng.Execute(ctx, agent, engine.Input{Message: text, State: state},
 		&engine.ExecuteOptions{SessionID: req.ID, UserID: principal})
 	if err != nil {
-		if _, ok := errors.AsType[*helix.AgentAlreadyRunningError](err); ok {
-			return errAlreadyRunning
+		if e := executeErr(err); e.cause == nil {
+			return e
 		}
-		if _, lookup := h.eng.Session(r.Context(), req.ID); lookup == nil {
+		if _, lookup := h.eng.Session(ctx, req.ID); lookup == nil {
 			return errAlreadyRunning // created concurrently
 		}
 		return internalError(err)
@@ -93,12 +95,43 @@ func (h *handler) newChat(w http.ResponseWriter, r *http.Request, principal stri
 	return h.streamHandle(w, r, hd)
 }
 
+// executeErr maps an error of engine.Execute: its refusals are written for
+// the caller and carry a code; anything else is internal.
+func executeErr(err error) *apiError {
+	if _, ok := errors.AsType[*helix.AgentAlreadyRunningError](err); ok {
+		return errAlreadyRunning
+	}
+	refused, ok := errors.AsType[*engine.RefusedError](err)
+	if !ok {
+		return internalError(err)
+	}
+	switch refused.Code {
+	case engine.RefusedOwnerMismatch:
+		return errSessionNotFound // another principal's chat does not exist for this one
+	case engine.RefusedSessionExists:
+		return errAlreadyRunning
+	case engine.RefusedNotContinuable:
+		return &apiError{Status: http.StatusConflict, Code: CodeNotContinuable, Message: refused.Message}
+	case engine.RefusedAgentMismatch:
+		return &apiError{Status: http.StatusConflict, Code: CodeAgentMismatch, Message: refused.Message}
+	case engine.RefusedAwaitingToolResults:
+		return &apiError{Status: http.StatusConflict, Code: CodeAwaitingToolResults, Message: refused.Message}
+	case engine.RefusedNotLaunched:
+		return errShuttingDown
+	}
+	// reserved_session_id, message_required, state_not_allowed, and any
+	// new code: the request cannot be served as it is.
+	return &apiError{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: refused.Message}
+}
+
 var errAlreadyRunning = &apiError{Status: http.StatusConflict, Code: CodeAlreadyRunning,
 	Message: "the chat is answering a message: wait for it, or reconnect to its stream"}
 
-// nextTurn starts the next turn of an existing chat with its new user
-// message.
-func (h *handler) nextTurn(w http.ResponseWriter, r *http.Request, st *store.SessionState, agent *helix.Agent, req *ChatRequest) *apiError {
+// nextTurn starts the next turn of principal's existing chat with its new
+// user message. The engine checks the owner again in the transaction that
+// continues the session (ExecuteOptions.UserID), so the check of postChat
+// cannot be raced.
+func (h *Handler) nextTurn(w http.ResponseWriter, r *http.Request, st *store.SessionState, agent *helix.Agent, req *ChatRequest, principal string) *apiError {
 	text, err := userText(req.last())
 	if err != nil {
 		return requestErr(err)
@@ -118,18 +151,17 @@ func (h *handler) nextTurn(w http.ResponseWriter, r *http.Request, st *store.Ses
 		return &apiError{Status: http.StatusConflict, Code: CodeNotContinuable,
 			Message: fmt.Sprintf("the chat's session is %s: resume or retry it before sending a message", st.Status)}
 	}
-	hd, err := h.eng.Execute(r.Context(), agent, engine.Input{Message: text}, &engine.ExecuteOptions{SessionID: st.SessionID})
+	ctx, cancel := h.operationContext(r)
+	defer cancel()
+	hd, err := h.eng.Execute(ctx, agent, engine.Input{Message: text}, &engine.ExecuteOptions{SessionID: st.SessionID, UserID: principal})
 	if err != nil {
-		if _, ok := errors.AsType[*helix.AgentAlreadyRunningError](err); ok {
-			return errAlreadyRunning
-		}
-		return internalError(err)
+		return executeErr(err)
 	}
 	return h.streamHandle(w, r, hd)
 }
 
 // streamHandle streams a run that was just started, from its beginning.
-func (h *handler) streamHandle(w http.ResponseWriter, r *http.Request, hd *engine.Handle) *apiError {
+func (h *Handler) streamHandle(w http.ResponseWriter, r *http.Request, hd *engine.Handle) *apiError {
 	st, err := h.eng.Session(r.Context(), hd.SessionID)
 	if err != nil {
 		return internalError(err)
@@ -144,7 +176,7 @@ func (h *handler) streamHandle(w http.ResponseWriter, r *http.Request, hd *engin
 // continueChat submits the tool answers the assistant message carries for
 // calls the chat waits for, then streams the continuation of the run from
 // where the client's last response ended.
-func (h *handler) continueChat(w http.ResponseWriter, r *http.Request, st *store.SessionState, req *ChatRequest) *apiError {
+func (h *Handler) continueChat(w http.ResponseWriter, r *http.Request, st *store.SessionState, req *ChatRequest) *apiError {
 	ctx := r.Context()
 	last := req.last()
 	answers := toolAnswers(last)
@@ -188,8 +220,10 @@ func (h *handler) continueChat(w http.ResponseWriter, r *http.Request, st *store
 		}
 		subs = append(subs, sub)
 	}
+	opCtx, cancel := h.operationContext(r)
+	defer cancel()
 	for _, sub := range subs {
-		if _, err := h.eng.SubmitToolResult(ctx, st.SessionID, sub); err != nil {
+		if _, err := h.eng.SubmitToolResult(opCtx, st.SessionID, sub); err != nil {
 			return submissionErr(err)
 		}
 	}
@@ -210,7 +244,7 @@ func (h *handler) continueChat(w http.ResponseWriter, r *http.Request, st *store
 }
 
 // unanswered lists the calls a chat waits for that have no answer yet.
-func (h *handler) unanswered(r *http.Request, st *store.SessionState) ([]string, *apiError) {
+func (h *Handler) unanswered(r *http.Request, st *store.SessionState) ([]string, *apiError) {
 	pending, err := h.eng.PendingToolCalls(r.Context(), st.SessionID)
 	if err != nil {
 		return nil, internalError(err)
@@ -236,7 +270,7 @@ func awaitingToolResults(ids []string) *apiError {
 // X-Resume-From-Sequence or Last-Event-ID it continues after that
 // sequence. 204 when the chat has no active response (its latest run
 // ended), unless a resume position shows the client missed its end.
-func (h *handler) getStream(w http.ResponseWriter, r *http.Request, principal, id string) *apiError {
+func (h *Handler) getStream(w http.ResponseWriter, r *http.Request, principal, id string) *apiError {
 	st, e := h.ownedSession(r, principal, id)
 	if e != nil {
 		return e

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // Header names and values of the UI message stream protocol.
@@ -103,10 +104,11 @@ type Chunk struct {
 }
 
 // sseWriter writes the UI message stream as server-sent events and flushes
-// after every event.
+// after every event, each within a write deadline.
 type sseWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration // of one event's write and flush; 0: none
 }
 
 // event writes one chunk as "data: {json}\n\n", preceded by "id: <seq>"
@@ -136,7 +138,28 @@ func (s *sseWriter) done() error { return s.write([]byte("data: [DONE]\n\n")) }
 // so that idle proxies keep the connection.
 func (s *sseWriter) keepAlive() error { return s.write([]byte(": keep-alive\n\n")) }
 
+// comment writes an SSE comment line.
+func (s *sseWriter) comment(text string) error { return s.write([]byte(": " + text + "\n\n")) }
+
+// deadline arms the write deadline of the next event. The deadline is the
+// connection's: net/http clears it when the response ends. A writer that
+// cannot set one (ErrNotSupported) writes without.
+func (s *sseWriter) deadline() error {
+	if s.rc == nil || s.timeout <= 0 {
+		return nil
+	}
+	if err := s.rc.SetWriteDeadline(time.Now().Add(s.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// write writes and flushes b; a write that does not complete before the
+// deadline (the client stopped reading) fails, which ends the response.
 func (s *sseWriter) write(b []byte) error {
+	if err := s.deadline(); err != nil {
+		return err
+	}
 	if _, err := s.w.Write(b); err != nil {
 		return err
 	}

@@ -21,7 +21,15 @@
 //		onToolCall: async ({ toolCall }) => { ... addToolOutput({ tool, toolCallId, output }) },
 //	});
 //
-// Package server mounts the handler as its Config.Chat.
+// Package server mounts the handler as its Config.Chat, with
+// Options.Authenticate set to ServerPrincipal (the principal the server
+// authenticated; "" under a server with AllowUnauthenticated):
+//
+//	chat, _ := aisdk.NewHandler(eng, aisdk.Options{Agents: agents, Authenticate: aisdk.ServerPrincipal})
+//	srv, _ := server.New(eng, server.Config{Agents: agents, Authenticate: auth, Chat: chat})
+//
+// Stop it with Handler.Shutdown before http.Server.Shutdown (package
+// server's Shutdown does it for its Chat).
 //
 // # Routes
 //
@@ -32,11 +40,19 @@
 // POST /chat takes the body DefaultChatTransport sends: {id, messages,
 // trigger, messageId}. The chat id is the helix session ID. The server's
 // transcript is authoritative: of messages it reads only the last one.
+// Request bodies must be sent with Content-Type application/json (as
+// DefaultChatTransport does; 415 unsupported_media_type otherwise): a
+// browser cannot send that cross-origin without a CORS preflight, so a
+// page on another origin cannot post to the chat with a visitor's
+// cookies.
 //
 //   - A user message starts a turn: the chat's first message creates the
 //     session (UserID = the principal; the agent is the body's "agent"
 //     field, or Options.Agents[0]), a later one continues the completed
-//     session (engine.Execute with ExecuteOptions.SessionID). Text parts
+//     session (engine.Execute with ExecuteOptions.SessionID, and
+//     ExecuteOptions.UserID = the principal, so the engine checks the
+//     owner again in the transaction that continues the session: a race
+//     ends in 404 session_not_found too). Text parts
 //     are joined; file parts are refused (400). A chat that waits for tool
 //     answers gets 409 awaiting_tool_results, a running one 409
 //     already_running, an interrupted or failed one 409
@@ -71,8 +87,9 @@
 // tool's output the continuation request above is the path.
 //
 // Every route authenticates first (401 unauthenticated, also for an empty
-// principal; NewHandler refuses to build without Options.Authenticate
-// unless AllowUnauthenticated), and a
+// principal, except under package server's AllowUnauthenticated, where
+// every caller is ""; NewHandler refuses to build without
+// Options.Authenticate unless AllowUnauthenticated), and a
 // chat whose root session belongs to another principal, or a sub-agent's
 // session, is 404 session_not_found. Errors are {"error": {"code",
 // "message", "details"?}} with the stable codes of this package (the same
@@ -84,13 +101,26 @@
 // A response streams the run live from Postgres (any process may run it)
 // and ends with finish when the run ends, or when it suspends on a client
 // tool or an approval and the client has every chunk written so far
-// (finishReason "tool-calls"). The durable run keeps waiting, for days if
-// need be; the client answers and gets the continuation in a new response.
-// The finish chunk's messageMetadata is {"helix": {"sessionId", "runId",
-// "sequence", "status"}}: sequence is the last stream sequence the response
-// carried, and a continuation request whose assistant message still has it
-// resumes exactly there (otherwise at the stream's end when it arrives).
-// Each event derived from a stored chunk carries "id: <sequence>".
+// (finishReason "tool-calls"). Chunks arrive as the database notifies them;
+// a suspension writes no chunk, so the run's status is checked, but only
+// while the stream is idle: Options.PollInterval after the last chunk, then
+// with a doubling pause up to Options.MaxPollInterval (2 s). The durable
+// run keeps waiting, for days if need be; the client answers and gets the
+// continuation in a new response. The finish chunk's messageMetadata is
+// {"helix": {"sessionId", "runId", "sequence", "status"}}: sequence is the
+// last stream sequence the response carried, and a continuation request
+// whose assistant message still has it resumes exactly there (otherwise at
+// the stream's end when it arrives). Each event derived from a stored chunk
+// carries "id: <sequence>".
+//
+// A response also ends, without finish, when the handler shuts down
+// (Handler.Shutdown, or package server's Shutdown: the durable run goes
+// on, and the client reconnects with GET …/stream, to any instance), and
+// when a write does not complete within Options.WriteTimeout (a client
+// that stopped reading is dropped instead of holding the handler). An AI
+// SDK Chat does not reconnect by itself: it calls onFinish with no
+// finishReason (and isAbort, isError false), where the application calls
+// resumeStream (useChat's resumeStream).
 //
 // # Reconnecting
 //
@@ -124,12 +154,14 @@
 //	tool_approval_request                 tool-approval-request {approvalId: "runId::toolCallId", toolCallId}
 //	tool_end (success)                    tool-output-available {output}
 //	tool_end (errorCode not_approved)     tool-output-denied
-//	tool_end (error)                      tool-output-error {errorText: the tool's error}
+//	tool_end (error)                      tool-output-error {errorText: the tool's error; a generic text for code internal_error}
 //	tool_input_error / tool_output_error  tool-input-error / tool-output-error
 //	step_end                              finish-step
 //	source_url / source_document / file   source-url / source-document / file
 //	custom {eventName, data}              data-<eventName> {data}
 //	error (the run failed)                error {errorText: Options.ErrorText, default the code only}
+//	                                      (an internal_error's text is replaced before ErrorText sees it,
+//	                                      as on package server's GET /sse)
 //	output (agents with an OutputSchema)  data-output; a text agent's output is its final text, not repeated
 //	stream_resync                         data-helix-resync (transient: onData only) {reason, fromSequence}
 //	stream_end / run suspended / ended    text-end / reasoning-end for open parts, finish, data: [DONE]

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/internal/aisdktest"
 	"github.com/helix-agents/helix-dbos/server/aisdk"
 )
 
@@ -228,9 +229,53 @@ func TestChatAuthAndOwnership(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, msgs.Messages, 4, "bob's message was not added")
 
-	// A sub-agent session ID or a chat that does not exist: 404 too.
+	// A chat that does not exist: 404 too.
 	code, _ = apiErr(t, e.do(http.MethodGet, "/chat/missing/stream", "alice", nil, nil), http.StatusNotFound)
 	require.Equal(t, "session_not_found", code)
+
+	// A sub-agent's session of alice's chat: not a chat, for bob nor for
+	// alice (its conversation is the root's), on every route, and nothing
+	// reaches it.
+	evs = readAll(t, e.do(http.MethodPost, "/chat", "alice", aisdk.ChatRequest{ID: "chat-5b", Agent: "lead",
+		Messages: []aisdk.UIMessage{userMsg("u1", "check it")}}, nil))
+	sub := find(evs, "data-subagent")[0]["data"].(map[string]any)["sessionId"].(string)
+	st, err := e.eng.Session(t.Context(), sub)
+	require.NoError(t, err, "the data-subagent part names the sub-agent's session")
+	require.False(t, st.IsRoot())
+	for _, user := range []string{"bob", "alice"} {
+		code, _ = apiErr(t, e.do(http.MethodGet, "/chat/"+sub+"/stream", user, nil, nil), http.StatusNotFound)
+		require.Equal(t, "session_not_found", code, user)
+		code, _ = apiErr(t, e.do(http.MethodPost, "/chat/"+sub+"/submit-tool-result", user,
+			map[string]any{"toolCallId": "sub-ask", "output": map[string]any{"answer": "yes"}}, nil), http.StatusNotFound)
+		require.Equal(t, "session_not_found", code, user)
+		code, _ = apiErr(t, e.chat(user, sub, userMsg("u1", "take over")), http.StatusNotFound)
+		require.Equal(t, "session_not_found", code, user)
+		code, _ = apiErr(t, e.chat(user, sub, userMsg("u1", "check it"), assistant(t, evs, aisdk.UIPart{Type: "tool-ask_user",
+			ToolCallID: "sub-ask", State: "output-available", Output: json.RawMessage(`{"answer":"yes"}`)})), http.StatusNotFound)
+		require.Equal(t, "session_not_found", code, user)
+	}
+	pending, err := e.eng.PendingToolCalls(t.Context(), "chat-5b")
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.False(t, pending[0].Resolved(), "no answer reached the sub-agent's call")
+}
+
+// An empty principal is refused (401), and so is aisdk.ServerPrincipal
+// outside package server: the handler cannot tell who the caller is.
+func TestChatRefusesUnknownPrincipal(t *testing.T) {
+	t.Parallel()
+	for name, auth := range map[string]func(*http.Request) (string, error){
+		"empty principal": func(*http.Request) (string, error) { return "", nil },
+		"ServerPrincipal": aisdk.ServerPrincipal,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, h := aisdktest.NewHandler(t, func(o *aisdk.Options) { o.Authenticate = auth }, aisdktest.WeatherAgent())
+			e := &env{t: t, url: aisdktest.Serve(t, h).URL}
+			code, _ := apiErr(t, e.chat("", "c1", userMsg("u1", "Weather?")), http.StatusUnauthorized)
+			require.Equal(t, "unauthenticated", code)
+		})
+	}
 }
 
 // Malformed requests are refused with stable codes before anything runs.
@@ -268,6 +313,12 @@ func TestChatValidation(t *testing.T) {
 		{"submit no id", "POST", "/chat/v1/submit-tool-result", map[string]any{"output": 1}, nil, 400, "invalid_request"},
 		{"submit two answers", "POST", "/chat/v1/submit-tool-result", map[string]any{"toolCallId": "c", "output": 1, "approved": true}, nil, 400, "invalid_request"},
 		{"submit nothing", "POST", "/chat/v1/submit-tool-result", map[string]any{"toolCallId": "c"}, nil, 400, "invalid_request"},
+		{"no content type", "POST", "/chat", aisdk.ChatRequest{ID: "v1", Messages: []aisdk.UIMessage{userMsg("u", "hi")}}, http.Header{"Content-Type": {""}}, 415, "unsupported_media_type"},
+		{"text/plain", "POST", "/chat", aisdk.ChatRequest{ID: "v1", Messages: []aisdk.UIMessage{userMsg("u", "hi")}}, http.Header{"Content-Type": {"text/plain"}}, 415, "unsupported_media_type"},
+		{"form", "POST", "/chat/v1/submit-tool-result", map[string]any{"toolCallId": "c", "output": 1}, http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, 415, "unsupported_media_type"},
+		{"json with charset", "POST", "/chat/v1/submit-tool-result", map[string]any{"output": 1}, http.Header{"Content-Type": {"application/json; charset=utf-8"}}, 400, "invalid_request"},
+		{"NUL in text", "POST", "/chat", aisdk.ChatRequest{ID: "v1", Messages: []aisdk.UIMessage{userMsg("u", "a\x00b")}}, nil, 400, "invalid_request"},
+		{"NUL in output", "POST", "/chat/v1/submit-tool-result", `{"toolCallId":"c","output":{"a":"\u0000"}}`, nil, 400, "invalid_request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -34,7 +34,7 @@ const primePageSize = 500
 // nothing left to read: the response then ends with finish
 // ("tool-calls") and the run keeps waiting in Postgres for the answers.
 // It returns an error only before the response started.
-func (h *handler) streamRun(w http.ResponseWriter, r *http.Request, spec streamSpec) *apiError {
+func (h *Handler) streamRun(w http.ResponseWriter, r *http.Request, spec streamSpec) *apiError {
 	ctx := r.Context()
 	s := h.eng.Store()
 	tr := NewTranslator(spec.st.SessionID, &TranslatorOptions{ErrorText: h.opts.ErrorText,
@@ -61,19 +61,28 @@ func (h *handler) streamRun(w http.ResponseWriter, r *http.Request, spec streamS
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("X-Accel-Buffering", "no")
 	hdr.Set(HeaderUIMessageStream, UIMessageStreamVersion)
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: h.opts.WriteTimeout}
+	if err := sw.deadline(); err != nil {
+		return internalError(err)
+	}
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives a server's WriteTimeout
-	sw := &sseWriter{w: w, rc: rc}
 	log := h.log.With().Str("sessionId", spec.st.SessionID).Str("runId", spec.run.RunID).Logger()
+	last := spec.from
+	writeFailed := func(err error) *apiError {
+		log.Debug().Str("event", "chat.write_failed").Err(err).Int64("sequence", last).
+			Msg("chat stream: the client is unreachable or not reading: response ended")
+		return nil
+	}
 
 	meta := map[string]any{"sessionId": spec.st.SessionID, "runId": spec.run.RunID}
 	if err := sw.event(Chunk{Type: TypeStart, MessageID: spec.messageID, MessageMetadata: map[string]any{"helix": meta}}, 0); err != nil {
-		return nil
+		return writeFailed(err)
 	}
-	last := spec.from
-	poll := time.NewTicker(h.opts.PollInterval)
-	defer poll.Stop()
+	// The run's status is checked only while no chunk arrives (a chunk
+	// says the run is going on), soon after the last one, then less and
+	// less often.
+	poll := newIdlePoll(h.opts.PollInterval, h.opts.MaxPollInterval)
+	defer poll.stop()
 	heartbeat := time.NewTicker(h.opts.HeartbeatInterval)
 	defer heartbeat.Stop()
 	var end ending
@@ -81,24 +90,33 @@ loop:
 	for {
 		select {
 		case <-ctx.Done():
-			return nil // the client went away; the run goes on
+			return nil // the client went away (or package server shut down); the run goes on
+		case <-h.shutdown:
+			// No finish: the client reconnects with GET …/stream.
+			_ = sw.comment("server shutting down: reconnect to continue")
+			log.Debug().Str("event", "chat.shutdown").Int64("sequence", last).Msg("chat stream ended by shutdown")
+			return nil
 		case <-heartbeat.C:
-			if sw.keepAlive() != nil {
-				return nil
+			if err := sw.keepAlive(); err != nil {
+				return writeFailed(err)
 			}
-		case <-poll.C:
+		case <-poll.c():
 			settled, e, err := h.settled(ctx, spec, last)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				log.Warn().Err(err).Msg("chat stream: status check failed; retrying")
+				if n, ok := h.pollWarn.allow(); ok {
+					log.Warn().Err(err).Int("suppressed", n).Msg("chat stream: status check failed; retrying (repeats are logged at most every 30 s)")
+				}
+				poll.backOff()
 				continue
 			}
 			if settled {
 				end = e
 				break loop
 			}
+			poll.backOff()
 		case res := <-results:
 			if res.err != nil {
 				end = h.readEnd(ctx, sw, res.err, log)
@@ -107,14 +125,15 @@ loop:
 				}
 				break loop
 			}
+			poll.activity()
 			out := tr.Translate(res.chunk)
 			for i, c := range out {
 				var seq int64
 				if i == len(out)-1 {
 					seq = res.chunk.Sequence // Last-Event-ID resumes after the whole chunk
 				}
-				if sw.event(c, seq) != nil {
-					return nil
+				if err := sw.event(c, seq); err != nil {
+					return writeFailed(err)
 				}
 			}
 			last = res.chunk.Sequence
@@ -125,8 +144,8 @@ loop:
 		}
 	}
 	for _, c := range tr.Close() {
-		if sw.event(c, 0) != nil {
-			return nil
+		if err := sw.event(c, 0); err != nil {
+			return writeFailed(err)
 		}
 	}
 	reason := end.reason
@@ -137,8 +156,8 @@ loop:
 	if end.status != "" {
 		meta["status"] = end.status
 	}
-	if sw.event(Chunk{Type: TypeFinish, FinishReason: reason, MessageMetadata: map[string]any{"helix": meta}}, 0) != nil {
-		return nil
+	if err := sw.event(Chunk{Type: TypeFinish, FinishReason: reason, MessageMetadata: map[string]any{"helix": meta}}, 0); err != nil {
+		return writeFailed(err)
 	}
 	_ = sw.done()
 	log.Debug().Str("finishReason", reason).Int64("sequence", last).Msg("chat stream ended")
@@ -147,7 +166,7 @@ loop:
 
 // structured reports whether the chat's agent has an output schema (its
 // output is then a data part; otherwise it is the final text).
-func (h *handler) structured(agentType string) bool {
+func (h *Handler) structured(agentType string) bool {
 	a, ok := h.agents[agentType]
 	return ok && len(a.OutputSchema) > 0
 }
@@ -155,7 +174,7 @@ func (h *handler) structured(agentType string) bool {
 // prime feeds the translator the run's chunks the client already has
 // (after the run's start, up to spec.from), so that the response continues
 // their parts with consistent IDs and tool states.
-func (h *handler) prime(ctx context.Context, tr *Translator, spec streamSpec) error {
+func (h *Handler) prime(ctx context.Context, tr *Translator, spec streamSpec) error {
 	if spec.from <= spec.run.StartSequence {
 		return nil
 	}
@@ -211,7 +230,7 @@ func ends(c store.StoredChunk, runID string) (ending, bool) {
 // every chunk written so far. The status is read before the chunks, and a
 // run writes its chunks before (or with) the status change, so nothing the
 // run wrote before settling is missed.
-func (h *handler) settled(ctx context.Context, spec streamSpec, last int64) (bool, ending, error) {
+func (h *Handler) settled(ctx context.Context, spec streamSpec, last int64) (bool, ending, error) {
 	run, err := h.eng.Store().GetRun(ctx, spec.run.RunID)
 	if err != nil {
 		return false, ending{}, err
@@ -238,7 +257,7 @@ func (h *handler) settled(ctx context.Context, spec streamSpec, last int64) (boo
 }
 
 // readEnd ends a response whose stream reader stopped with err.
-func (h *handler) readEnd(ctx context.Context, sw *sseWriter, err error, log zerolog.Logger) ending {
+func (h *Handler) readEnd(ctx context.Context, sw *sseWriter, err error, log zerolog.Logger) ending {
 	var failed *helix.StreamFailedError
 	switch {
 	case errors.Is(err, io.EOF):
@@ -276,4 +295,71 @@ func readLoop(ctx context.Context, r store.Reader, out chan<- readResult) {
 			return
 		}
 	}
+}
+
+// idlePoll schedules the status checks of a stream: the first one interval
+// after the last chunk, then each pause doubled up to maxInterval, while no
+// chunk arrives. A check of a busy stream is wasted (its chunks say the run
+// is going on), and an idle stream (a long model call, a slow tool) is
+// checked at most every maxInterval: with many open chats the database
+// sees a few queries per second, not ten per chat.
+type idlePoll struct {
+	interval, maxInterval time.Duration
+	next                  time.Duration // the pause of the next check
+	timer                 *time.Timer
+}
+
+func newIdlePoll(interval, maxInterval time.Duration) *idlePoll {
+	return &idlePoll{interval: interval, maxInterval: maxInterval, next: interval, timer: time.NewTimer(interval)}
+}
+
+// c fires when a check is due.
+func (p *idlePoll) c() <-chan time.Time { return p.timer.C }
+
+// activity starts over after a chunk: the next check is interval away.
+func (p *idlePoll) activity() {
+	p.next = p.interval
+	p.timer.Reset(p.next)
+}
+
+// backOff schedules the next check after one that found the run going on
+// (or failed), with a doubled pause.
+func (p *idlePoll) backOff() {
+	p.next = min(p.next*2, p.maxInterval)
+	p.timer.Reset(p.next)
+}
+
+func (p *idlePoll) stop() { p.timer.Stop() }
+
+// pollWarnEvery is the least time between two warnings about failed status
+// checks: during a database outage every open stream fails its checks.
+const pollWarnEvery = 30 * time.Second
+
+// rateLimiter lets an event through at most once per every, and counts the
+// ones it held back meanwhile. Safe for concurrent use.
+type rateLimiter struct {
+	every time.Duration
+	now   func() time.Time
+
+	mu         sync.Mutex
+	last       time.Time // of the last event let through; zero before
+	suppressed int
+}
+
+func newRateLimiter(every time.Duration, now func() time.Time) *rateLimiter {
+	return &rateLimiter{every: every, now: now}
+}
+
+// allow reports whether the event may go through now and, if so, how many
+// were held back since the last one that did.
+func (l *rateLimiter) allow() (suppressed int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.suppressed++
+		return 0, false
+	}
+	suppressed, l.last, l.suppressed = l.suppressed, now, 0
+	return suppressed, true
 }

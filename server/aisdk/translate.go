@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/server/internal/redact"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -51,7 +52,8 @@ type callState struct {
 type TranslatorOptions struct {
 	// ErrorText turns a failed run's error chunk into the error chunk's
 	// errorText. Default DefaultErrorText, which does not reveal the
-	// error's message.
+	// error's message. (An internal failure's message is replaced with a
+	// generic one before ErrorText sees it.)
 	ErrorText func(*helix.ErrorChunk) string
 	// StructuredOutput writes the run's output chunk as a data-output
 	// part. Set it for an agent with an OutputSchema; an agent without one
@@ -117,7 +119,11 @@ func (t *Translator) isRoot(b *helix.Base) bool {
 	return b == nil || b.AgentID == "" || b.AgentID == t.root
 }
 
-// Translate returns the UI chunks of one stored chunk (often none).
+// Translate returns the UI chunks of one stored chunk (often none). An
+// internal failure's text (code internal_error: the engine's own error,
+// possibly with SQL) never reaches the output: error and tool_end chunks
+// go through the redaction package server applies to GET /sse too, before
+// ErrorText sees them.
 func (t *Translator) Translate(sc store.StoredChunk) []Chunk {
 	if sc.Chunk == nil {
 		return nil
@@ -128,7 +134,7 @@ func (t *Translator) Translate(sc store.StoredChunk) []Chunk {
 	if b != nil {
 		agent = b.AgentID
 	}
-	switch c := sc.Chunk.(type) {
+	switch c := redact.Or(sc.Chunk).(type) {
 	case *helix.TextDeltaChunk:
 		if !root || c.Delta == "" {
 			return nil

@@ -12,6 +12,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/server/aisdk"
+	"github.com/helix-agents/helix-dbos/server/internal/redact"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -247,4 +248,35 @@ func TestDefaultErrorText(t *testing.T) {
 	require.Equal(t, "The agent failed (provider_timeout).", aisdk.DefaultErrorText(&helix.ErrorChunk{Error: "secret", Code: "provider_timeout"}))
 	require.Equal(t, "The agent failed (x).", aisdk.DefaultErrorText(&helix.ErrorChunk{Error: "secret", ErrorDetail: &helix.ErrorDetail{Code: "x"}}))
 	require.Equal(t, "The agent failed.", aisdk.DefaultErrorText(&helix.ErrorChunk{Error: "secret"}))
+}
+
+// The text of an internal failure (code internal_error: the engine's own
+// error, possibly SQL) never reaches the UI stream: a tool call's becomes
+// a generic errorText, and a run's is replaced before ErrorText sees it. A
+// tool's own error passes, as the model saw it.
+func TestTranslateRedactsInternalFailures(t *testing.T) {
+	t.Parallel()
+	const secret = `ERROR: relation "helix.vault" does not exist`
+	tr := aisdk.NewTranslator(root, &aisdk.TranslatorOptions{ErrorText: func(c *helix.ErrorChunk) string { return c.Error }})
+	var out []aisdk.Chunk
+	for _, c := range stored(
+		&helix.ToolStartChunk{Base: rb(1), ToolCallID: "c1", ToolName: "lookup", Arguments: json.RawMessage(`{}`)},
+		&helix.ToolStartChunk{Base: rb(1), ToolCallID: "c2", ToolName: "lookup", Arguments: json.RawMessage(`{}`)},
+		&helix.ToolEndChunk{Base: rb(1), ToolCallID: "c1", ToolName: "lookup", Error: secret, ErrorCode: helix.CodeInternal, ProviderExecuted: new(true)},
+		&helix.ToolEndChunk{Base: rb(1), ToolCallID: "c2", ToolName: "lookup", Error: "no such city", ErrorCode: "tool_error", ProviderExecuted: new(true)},
+		&helix.ErrorChunk{Base: rb(2), Error: secret, Code: helix.CodeInternal},
+	) {
+		out = append(out, tr.Translate(c)...)
+	}
+	var errorTexts []string
+	for _, c := range out {
+		if c.ErrorText != "" {
+			errorTexts = append(errorTexts, c.Type+": "+c.ErrorText)
+		}
+	}
+	require.Equal(t, []string{
+		"tool-output-error: " + redact.ToolFailure,
+		"tool-output-error: no such city",
+		"error: " + redact.RunFailure,
+	}, errorTexts)
 }
