@@ -36,8 +36,9 @@ const (
 
 // Timeouts of serve's HTTP server. There is no WriteTimeout: it bounds a
 // whole response, and the SSE streams (GET /sse, the chat routes) last as
-// long as a run, minutes or hours; only a stream's handler can bound each
-// of its writes.
+// long as a run, minutes or hours; the stream handlers bound each of their
+// writes instead (server.Config.StreamWriteTimeout, aisdk
+// Options.WriteTimeout).
 const (
 	// serveReadHeaderTimeout bounds reading a request's headers.
 	serveReadHeaderTimeout = 10 * time.Second
@@ -224,10 +225,7 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 		beforeLaunch: func(e *engine.Engine) error {
 			chat, err := aisdk.NewHandler(e, aisdk.Options{
 				Agents: file.All,
-				Authenticate: func(r *http.Request) (string, error) {
-					p, _ := server.PrincipalFromContext(r.Context()) // the server authenticated the request
-					return string(p), nil
-				},
+				Authenticate: aisdk.ServerPrincipal, // the server authenticated the request
 				Logger: g.logger(),
 			})
 			if err != nil {
