@@ -224,9 +224,9 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 		progress:       say,
 		beforeLaunch: func(e *engine.Engine) error {
 			chat, err := aisdk.NewHandler(e, aisdk.Options{
-				Agents: file.All,
+				Agents:       file.All,
 				Authenticate: aisdk.ServerPrincipal, // the server authenticated the request
-				Logger: g.logger(),
+				Logger:       g.logger(),
 			})
 			if err != nil {
 				return err
