@@ -212,18 +212,13 @@ func (h *harness) status(user, sessionID string) response {
 // waitStatus polls /status until the session's status is want.
 func (h *harness) waitStatus(user, sessionID, want string) response {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res := h.status(user, sessionID)
+	var res response
+	require.Eventually(h.t, func() bool {
+		res = h.status(user, sessionID)
 		require.Equal(h.t, http.StatusOK, res.status, "body: %s", res.raw)
-		if res.body["status"] == want {
-			return res
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("session %s: status %v, want %s", sessionID, res.body["status"], want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return res.body["status"] == want
+	}, 30*time.Second, 10*time.Millisecond, "session %s never became %s", sessionID, want)
+	return res
 }
 
 // sseEvent is one parsed SSE event, or a comment line.
@@ -406,13 +401,7 @@ func (h *harness) requireMetric(series string, want float64, msgAndArgs ...any) 
 // eventually polls cond every 10 ms for up to 30 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.Eventually(t, cond, 30*time.Second, 10*time.Millisecond, "timed out waiting for %s", what)
 }
 
 // stubChat records the principal of the requests it gets.

@@ -119,6 +119,6 @@
 //   - malformed: a stream with an event that is not valid JSON. Expects
 //     provider_error, not recoverable, one request.
 //
-// Adapter.Skip skips a scenario with a reason; an adapter without
-// fixtures for a scenario fails it.
+// Every adapter runs every scenario: one without fixtures for a scenario
+// fails it.
 package llmtest

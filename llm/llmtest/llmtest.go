@@ -179,8 +179,6 @@ type Adapter struct {
 	// ThinkingSignature, when set, is the signature the thinking
 	// scenario's result must carry.
 	ThinkingSignature string
-	// Skip lists scenarios not to run, with the reason.
-	Skip map[Scenario]string
 }
 
 // Settings of the Target the suite passes to Adapter.New.
@@ -214,9 +212,6 @@ func Run(t *testing.T, a Adapter) {
 	for _, sc := range scenarios {
 		t.Run(string(sc.name), func(t *testing.T) {
 			t.Parallel()
-			if reason, ok := a.Skip[sc.name]; ok {
-				t.Skip(reason)
-			}
 			runScenario(t, a, sc)
 		})
 	}

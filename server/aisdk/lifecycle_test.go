@@ -12,7 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,9 +101,10 @@ func TestChatWriteTimeout(t *testing.T) {
 	_, err = hd.Await(t.Context())
 	require.NoError(t, err)
 
-	var returned atomic.Int32
+	returned := make(chan struct{})
+	var once sync.Once
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer returned.Add(1)
+		defer once.Do(func() { close(returned) })
 		h.ServeHTTP(w, r)
 	}))
 	ts.Listener = smallBufferListener{ts.Listener}
@@ -119,10 +120,10 @@ func TestChatWriteTimeout(t *testing.T) {
 	_, err = fmt.Fprintf(conn, "GET /chat/big-chat/stream HTTP/1.1\r\nHost: %s\r\n%s: alice\r\n%s: 0\r\n\r\n", u.Host, aisdktest.HeaderUser, aisdk.HeaderResumeFromSequence)
 	require.NoError(t, err)
 
-	deadline := time.Now().Add(30 * time.Second)
-	for returned.Load() == 0 { // the client reads nothing meanwhile
-		require.True(t, time.Now().Before(deadline), "the stalled chat stream's handler did not return")
-		time.Sleep(10 * time.Millisecond)
+	select { // the client reads nothing meanwhile
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalled chat stream's handler did not return")
 	}
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
 	got, _ := io.ReadAll(conn) // ends with EOF or a reset: the server closed the connection
