@@ -12,6 +12,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/aisdktest"
 	"github.com/helix-agents/helix-dbos/server"
 	"github.com/helix-agents/helix-dbos/server/aisdk"
 )
@@ -24,8 +25,8 @@ import (
 // sequence it has, losing nothing.
 func TestShutdownEndsChatStreams(t *testing.T) {
 	t.Parallel()
-	gate, open := newGate(t)
-	agents := []*helix.Agent{gatedAgent(gate)}
+	gate, open := aisdktest.NewGate(t)
+	agents := []*helix.Agent{aisdktest.GatedAgent(gate)}
 	a := newHarnessWith(t, "", "exec-a", server.Config{Agents: agents}, aisdkChat(t, agents...))
 	b := newHarnessWith(t, a.db, "exec-b", server.Config{Agents: agents}, aisdkChat(t, agents...))
 

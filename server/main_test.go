@@ -447,31 +447,6 @@ func aisdkChat(t *testing.T, agents ...*helix.Agent) func(*engine.Engine) http.H
 	}
 }
 
-// gatedAgent is "gated": each turn streams "working " and waits until the
-// gate is open (or its context ends), then answers "done".
-func gatedAgent(gate <-chan struct{}) *helix.Agent {
-	return &helix.Agent{Name: "gated", Model: helix.ModelFunc(func(ctx context.Context, _ helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-		cb.TextDelta("working ")
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return helix.StepResult{}, ctx.Err()
-		}
-		cb.TextDelta("done")
-		return helix.StepResult{Type: helix.StepText, Content: "working done", StopReason: helix.StopEndTurn}, nil
-	})}
-}
-
-// newGate returns a gate and its opener; the test's cleanup opens it (the
-// engines' shutdowns wait for the steps behind it).
-func newGate(t *testing.T) (gate chan struct{}, open func()) {
-	gate = make(chan struct{})
-	var once sync.Once
-	open = func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	return gate, open
-}
-
 // chatEvent is one event of a chat (UI message stream) response.
 type chatEvent struct {
 	id    int64

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,6 +154,31 @@ func LeadAgent() *helix.Agent {
 // mid-answer and reconnect.
 func SlowAgent(deltas []string, delay time.Duration) *helix.Agent {
 	return &helix.Agent{Name: "slow", Model: scripted.New(scripted.Step{Deltas: deltas, DeltaDelay: delay})}
+}
+
+// GatedAgent is "gated": each turn streams "working " and waits until the
+// gate is open (or its context ends), then answers "done".
+func GatedAgent(gate <-chan struct{}) *helix.Agent {
+	return &helix.Agent{Name: "gated", Model: helix.ModelFunc(func(ctx context.Context, _ helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		cb.TextDelta("working ")
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return helix.StepResult{}, ctx.Err()
+		}
+		cb.TextDelta("done")
+		return helix.StepResult{Type: helix.StepText, Content: "working done", StopReason: helix.StopEndTurn}, nil
+	})}
+}
+
+// NewGate returns a gate for [GatedAgent] and its opener; the test's
+// cleanup opens it (an engine's shutdown waits for the steps behind it).
+func NewGate(t *testing.T) (gate chan struct{}, open func()) {
+	gate = make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	return gate, open
 }
 
 // Authenticate is the handler's Authenticate hook in [NewServer] and

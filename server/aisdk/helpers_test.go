@@ -11,13 +11,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/aisdktest"
 	"github.com/helix-agents/helix-dbos/server/aisdk"
@@ -225,29 +223,4 @@ func apiErr(t *testing.T, resp reply, status int) (code string, body map[string]
 	require.NoError(t, json.Unmarshal(b, &v), "%s", b)
 	require.NotEmpty(t, v.Error["message"])
 	return v.Error["code"].(string), v.Error
-}
-
-// gatedAgent is "gated": each turn streams "working " and waits until the
-// gate is open (or its context ends), then answers "done".
-func gatedAgent(gate <-chan struct{}) *helix.Agent {
-	return &helix.Agent{Name: "gated", Model: helix.ModelFunc(func(ctx context.Context, _ helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-		cb.TextDelta("working ")
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return helix.StepResult{}, ctx.Err()
-		}
-		cb.TextDelta("done")
-		return helix.StepResult{Type: helix.StepText, Content: "working done", StopReason: helix.StopEndTurn}, nil
-	})}
-}
-
-// newGate returns a gate and its opener; the test's cleanup opens it (the
-// engine's shutdown waits for the steps behind it).
-func newGate(t *testing.T) (gate chan struct{}, open func()) {
-	gate = make(chan struct{})
-	var once sync.Once
-	open = func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	return gate, open
 }

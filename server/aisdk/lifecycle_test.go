@@ -32,8 +32,8 @@ import (
 // the last sequence it has, losing nothing.
 func TestHandlerShutdownEndsStreams(t *testing.T) {
 	t.Parallel()
-	gate, open := newGate(t)
-	agent := gatedAgent(gate)
+	gate, open := aisdktest.NewGate(t)
+	agent := aisdktest.GatedAgent(gate)
 	eng, h := aisdktest.NewHandler(t, nil, agent)
 	e := &env{t: t, eng: eng, url: aisdktest.Serve(t, h).URL}
 
