@@ -12,7 +12,7 @@ GOBIN := $(or $(shell go env GOBIN),$(shell go env GOPATH)/bin)
 # An installed golangci-lint on PATH wins; otherwise the pinned one in GOBIN.
 GOLANGCI_LINT := $(or $(shell command -v golangci-lint 2>/dev/null),$(GOBIN)/golangci-lint)
 
-.PHONY: help test test-race vet lint bench
+.PHONY: help test test-race stress vet lint bench
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,6 +22,9 @@ test: ## Run every test against real Postgres (scripts/test.sh; ARGS= passes go 
 
 test-race: ## Run every test with the race detector.
 	scripts/test.sh -race $(ARGS)
+
+stress: ## Hunt flaky tests: the suite 5x with -race, 5x more under CPU load (scripts/stress.sh; RUNS=, ARGS=).
+	scripts/stress.sh -n $(or $(RUNS),5) -- $(ARGS)
 
 vet: ## Run go vet.
 	go vet ./...

@@ -12,6 +12,8 @@
 # scripts/postgres-image.sh): the official postgres:16-alpine when it can be
 # pulled, otherwise an equivalent image built from Debian packages.
 # HELIX_SKIP_DOCKER=1 skips that (and then skips the integration tests, loudly).
+# HELIX_TEST_JSONFILE=path also writes every test event there (go test -json),
+# as scripts/stress.sh does to tell which tests failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +48,9 @@ t1=$(date +%s)
 
 phase "go test ./... $*"
 status=0
-go tool -modfile=tools/go.mod gotestsum --format testname --format-hide-empty-pkg -- -count=1 "$@" ./... || status=$?
+jsonfile=()
+if [ -n "${HELIX_TEST_JSONFILE:-}" ]; then jsonfile=(--jsonfile "$HELIX_TEST_JSONFILE"); fi
+go tool -modfile=tools/go.mod gotestsum --format testname --format-hide-empty-pkg "${jsonfile[@]}" -- -count=1 "$@" ./... || status=$?
 t2=$(date +%s)
 
 phase "summary"

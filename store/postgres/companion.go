@@ -253,22 +253,41 @@ func (s *Store) HealFinish(ctx context.Context, st *store.SessionState) error {
 	return err
 }
 
-// Companion implements store.CompanionStore.
+// Companion implements store.CompanionStore. The reference and the
+// session are read by one statement, so they come from one snapshot: the
+// commit that finishes a companion moves both at once, and a reader never
+// sees the session completed (with its output) and the reference running.
 func (s *Store) Companion(ctx context.Context, parentSessionID, name string) (*store.SubSessionRef, *store.SessionState, error) {
-	refs, err := s.GetSubSessionRefs(ctx, parentSessionID)
+	var r store.SubSessionRef
+	var status, mode string
+	row := s.q.QueryRow(ctx, `SELECT r.sub_session_id, r.agent_type, r.parent_tool_call_id, r.status, r.mode,
+			COALESCE(r.name, ''), r.completion_delivered, r.started_at, r.completed_at, c.*
+		FROM helix.sub_session_refs r
+		CROSS JOIN LATERAL (SELECT `+sessionColumns+` FROM helix.sessions WHERE session_id = r.sub_session_id) c
+		WHERE r.session_id = $1 AND r.mode = 'persistent' AND r.name = $2
+		ORDER BY r.created_seq LIMIT 1`, parentSessionID, name)
+	st, err := scanSession(prefixedRow{row: row, prefix: []any{&r.SubSessionID, &r.AgentType, &r.ParentToolCallID,
+		&status, &mode, &r.Name, &r.CompletionDelivered, &r.StartedAt, &r.CompletedAt}})
+	if isNoRows(err) {
+		return nil, nil, nil
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, wrap(err, "read companion %q of %s", name, parentSessionID)
 	}
-	for i, r := range refs {
-		if r.Mode == helix.SubSessionPersistent && r.Name == name {
-			st, err := s.LoadState(ctx, r.SubSessionID)
-			if err != nil {
-				return nil, nil, err
-			}
-			return &refs[i], st, nil
-		}
-	}
-	return nil, nil, nil
+	r.Status, r.Mode = helix.SubSessionStatus(status), helix.SubSessionMode(mode)
+	return &r, st, nil
+}
+
+// prefixedRow scans the leading columns of a row into prefix and the rest
+// into the destinations its caller passes, so a scanner of one table's
+// columns (scanSession) reads a join.
+type prefixedRow struct {
+	row    Row
+	prefix []any
+}
+
+func (p prefixedRow) Scan(dest ...any) error {
+	return p.row.Scan(append(slices.Clip(p.prefix), dest...)...)
 }
 
 // TerminateCompanion implements store.CompanionStore.

@@ -658,6 +658,57 @@ var companionCases = map[string]func(t *testing.T, s Store){
 		require.Equal(t, companions, total)
 		require.ElementsMatch(t, []string{"user:h0", "user:h1", "user:h2", "user:h3"}, transcript(t, s, parent.SessionID))
 	},
+	"CompanionIsOneSnapshotWhileTheCompanionFinishes": func(t *testing.T, s Store) {
+		// waitForResult and getChildStatus answer from Companion: the
+		// reference and the session it returns must come from one
+		// snapshot, or a reader that lands between the two reads sees the
+		// session completed (with its output) and the reference running.
+		// One reader spins on Companion while the commit that finishes
+		// the companion runs; every observation must agree with itself.
+		_, prun := stepSession(t, s, "snapshot")
+		for i := range 20 {
+			name := fmt.Sprintf("s%d", i)
+			p := spawnCall(prun, "spawn-"+name, "helper", name, "task")
+			childID := dispatch(t, s, p).SessionID
+			var (
+				seen  []string
+				rErr  error
+				cErr  error
+				final bool
+			)
+			committed := make(chan struct{})
+			parallel(2, func(j int) {
+				if j == 1 {
+					defer close(committed)
+					_, cErr = s.CommitStep(ctxBackground(), store.StepCommit{SessionID: childID, RunID: p.RunID, Step: 1,
+						Complete: true, Output: raw(`"done"`), EndStream: true, RefStatus: helix.SubSessionCompleted})
+					return
+				}
+				for !final {
+					// One more read after the commit returned: it must see both.
+					select {
+					case <-committed:
+						final = true
+					default:
+					}
+					ref, st, err := s.Companion(ctxBackground(), prun.SessionID, name)
+					if err != nil {
+						rErr = err
+						return
+					}
+					if (ref.Status == helix.SubSessionRunning) != (st.Status == helix.SessionActive) {
+						seen = append(seen, fmt.Sprintf("reference %s, session %s", ref.Status, st.Status))
+					}
+					if final && (ref.Status != helix.SubSessionCompleted || st.Status != helix.SessionCompleted) {
+						seen = append(seen, fmt.Sprintf("after the commit: reference %s, session %s", ref.Status, st.Status))
+					}
+				}
+			})
+			require.NoError(t, cErr)
+			require.NoError(t, rErr)
+			require.Empty(t, seen, "companion %s: Companion mixed two snapshots", name)
+		}
+	},
 	"AMessageRacingTheCompletionIsNeverLost": func(t *testing.T, s Store) {
 		// A message either reaches the inbox before the commit that would
 		// complete the companion (which then reads it and goes on), or finds
