@@ -42,7 +42,9 @@ stop_burners() {
   fi
   burner_pids=()
 }
-trap stop_burners EXIT INT TERM
+trap stop_burners EXIT
+# Interrupted: stop the burners and the run in progress, then exit.
+trap 'stop_burners; kill 0 2>/dev/null; exit 130' INT TERM
 
 # Build the summariser before the runs, so a broken tree fails fast.
 go build -o "$out/stresssum" ./internal/stresssum
