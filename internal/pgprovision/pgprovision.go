@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -147,8 +148,13 @@ func dockerReachable(ctx context.Context) (err error) {
 	return p.Health(hctx)
 }
 
+// quietTestcontainers silences testcontainers' global logger once:
+// SetDefault writes a package variable, and parallel provisions (tests)
+// would race on it.
+var quietTestcontainers = sync.OnceFunc(func() { tclog.SetDefault(tclog.NewNoopLogger()) })
+
 func startContainer(ctx context.Context, image string, logf func(string, ...any)) (*Server, error) {
-	tclog.SetDefault(tclog.NewNoopLogger())
+	quietTestcontainers()
 	if err := dockerReachable(ctx); err != nil {
 		return nil, fmt.Errorf("no Docker engine reachable: %w", err)
 	}
