@@ -114,11 +114,22 @@ func TestMultiTurnAndSingleWriter(t *testing.T) {
 	t.Parallel()
 	var seen []int
 	var mu sync.Mutex
+	// Turn 2 holds its model call until every racer has returned: a turn
+	// that finished before a slow racer started would let that racer
+	// rightly begin turn 3, and the race would not be a race.
+	release := make(chan struct{})
 	agent := &helix.Agent{Name: "chat", MaxSteps: 1, Model: helix.ModelFunc(
-		func(_ context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
 			mu.Lock()
 			seen = append(seen, len(req.Messages))
 			mu.Unlock()
+			if len(req.Messages) == 3 {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return helix.StepResult{}, ctx.Err()
+				}
+			}
 			return helix.StepResult{Type: helix.StepText, Content: fmt.Sprintf("reply %d", len(req.Messages))}, nil
 		})}
 	e := newEngine(t, agent)
@@ -139,6 +150,7 @@ func TestMultiTurnAndSingleWriter(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(release)
 	var winner *engine.Handle
 	for i := range racers {
 		if errs[i] == nil {
@@ -150,6 +162,7 @@ func TestMultiTurnAndSingleWriter(t *testing.T) {
 		require.True(t, errors.As(errs[i], &running), "loser error: %v", errs[i])
 	}
 	require.NotNil(t, winner)
+	require.Equal(t, h1.SessionID+"-turn-2", winner.WorkflowID)
 	res := result(t, winner)
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	require.JSONEq(t, `"reply 3"`, string(res.Output), "turn 2 sees the whole conversation")

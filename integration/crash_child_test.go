@@ -237,7 +237,7 @@ func runCrashChild(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", crashEnvGen, err)
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, TimeFormat: "15:04:05.000"}).
-		Level(zerolog.WarnLevel).With().Timestamp().Int("gen", gen).Logger()
+		Level(zerolog.InfoLevel).With().Timestamp().Int("gen", gen).Logger()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -358,7 +359,44 @@ func newCrashDB(t *testing.T, server string) *crashDB {
 	st, err := postgres.New(pool)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	return &crashDB{url: u, pool: pool, st: st}
+	d := &crashDB{url: u, pool: pool, st: st}
+	t.Cleanup(func() { // before the pool closes (cleanups run last-in first-out)
+		if t.Failed() {
+			d.dump(t)
+		}
+	})
+	return d
+}
+
+// dump logs the durable state a failed crash test leaves: runs, DBOS
+// workflows, their recorded steps and notifications, and the tool runs.
+func (d *crashDB) dump(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
+	defer cancel()
+	for _, q := range []string{
+		`SELECT session_id, run_id, status, workflow_id FROM helix.runs ORDER BY created_at`,
+		`SELECT workflow_uuid, status, name, executor_id, recovery_attempts FROM dbos.workflow_status ORDER BY created_at`,
+		`SELECT workflow_uuid, function_id, function_name, error IS NOT NULL AS failed, left(output, 120) FROM dbos.operation_outputs ORDER BY workflow_uuid, function_id`,
+		`SELECT destination_uuid, topic, left(message, 120) FROM dbos.notifications`,
+		`SELECT session_id, tool_call_id, phase, gen FROM crash_tool_runs ORDER BY at`,
+	} {
+		rows, err := d.pool.Query(ctx, q)
+		if err != nil {
+			t.Logf("dump %q: %v", q, err)
+			continue
+		}
+		var b strings.Builder
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, "  (%v)\n", err)
+				break
+			}
+			fmt.Fprintf(&b, "  %v\n", vals)
+		}
+		rows.Close()
+		t.Logf("%s\n%s", q, b.String())
+	}
 }
 
 func (d *crashDB) hasChunk(ctx context.Context, sid string, step int, typ helix.ChunkType) (bool, error) {

@@ -1,14 +1,19 @@
 package postgres_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 	"github.com/helix-agents/helix-dbos/store/storetest"
@@ -114,4 +119,58 @@ func TestClosedStoreRefusesStreams(t *testing.T) {
 	require.ErrorContains(t, w.Write(ctx, &helix.TextDeltaChunk{Base: helix.Base{AgentID: "c", AgentType: "a"}, Delta: "y"}), "closed")
 	_, err = st.NewReader(ctx, "c", nil)
 	require.ErrorContains(t, err, "closed")
+}
+
+// TestStreamLifecycleRidesOutAKilledConnection: a pooled connection the
+// server terminated while it sat idle (a restart, a failover, an operator's
+// pg_terminate_backend) fails the next statement sent on it. Ending,
+// failing, cleaning and resetting a stream retry such errors as stream
+// writes do, so none of them reaches the caller.
+func TestStreamLifecycleRidesOutAKilledConnection(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns, cfg.MinConns = 1, 1 // every statement uses the connection killed below
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	st, err := postgres.New(pool)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	killer, err := pgx.Connect(ctx, cfg.ConnConfig.ConnString())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = killer.Close(context.Background()) })
+	kill := func() {
+		t.Helper()
+		var pid uint32
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		pid = c.Conn().PgConn().PID()
+		c.Release()
+		var ok bool
+		require.NoError(t, killer.QueryRow(ctx, `SELECT pg_terminate_backend($1::int, 5000)`, pid).Scan(&ok))
+		require.True(t, ok)
+	}
+
+	for i, op := range []func(id string) error{
+		func(id string) error { return st.EndStream(ctx, id, json.RawMessage(`"done"`)) },
+		func(id string) error { return st.FailStream(ctx, id, "boom") },
+		func(id string) error { _, err := st.CleanupToStep(ctx, id, 0, 0); return err },
+		func(id string) error { return st.ResetStream(ctx, id) },
+	} {
+		id := fmt.Sprintf("killed-%d", i)
+		_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: id, AgentType: "a"})
+		require.NoError(t, err)
+		_, err = st.Append(ctx, id, []store.ChunkWrite{{Chunk: &helix.TextDeltaChunk{Base: helix.Base{AgentID: id, AgentType: "a", Step: 1}, Delta: "x"}}})
+		require.NoError(t, err)
+		kill()
+		require.NoError(t, op(id), "operation %d after its connection was killed", i)
+	}
+	info, err := st.GetStreamInfo(ctx, "killed-0")
+	require.NoError(t, err)
+	require.Equal(t, helix.StreamEnded, info.Status)
+	info, err = st.GetStreamInfo(ctx, "killed-1")
+	require.NoError(t, err)
+	require.Equal(t, helix.StreamFailed, info.Status)
 }

@@ -359,20 +359,29 @@ func (s *Store) truncate(ctx context.Context, q Querier, streamID string, step i
 
 // streamTx runs fn in a transaction on the pool, or directly on the
 // caller's transaction for a WithQuerier view (so a durable step can end or
-// clean a stream atomically with its other writes).
+// clean a stream atomically with its other writes). On the pool, it rides
+// out transient database errors (a killed connection, a restarting server)
+// for up to the retry timeout, as stream writes and reads do: every caller
+// (end, fail, clean up, reset) reaches the same end state when repeated.
 func (s *Store) streamTx(ctx context.Context, fn func(q Querier) error) error {
 	if s.inTx {
 		return fn(s.q)
 	}
-	tx, err := s.shared.pool.Begin(ctx)
-	if err != nil {
-		return err
+	deadline := time.Now().Add(s.shared.opts.retryTimeout)
+	backoff := 20 * time.Millisecond
+	for {
+		err := s.tx(ctx, fn)
+		if err == nil || !retryableError(err) || time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		s.shared.opts.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("stream update failed, retrying")
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, time.Second)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(PgxQuerier(tx)); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
 }
 
 // GetStreamInfo implements store.StreamStore.
