@@ -36,6 +36,7 @@ type Engine struct {
 	launched bool
 	closed   bool
 	hb       *heartbeat // set by Launch
+	wake     *wakeups   // set by Launch
 }
 
 // New builds an engine: it connects to the database and prepares DBOS, but
@@ -163,6 +164,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fmt.Errorf("engine: record executor %s in helix.executors: %w", e.cfg.ExecutorID, err)
 	}
 	e.hb = hb
+	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, &e.log)
 	if err := e.startOrphans(ctx); err != nil {
 		return fmt.Errorf("engine: start recorded runs: %w", err)
 	}
@@ -238,6 +240,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	// Before DBOS, which closes the pool it shares with the heartbeat.
 	e.hb.stop(ctx)
+	e.wake.stop()
 	err := dbos.Shutdown(e.dbos, timeout)
 	if cerr := e.store.Close(); cerr != nil && err == nil {
 		err = cerr

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -677,4 +678,51 @@ func TestClientSubmitsAndInterrupts(t *testing.T) {
 	var refused *engine.RefusedError
 	require.ErrorAs(t, c.Abort(t.Context(), h.SessionID, ""), &refused)
 	require.Equal(t, engine.RefusedNotRunning, refused.Code)
+}
+
+// A submission's wake-up is a Postgres NOTIFY: one the waiting run misses
+// (DBOS's listener was not listening yet, as after a Launch that recovered
+// the run) must not leave it waiting forever. With DBOS's notification
+// trigger disabled no submission or interrupt wakes anything by itself;
+// the engine's wake-up sweep still delivers both.
+func TestMissedWakeupsAreResent(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{
+		Name: "asker", Tools: []*helix.Tool{askUser()},
+		Model: script(
+			calls(call("c1", "ask_user", `{"question":"favourite colour?"}`)),
+			text("thanks"),
+		),
+	}
+	url := pgtest.NewURL(t)
+	e := newEngineOn(t, url, agent)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(t.Context(), `ALTER TABLE dbos.notifications DISABLE TRIGGER dbos_notifications_trigger`)
+	require.NoError(t, err)
+
+	answered, err := e.Execute(t.Context(), agent, engine.Input{Message: "ask me"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, answered).Status)
+	submit(t, e, answered.SessionID, clientResult(t, "c1", answer{Answer: "green"}))
+	res, err := awaitResult(t, answered)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+
+	interrupted, err := e.Execute(t.Context(), agent, engine.Input{Message: "ask me"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, interrupted).Status)
+	require.NoError(t, e.Interrupt(t.Context(), interrupted.SessionID, "stop"))
+	res, err = awaitResult(t, interrupted)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentInterrupted, res.Status, res.Error)
+}
+
+// awaitResult waits through suspensions for the run's end, for up to 30 s.
+func awaitResult(t *testing.T, h *engine.Handle) (helix.AgentResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	return h.Await(ctx)
 }

@@ -1,9 +1,13 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,8 +79,26 @@ func result(t *testing.T, h *engine.Handle) helix.AgentResult {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	res, err := h.Result(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		dumpGoroutines(t)
+	}
 	require.NoError(t, err)
 	return res
+}
+
+// dumpGoroutines logs the stacks of the goroutines running workflow or
+// step code, for a test that timed out waiting for a run.
+func dumpGoroutines(t *testing.T) {
+	t.Helper()
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	var keep []string
+	for g := range strings.SplitSeq(b.String(), "\n\n") {
+		if strings.Contains(g, "helix-dbos/workflows") || strings.Contains(g, "helix-dbos/steps") {
+			keep = append(keep, g)
+		}
+	}
+	t.Logf("goroutines in workflow or step code (of every test of the package):\n%s", strings.Join(keep, "\n\n"))
 }
 
 // chunks returns the run's chunk types as streamed.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -320,7 +321,12 @@ func runCrashChild(ctx context.Context) error {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		return e.Shutdown(ctx)
+		if err := e.Shutdown(ctx); err != nil {
+			// Whatever still holds a connection or a goroutine is in here.
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+			return err
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown mode %q", mode)
 }

@@ -654,7 +654,14 @@ func (c *crashChild) wait(t *testing.T) {
 	select {
 	case <-c.done:
 	case <-time.After(45 * time.Second):
-		t.Fatal("the recovering child did not finish")
+		// SIGQUIT makes the Go runtime print every goroutine's stack: the
+		// output logged at cleanup shows where the child is stuck.
+		_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+		}
+		t.Fatal("the recovering child did not finish (its goroutines are in its output below)")
 	}
 	require.NoError(t, c.err, "the recovering child failed")
 }

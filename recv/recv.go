@@ -51,6 +51,18 @@ type Message struct {
 	SubmittedAt int64 `json:"submittedAt,omitempty"`
 }
 
+// NotifyChannel is the Postgres NOTIFY channel on which DBOS wakes a
+// workflow waiting in Recv; a notification's payload is WakePayload. It
+// mirrors DBOS Transact's notifications trigger (dbos.notifications).
+const NotifyChannel = "dbos_notifications_channel"
+
+// WakePayload is the payload that wakes the workflow waiting for a tool
+// call: DBOS's "<destination workflow ID>::<topic>". The waiting run then
+// re-reads its messages, so a spurious wake is harmless.
+func WakePayload(workflowID, toolCallID string) string {
+	return workflowID + "::" + Topic(toolCallID)
+}
+
 // Topic returns the topic of a tool call.
 func Topic(toolCallID string) string { return TopicPrefix + toolCallID }
 

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/recv"
+)
+
+// WakeSweepInterval is how often a launched engine re-sends the wake-up of
+// every run of its own that waits for human input while an answer (or an
+// interrupt) for it is already recorded. A submission's wake-up is a
+// Postgres NOTIFY that reaches the waiting run only if DBOS's listener was
+// listening when it was sent; the sweep bounds the cost of one that was
+// missed (for example a run recovered at Launch before the listener was up)
+// to about this interval instead of an endless wait.
+const WakeSweepInterval = time.Second
+
+// wakeSweepSQL notifies, once per call, the waits of this executor's
+// pending workflows that have an unconsumed answer older than $3 (Unix ms),
+// or whose session has an interrupt request. The wait re-reads its messages
+// when woken, so an extra wake-up is harmless.
+const wakeSweepSQL = `
+SELECT count(pg_notify($1, w.payload)) FROM (
+	SELECT DISTINCT (p.val->>'workflowId') || '::' || $2 || (p.val->>'toolCallId') AS payload
+	FROM helix.sessions s
+	CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
+	JOIN dbos.workflow_status ws ON ws.workflow_uuid = p.val->>'workflowId'
+	WHERE s.pending_client_tool_calls <> '{}'::jsonb
+	  AND ws.status = 'PENDING' AND ws.executor_id = $4
+	  AND ((p.val ? 'submission' AND NOT p.val ? 'consumedAt' AND (p.val->>'submittedAt')::bigint < $3)
+	       OR s.interrupt_requested)
+) w`
+
+// wakeups is the sweep's goroutine.
+type wakeups struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startWakeups starts the sweep for executorID's workflows.
+func startWakeups(ctx context.Context, pool *pgxpool.Pool, executorID string, log *zerolog.Logger) *wakeups {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w := &wakeups{cancel: cancel}
+	w.wg.Go(func() {
+		t := time.NewTicker(WakeSweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			var n int
+			before := time.Now().Add(-WakeSweepInterval).UnixMilli()
+			err := pool.QueryRow(wctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID).Scan(&n)
+			switch {
+			case err != nil && wctx.Err() == nil:
+				log.Warn().Err(err).Str("event", "engine.wake_sweep_failed").Msg("could not re-send the wake-ups of waiting runs; retrying")
+			case n > 0:
+				log.Info().Str("event", "engine.wake_resent").Int("waits", n).
+					Msg("re-sent the wake-up of runs whose answer was recorded but not taken")
+			}
+		}
+	})
+	return w
+}
+
+// stop ends the sweep.
+func (w *wakeups) stop() {
+	if w == nil {
+		return
+	}
+	w.cancel()
+	w.wg.Wait()
+}
