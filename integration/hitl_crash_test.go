@@ -113,11 +113,13 @@ func TestHITLCrashRecovery(t *testing.T) {
 				return status == string(helix.RunSuspendedClientTool), err
 			})
 			// A process that takes submissions but runs none of the
-			// session's workflows (another executor ID).
-			sub, err := engine.New(t.Context(), engine.Config{DatabaseURL: d.url, ExecutorID: "submitter"})
+			// session's workflows: a client. (An engine would not do: DBOS
+			// recovers a workflow by putting it on its internal queue,
+			// which any launched engine of the application version polls,
+			// and this one has not registered the agent.)
+			sub, err := engine.NewClient(t.Context(), engine.ClientConfig{DatabaseURL: d.url})
 			require.NoError(t, err)
-			require.NoError(t, sub.Launch(t.Context()))
-			defer func() { require.NoError(t, sub.Shutdown(context.Background())) }()
+			defer func() { require.NoError(t, sub.Close()) }()
 			answer := func() {
 				r, err := helix.ClientToolResult("c1", map[string]string{"answer": "yes"})
 				require.NoError(t, err)
