@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,13 +63,25 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		}
 		return nil, err
 	}
-	dctx, err := dbos.NewContext(ctx, dbos.Config{
-		AppName:            cfg.AppName,
-		SystemDBPool:       pool,
-		Logger:             slog.New(zerolog.NewSlogHandler(log.With().Str("component", "dbos").Logger())),
-		ExecutorID:         cfg.ExecutorID,
-		ApplicationVersion: cfg.ApplicationVersion,
+	if n := pool.Config().MaxConns; n < 2 {
+		return fail(fmt.Errorf("engine: the pool allows %d connection(s); the engine needs at least 2 (DBOS's notification listener keeps one): raise pool_max_conns or pgxpool.Config.MaxConns", n))
+	}
+	// DBOS migrates its system schema here, without a lock of its own:
+	// replicas starting together on an empty database take turns.
+	var dctx dbos.Context
+	db := stdlib.OpenDBFromPool(pool)
+	err := migrations.Serialize(ctx, db, migrations.DBOSLockID, func(*sql.Conn) error {
+		var err error
+		dctx, err = dbos.NewContext(ctx, dbos.Config{
+			AppName:            cfg.AppName,
+			SystemDBPool:       pool,
+			Logger:             slog.New(zerolog.NewSlogHandler(log.With().Str("component", "dbos").Logger())),
+			ExecutorID:         cfg.ExecutorID,
+			ApplicationVersion: cfg.ApplicationVersion,
+		})
+		return err
 	})
+	_ = db.Close() // closes the database/sql wrapper, not the pool
 	if err != nil {
 		return fail(fmt.Errorf("engine: initialize DBOS: %w", err))
 	}

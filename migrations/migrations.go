@@ -125,39 +125,72 @@ func Pending(ctx context.Context, db *sql.DB) (int, error) {
 }
 
 // withLock runs fn with a goose provider while holding the migrations advisory
-// lock on a dedicated connection, after making sure the helix schema exists
-// (goose's version table lives in it). The lock also covers CREATE SCHEMA,
-// which is not safe to run concurrently even with IF NOT EXISTS.
-func withLock(ctx context.Context, db *sql.DB, fn func(*goose.Provider) error) (err error) {
+// lock, after making sure the helix schema exists (goose's version table
+// lives in it). The lock also covers CREATE SCHEMA, which is not safe to run
+// concurrently even with IF NOT EXISTS.
+func withLock(ctx context.Context, db *sql.DB, fn func(*goose.Provider) error) error {
 	if db == nil {
 		return errors.New("db is nil: pass a *sql.DB, e.g. stdlib.OpenDBFromPool(pool)")
 	}
+	return Serialize(ctx, db, lockID, func(conn *sql.Conn) error {
+		if _, err := conn.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+Schema); err != nil {
+			return fmt.Errorf("create schema %s: %w", Schema, err)
+		}
+		p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
+			goose.WithTableName(VersionTable),
+			goose.WithDisableGlobalRegistry(true),
+		)
+		if err != nil {
+			return fmt.Errorf("goose provider: %w", err)
+		}
+		return fn(p)
+	})
+}
+
+// DBOSLockID is the advisory lock key under which the engine initializes
+// DBOS ("helixdbs"): DBOS Transact runs its own system-schema migrations
+// when its context is created, with no lock, and replicas starting together
+// on an empty database would collide on CREATE SCHEMA.
+const DBOSLockID int64 = 0x68656c6978646273
+
+// lockPoll is how often Serialize retries a lock another process holds.
+const lockPoll = 50 * time.Millisecond
+
+// Serialize runs fn while holding the session-level advisory lock key on a
+// dedicated connection of db (passed to fn), so that processes sharing the
+// database run fn one at a time. It polls pg_try_advisory_lock rather than
+// blocking in pg_advisory_lock: a session blocked in that call holds a
+// snapshot, and CREATE INDEX CONCURRENTLY in the lock holder's migrations
+// waits for every snapshot of the database, a wait Postgres does not see as
+// a deadlock. Between polls the waiting session is idle and holds none.
+func Serialize(ctx context.Context, db *sql.DB, key int64, fn func(conn *sql.Conn) error) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
-		return fmt.Errorf("take migrations lock: %w", err)
+	for {
+		var got bool
+		if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+			return fmt.Errorf("take advisory lock %#x: %w", key, err)
+		}
+		if got {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for advisory lock %#x (another process holds it): %w", key, ctx.Err())
+		case <-time.After(lockPoll):
+		}
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, uerr := conn.ExecContext(cctx, "SELECT pg_advisory_unlock($1)", lockID); uerr != nil && err == nil {
-			err = fmt.Errorf("release migrations lock: %w", uerr)
+		if _, uerr := conn.ExecContext(cctx, "SELECT pg_advisory_unlock($1)", key); uerr != nil && err == nil {
+			err = fmt.Errorf("release advisory lock %#x: %w", key, uerr)
 		}
 	}()
-	if _, err := conn.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+Schema); err != nil {
-		return fmt.Errorf("create schema %s: %w", Schema, err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
-		goose.WithTableName(VersionTable),
-		goose.WithDisableGlobalRegistry(true),
-	)
-	if err != nil {
-		return fmt.Errorf("goose provider: %w", err)
-	}
-	return fn(p)
+	return fn(conn)
 }
 
 func results(in []*goose.MigrationResult) []Result {

@@ -296,3 +296,24 @@ func TestServeHTTPTimeouts(t *testing.T) {
 		t.Fatal("a stalled body was not cut at the read timeout")
 	}
 }
+
+// A cluster's first deploy, as an operator does it: four serve replicas
+// started at the same instant on an empty database all come up (DBOS's
+// system-schema migrations and helix's are serialized), and each serves.
+func TestServeReplicasStartTogether(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t)
+	env := []string{"HELIX_DATABASE_URL=" + url}
+	const replicas = 4
+	procs := make([]*bgProcess, replicas)
+	for i := range replicas {
+		procs[i] = startBin(t, binOpts{env: env}, "serve", "--agents", exampleAgents, "--addr", "127.0.0.1:0",
+			"--allow-unauthenticated", "--executor-id", fmt.Sprintf("replica-%d", i))
+	}
+	for i, p := range procs {
+		addr := serveAddr(t, p)
+		require.Equal(t, http.StatusOK, statusOf(t, http.MethodGet, "http://"+addr+"/healthz", "", ""), "replica %d", i)
+	}
+	doctor := mustBin(t, binOpts{env: env}, "doctor")
+	require.Regexp(t, `(?m)^✓ executors alive\s+4 alive: `, doctor)
+}
