@@ -43,7 +43,8 @@ type Config struct {
 	AppName string
 	// ExecutorID identifies this process; DBOS recovers only its own
 	// executor's pending workflows at Launch. Default DefaultExecutorID.
-	// Never run two processes with the same ID.
+	// Two live processes with one ID are refused: Launch returns
+	// *ExecutorInUseError (see docs/engine.md, Launch).
 	ExecutorID string
 	// ApplicationVersion tags workflows; only workflows of the same version
 	// are recovered. Default DefaultApplicationVersion.

@@ -168,14 +168,19 @@ func (e *Engine) Launch(ctx context.Context) error {
 			return fmt.Errorf("engine: %w", err)
 		}
 	}
+	// Before DBOS launches: it recovers this executor ID's workflows.
+	hb, err := claimExecutor(ctx, e.pool, e.cfg.ExecutorID, e.cfg.ApplicationVersion)
+	if err != nil {
+		if _, ok := errors.AsType[*ExecutorInUseError](err); ok {
+			return err
+		}
+		return fmt.Errorf("engine: record executor %s in helix.executors: %w", e.cfg.ExecutorID, err)
+	}
 	if err := dbos.Launch(e.dbos); err != nil {
 		return fmt.Errorf("engine: launch DBOS: %w", err)
 	}
 	e.launched = true
-	hb, err := startHeartbeat(ctx, e.pool, e.cfg.ExecutorID, e.cfg.ApplicationVersion, &e.log)
-	if err != nil {
-		return fmt.Errorf("engine: record executor %s in helix.executors: %w", e.cfg.ExecutorID, err)
-	}
+	hb.start(ctx, &e.log)
 	e.hb = hb
 	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, &e.log)
 	if err := e.startOrphans(ctx); err != nil {

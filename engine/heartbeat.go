@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -19,8 +22,9 @@ const HeartbeatInterval = 10 * time.Second
 
 // heartbeat records a launched engine in helix.executors (executor ID,
 // application version, host, pid) and keeps the row fresh, so operators
-// see which executors are alive. A row left by a process that died is
-// taken over; a clean Shutdown deletes it.
+// see which executors are alive and a second live process cannot take the
+// same ID. A row left by a process that died is taken over; a clean
+// Shutdown deletes it.
 type heartbeat struct {
 	pool   *pgxpool.Pool
 	id     string
@@ -31,34 +35,72 @@ type heartbeat struct {
 	wg     sync.WaitGroup
 }
 
-// startHeartbeat writes the row and starts refreshing it. Another live
-// process with the same executor ID is a configuration error worth a
-// warning (both would recover the same workflows), not a refusal: the
-// process that took over after a crash must start at once.
-func startHeartbeat(ctx context.Context, pool *pgxpool.Pool, id, version string, log *zerolog.Logger) (*heartbeat, error) {
+// ExecutorInUseError is Launch's refusal when another live process holds
+// the engine's executor ID: DBOS recovers an executor's pending workflows in
+// whichever process launches with its ID, so two live processes must never
+// share one.
+type ExecutorInUseError struct {
+	ExecutorID    string
+	Host          string
+	PID           int
+	LastHeartbeat time.Time
+}
+
+func (e *ExecutorInUseError) Error() string {
+	return fmt.Sprintf("engine: executor ID %q is in use by process %d on %s (heartbeat %s ago): two live processes must never "+
+		"share an executor ID (both would recover the same workflows); give this process another Config.ExecutorID, or stop that one "+
+		"(a holder that died on another machine frees the ID %s after its last heartbeat; on this machine at once)",
+		e.ExecutorID, e.PID, e.Host, time.Since(e.LastHeartbeat).Round(time.Second), ExecutorStale)
+}
+
+// ExecutorStale is when an executor whose heartbeat stopped counts as dead:
+// three missed heartbeats.
+const ExecutorStale = 3 * HeartbeatInterval
+
+// claimExecutor records this process in helix.executors under id before
+// DBOS launches (and recovers id's workflows). It refuses with
+// *ExecutorInUseError when another live process holds the ID: its
+// heartbeat is fresh and it runs on another machine, or on this one. A
+// holder on this machine whose process is gone (SIGKILL, a crash) is taken
+// over at once; elsewhere, once its heartbeat is stale.
+func claimExecutor(ctx context.Context, pool *pgxpool.Pool, id, version string) (*heartbeat, error) {
 	host, _ := os.Hostname()
-	h := &heartbeat{pool: pool, id: id, host: host, pid: os.Getpid(), log: log}
-	var prevHost string
-	var prevPID int
+	h := &heartbeat{pool: pool, id: id, host: host, pid: os.Getpid()}
+	prev := ExecutorInUseError{ExecutorID: id}
 	var fresh bool
-	err := pool.QueryRow(ctx, `
-WITH prev AS (SELECT hostname, pid, heartbeat_at FROM helix.executors WHERE executor_id = $1)
-INSERT INTO helix.executors (executor_id, application_version, hostname, pid, started_at, heartbeat_at)
+	err := pool.QueryRow(ctx, `SELECT COALESCE(hostname, ''), COALESCE(pid, 0), heartbeat_at,
+			heartbeat_at > now() - make_interval(secs => $2)
+		FROM helix.executors WHERE executor_id = $1`, id, ExecutorStale.Seconds()).Scan(&prev.Host, &prev.PID, &prev.LastHeartbeat, &fresh)
+	exists := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	self := prev.Host == host && prev.PID == h.pid // the CLI claims the row before it launches the engine
+	if exists && fresh && !self && (prev.Host != host || process.Alive(prev.PID)) {
+		return nil, &prev
+	}
+	// Compare and set: the row is taken only as it was read, so of two
+	// processes claiming a dead holder's ID at once, one wins.
+	var claimed bool
+	err = pool.QueryRow(ctx, `
+INSERT INTO helix.executors AS x (executor_id, application_version, hostname, pid, started_at, heartbeat_at)
 VALUES ($1, $2, $3, $4, now(), now())
 ON CONFLICT (executor_id) DO UPDATE SET application_version = EXCLUDED.application_version,
 	hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = now(), heartbeat_at = now()
-RETURNING COALESCE((SELECT hostname FROM prev), ''), COALESCE((SELECT pid FROM prev), 0),
-	COALESCE((SELECT heartbeat_at > now() - make_interval(secs => $5) FROM prev), false)`,
-		id, version, host, h.pid, (3*HeartbeatInterval).Seconds()).Scan(&prevHost, &prevPID, &fresh)
+WHERE $5 AND COALESCE(x.hostname, '') = $6 AND COALESCE(x.pid, 0) = $7 AND x.heartbeat_at = $8
+RETURNING true`, id, version, host, h.pid, exists, prev.Host, prev.PID, prev.LastHeartbeat).Scan(&claimed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("engine: executor ID %q was claimed by another process at the same moment: give each process its own Config.ExecutorID", id)
+	}
 	if err != nil {
 		return nil, err
 	}
-	// A fresh row of a process on this machine that is gone is what a crash
-	// leaves: taking it over is the point of recovery.
-	if fresh && (prevHost != host || prevPID != h.pid) && (prevHost != host || process.Alive(prevPID)) {
-		log.Warn().Str("event", "executor.shared").Str("executorId", id).Str("otherHost", prevHost).Int("otherPid", prevPID).
-			Msg("another live process recorded this executor ID: two processes with one executor ID recover the same workflows; give each process its own Config.ExecutorID")
-	}
+	return h, nil
+}
+
+// start refreshes the row every HeartbeatInterval until stop.
+func (h *heartbeat) start(ctx context.Context, log *zerolog.Logger) {
+	h.log = log
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
 	h.wg.Go(func() {
@@ -70,13 +112,12 @@ RETURNING COALESCE((SELECT hostname FROM prev), ''), COALESCE((SELECT pid FROM p
 				return
 			case <-t.C:
 			}
-			if _, err := pool.Exec(bctx, `UPDATE helix.executors SET heartbeat_at = now()
-				WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, id, host, h.pid); err != nil && bctx.Err() == nil {
-				log.Warn().Err(err).Str("event", "executor.heartbeat_failed").Str("executorId", id).Msg("executor heartbeat failed; retrying")
+			if _, err := h.pool.Exec(bctx, `UPDATE helix.executors SET heartbeat_at = now()
+				WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, h.id, h.host, h.pid); err != nil && bctx.Err() == nil {
+				log.Warn().Err(err).Str("event", "executor.heartbeat_failed").Str("executorId", h.id).Msg("executor heartbeat failed; retrying")
 			}
 		}
 	})
-	return h, nil
 }
 
 // stop ends the refresh and deletes the row (this process's only).

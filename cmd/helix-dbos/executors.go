@@ -26,7 +26,7 @@ import (
 
 // heartbeatStale is when a silent executor counts as dead (three missed
 // beats): its ID may be claimed again.
-const heartbeatStale = 3 * engine.HeartbeatInterval
+const heartbeatStale = engine.ExecutorStale
 
 // executorHeartbeat is a claimed executor ID: the engine refreshes the row;
 // stop deletes it.
