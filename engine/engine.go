@@ -37,7 +37,7 @@ type Engine struct {
 	launched bool
 	closed   bool
 	hb       *heartbeat // set by Launch
-	wake     *wakeups   // set by Launch
+	wake     *loop      // the wake-up sweep, set by Launch
 }
 
 // New builds an engine: it connects to the database and prepares DBOS, but

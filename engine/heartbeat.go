@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,13 +25,12 @@ const HeartbeatInterval = 10 * time.Second
 // same ID. A row left by a process that died is taken over; a clean
 // Shutdown deletes it.
 type heartbeat struct {
-	pool   *pgxpool.Pool
-	id     string
-	host   string
-	pid    int
-	log    *zerolog.Logger
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	pool  *pgxpool.Pool
+	id    string
+	host  string
+	pid   int
+	log   *zerolog.Logger
+	beats *loop
 }
 
 // ExecutorInUseError is Launch's refusal when another live process holds
@@ -101,21 +99,10 @@ RETURNING true`, id, version, host, h.pid, exists, prev.Host, prev.PID, prev.Las
 // start refreshes the row every HeartbeatInterval until stop.
 func (h *heartbeat) start(ctx context.Context, log *zerolog.Logger) {
 	h.log = log
-	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	h.cancel = cancel
-	h.wg.Go(func() {
-		t := time.NewTicker(HeartbeatInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-bctx.Done():
-				return
-			case <-t.C:
-			}
-			if _, err := h.pool.Exec(bctx, `UPDATE helix.executors SET heartbeat_at = now()
-				WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, h.id, h.host, h.pid); err != nil && bctx.Err() == nil {
-				log.Warn().Err(err).Str("event", "executor.heartbeat_failed").Str("executorId", h.id).Msg("executor heartbeat failed; retrying")
-			}
+	h.beats = every(ctx, HeartbeatInterval, func(ctx context.Context) {
+		if _, err := h.pool.Exec(ctx, `UPDATE helix.executors SET heartbeat_at = now()
+			WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, h.id, h.host, h.pid); err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Str("event", "executor.heartbeat_failed").Str("executorId", h.id).Msg("executor heartbeat failed; retrying")
 		}
 	})
 }
@@ -125,8 +112,7 @@ func (h *heartbeat) stop(ctx context.Context) {
 	if h == nil {
 		return
 	}
-	h.cancel()
-	h.wg.Wait()
+	h.beats.stop()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := h.pool.Exec(ctx, `DELETE FROM helix.executors WHERE executor_id = $1 AND hostname = $2 AND pid = $3`,

@@ -36,45 +36,54 @@ SELECT count(pg_notify($1, w.payload)) FROM (
 	       OR s.interrupt_requested)
 ) w`
 
-// wakeups is the sweep's goroutine.
-type wakeups struct {
+// startWakeups starts the sweep for executorID's workflows; stop the
+// returned loop at Shutdown.
+func startWakeups(ctx context.Context, pool *pgxpool.Pool, executorID string, log *zerolog.Logger) *loop {
+	return every(ctx, WakeSweepInterval, func(ctx context.Context) {
+		var n int
+		before := time.Now().Add(-WakeSweepInterval).UnixMilli()
+		err := pool.QueryRow(ctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID).Scan(&n)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn().Err(err).Str("event", "engine.wake_sweep_failed").Msg("could not re-send the wake-ups of waiting runs; retrying")
+		case n > 0:
+			log.Info().Str("event", "engine.wake_resent").Int("waits", n).
+				Msg("re-sent the wake-up of runs whose answer was recorded but not taken")
+		}
+	})
+}
+
+// loop is a background task run every interval.
+type loop struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// startWakeups starts the sweep for executorID's workflows.
-func startWakeups(ctx context.Context, pool *pgxpool.Pool, executorID string, log *zerolog.Logger) *wakeups {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w := &wakeups{cancel: cancel}
-	w.wg.Go(func() {
-		t := time.NewTicker(WakeSweepInterval)
+// every runs fn every interval, in a goroutine of its own, until stop; fn's
+// context ends at stop (not with ctx, whose values it keeps).
+func every(ctx context.Context, interval time.Duration, fn func(ctx context.Context)) *loop {
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &loop{cancel: cancel}
+	l.wg.Go(func() {
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-wctx.Done():
+			case <-lctx.Done():
 				return
 			case <-t.C:
 			}
-			var n int
-			before := time.Now().Add(-WakeSweepInterval).UnixMilli()
-			err := pool.QueryRow(wctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID).Scan(&n)
-			switch {
-			case err != nil && wctx.Err() == nil:
-				log.Warn().Err(err).Str("event", "engine.wake_sweep_failed").Msg("could not re-send the wake-ups of waiting runs; retrying")
-			case n > 0:
-				log.Info().Str("event", "engine.wake_resent").Int("waits", n).
-					Msg("re-sent the wake-up of runs whose answer was recorded but not taken")
-			}
+			fn(lctx)
 		}
 	})
-	return w
+	return l
 }
 
-// stop ends the sweep.
-func (w *wakeups) stop() {
-	if w == nil {
+// stop ends the loop and waits for a run in progress; a nil loop is a no-op.
+func (l *loop) stop() {
+	if l == nil {
 		return
 	}
-	w.cancel()
-	w.wg.Wait()
+	l.cancel()
+	l.wg.Wait()
 }

@@ -258,23 +258,20 @@ func (s *Store) HealFinish(ctx context.Context, st *store.SessionState) error {
 // commit that finishes a companion moves both at once, and a reader never
 // sees the session completed (with its output) and the reference running.
 func (s *Store) Companion(ctx context.Context, parentSessionID, name string) (*store.SubSessionRef, *store.SessionState, error) {
-	var r store.SubSessionRef
-	var status, mode string
-	row := s.q.QueryRow(ctx, `SELECT r.sub_session_id, r.agent_type, r.parent_tool_call_id, r.status, r.mode,
-			COALESCE(r.name, ''), r.completion_delivered, r.started_at, r.completed_at, c.*
+	var rs refScan
+	row := s.q.QueryRow(ctx, `SELECT `+refColumns+`, c.*
 		FROM helix.sub_session_refs r
 		CROSS JOIN LATERAL (SELECT `+sessionColumns+` FROM helix.sessions WHERE session_id = r.sub_session_id) c
 		WHERE r.session_id = $1 AND r.mode = 'persistent' AND r.name = $2
 		ORDER BY r.created_seq LIMIT 1`, parentSessionID, name)
-	st, err := scanSession(prefixedRow{row: row, prefix: []any{&r.SubSessionID, &r.AgentType, &r.ParentToolCallID,
-		&status, &mode, &r.Name, &r.CompletionDelivered, &r.StartedAt, &r.CompletedAt}})
+	st, err := scanSession(prefixedRow{row: row, prefix: rs.dest()})
 	if isNoRows(err) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, wrap(err, "read companion %q of %s", name, parentSessionID)
 	}
-	r.Status, r.Mode = helix.SubSessionStatus(status), helix.SubSessionMode(mode)
+	r := rs.ref()
 	return &r, st, nil
 }
 
@@ -351,26 +348,22 @@ func (s *Store) DeliverCompletions(ctx context.Context, parentSessionID string, 
 		if _, _, err := lockTree(ctx, q, s, parentSessionID); err != nil {
 			return err
 		}
-		rows, err := q.Query(ctx, `SELECT sub_session_id, agent_type, parent_tool_call_id, status, mode, COALESCE(name, ''),
-				completion_delivered, started_at, completed_at
-			FROM helix.sub_session_refs
-			WHERE session_id = $1 AND mode = 'persistent' AND NOT completion_delivered
-			  AND status IN ('completed', 'failed', 'terminated')
-			ORDER BY completed_at, created_seq FOR UPDATE`, parentSessionID)
+		rows, err := q.Query(ctx, `SELECT `+refColumns+`
+			FROM helix.sub_session_refs r
+			WHERE r.session_id = $1 AND r.mode = 'persistent' AND NOT r.completion_delivered
+			  AND r.status IN ('completed', 'failed', 'terminated')
+			ORDER BY r.completed_at, r.created_seq FOR UPDATE`, parentSessionID)
 		if err != nil {
 			return err
 		}
 		var refs []store.SubSessionRef
 		for rows.Next() {
-			var r store.SubSessionRef
-			var status, mode string
-			if err := rows.Scan(&r.SubSessionID, &r.AgentType, &r.ParentToolCallID, &status, &mode, &r.Name,
-				&r.CompletionDelivered, &r.StartedAt, &r.CompletedAt); err != nil {
+			var rs refScan
+			if err := rows.Scan(rs.dest()...); err != nil {
 				rows.Close()
 				return err
 			}
-			r.Status, r.Mode = helix.SubSessionStatus(status), helix.SubSessionMode(mode)
-			refs = append(refs, r)
+			refs = append(refs, rs.ref())
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil || len(refs) == 0 {

@@ -84,23 +84,15 @@ func (r *reader) refillState(ctx context.Context) (streamState, error) {
 // refillRetrying is refillState that rides out transient database errors
 // (a killed connection, a server restart) for up to the retry timeout.
 func (r *reader) refillRetrying(ctx context.Context) (streamState, error) {
-	deadline := time.Now().Add(r.st.shared.opts.retryTimeout)
-	backoff := 50 * time.Millisecond
-	for {
-		state, err := r.refillState(ctx)
-		if err == nil || !retryableError(err) || time.Now().Add(backoff).After(deadline) {
-			return state, err
-		}
+	var state streamState
+	err := retryTransient(ctx, r.st.shared.opts.retryTimeout, r.quit, func() error {
+		var err error
+		state, err = r.refillState(ctx)
+		return err
+	}, func(_ int, err error) {
 		r.st.shared.opts.logger.Warn().Err(err).Str("stream", r.streamID).Msg("stream read failed, retrying")
-		select {
-		case <-time.After(backoff):
-		case <-r.quit:
-			return state, errReaderClosed
-		case <-ctx.Done():
-			return state, ctx.Err()
-		}
-		backoff = min(backoff*2, time.Second)
-	}
+	})
+	return state, err
 }
 
 // checkTruncation fails the reader when a cleanup since its last fetch

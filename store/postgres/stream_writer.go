@@ -160,29 +160,18 @@ func (b *batcher) flush(bt *batch) {
 		chunks[i] = it.chunk
 	}
 	token := uuid.New()
-	deadline := time.Now().Add(opts.retryTimeout)
-	backoff := 50 * time.Millisecond
-	var (
-		res map[string]streamWrite
-		err error
-	)
-	for attempt := 1; ; attempt++ {
+	var res map[string]streamWrite
+	err := retryTransient(ctx, opts.retryTimeout, nil, func() error {
+		var err error
 		res, err = b.st.insertChunks(ctx, b.st.q, chunks, token)
-		if err == nil {
-			break
-		}
 		if isBatchTokenConflict(err) {
 			res, err = b.recordedOutcome(ctx, token, chunks)
-			break
 		}
-		if !retryableError(err) || time.Now().Add(backoff).After(deadline) {
-			break
-		}
+		return err
+	}, func(attempt int, err error) {
 		b.st.shared.stats.retries.Add(1)
 		opts.logger.Warn().Err(err).Int("attempt", attempt).Int("chunks", len(chunks)).Msg("stream write failed, retrying")
-		time.Sleep(backoff)
-		backoff = min(backoff*2, time.Second)
-	}
+	})
 	if err != nil {
 		b.st.shared.stats.failures.Add(1)
 	} else {
@@ -253,6 +242,31 @@ func retryableError(err error) bool {
 		return false
 	}
 	return true // network-level failure: the token makes a retry safe
+}
+
+// retryTransient runs fn until it succeeds, fails with an error that is not
+// retryableError, or timeout has passed, backing off from 50 ms to 1 s
+// between attempts; onRetry hears of each retried failure. It gives up
+// early when ctx ends or stop (if not nil) is closed, returning ctx's error
+// or errReaderClosed.
+func retryTransient(ctx context.Context, timeout time.Duration, stop <-chan struct{}, fn func() error, onRetry func(attempt int, err error)) error {
+	deadline := time.Now().Add(timeout)
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || !retryableError(err) || time.Now().Add(backoff).After(deadline) {
+			return err
+		}
+		onRetry(attempt, err)
+		select {
+		case <-time.After(backoff):
+		case <-stop:
+			return errReaderClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, time.Second)
+	}
 }
 
 func (b *batcher) close() error {

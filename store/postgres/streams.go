@@ -367,21 +367,9 @@ func (s *Store) streamTx(ctx context.Context, fn func(q Querier) error) error {
 	if s.inTx {
 		return fn(s.q)
 	}
-	deadline := time.Now().Add(s.shared.opts.retryTimeout)
-	backoff := 20 * time.Millisecond
-	for {
-		err := s.tx(ctx, fn)
-		if err == nil || !retryableError(err) || time.Now().Add(backoff).After(deadline) {
-			return err
-		}
-		s.shared.opts.logger.Warn().Err(err).Dur("retry_in", backoff).Msg("stream update failed, retrying")
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(backoff*2, time.Second)
-	}
+	return retryTransient(ctx, s.shared.opts.retryTimeout, nil, func() error { return s.tx(ctx, fn) }, func(_ int, err error) {
+		s.shared.opts.logger.Warn().Err(err).Msg("stream update failed, retrying")
+	})
 }
 
 // GetStreamInfo implements store.StreamStore.

@@ -76,25 +76,43 @@ func (s *Store) UpdateSubSessionRef(ctx context.Context, sessionID string, u sto
 
 // GetSubSessionRefs implements store.SubSessions.
 func (s *Store) GetSubSessionRefs(ctx context.Context, sessionID string) ([]store.SubSessionRef, error) {
-	rows, err := s.q.Query(ctx, `SELECT sub_session_id, agent_type, parent_tool_call_id, status, mode, COALESCE(name, ''),
-			completion_delivered, started_at, completed_at
-		FROM helix.sub_session_refs WHERE session_id = $1 ORDER BY created_seq`, sessionID)
+	rows, err := s.q.Query(ctx, `SELECT `+refColumns+`
+		FROM helix.sub_session_refs r WHERE r.session_id = $1 ORDER BY r.created_seq`, sessionID)
 	if err != nil {
 		return nil, wrap(err, "get sub-session refs of %s", sessionID)
 	}
 	defer rows.Close()
 	var out []store.SubSessionRef
 	for rows.Next() {
-		var r store.SubSessionRef
-		var status, mode string
-		if err := rows.Scan(&r.SubSessionID, &r.AgentType, &r.ParentToolCallID, &status, &mode, &r.Name,
-			&r.CompletionDelivered, &r.StartedAt, &r.CompletedAt); err != nil {
+		var rs refScan
+		if err := rows.Scan(rs.dest()...); err != nil {
 			return nil, wrap(err, "get sub-session refs of %s", sessionID)
 		}
-		r.Status, r.Mode = helix.SubSessionStatus(status), helix.SubSessionMode(mode)
-		out = append(out, r)
+		out = append(out, rs.ref())
 	}
 	return out, wrap(rows.Err(), "get sub-session refs of %s", sessionID)
+}
+
+// refColumns is the column list of a sub-session reference (table alias r)
+// that refScan reads, in order.
+const refColumns = `r.sub_session_id, r.agent_type, r.parent_tool_call_id, r.status, r.mode, COALESCE(r.name, ''),
+	r.completion_delivered, r.started_at, r.completed_at`
+
+// refScan receives refColumns.
+type refScan struct {
+	r            store.SubSessionRef
+	status, mode string
+}
+
+func (rs *refScan) dest() []any {
+	return []any{&rs.r.SubSessionID, &rs.r.AgentType, &rs.r.ParentToolCallID, &rs.status, &rs.mode, &rs.r.Name,
+		&rs.r.CompletionDelivered, &rs.r.StartedAt, &rs.r.CompletedAt}
+}
+
+func (rs *refScan) ref() store.SubSessionRef {
+	r := rs.r
+	r.Status, r.Mode = helix.SubSessionStatus(rs.status), helix.SubSessionMode(rs.mode)
+	return r
 }
 
 // RecordUsage implements store.Usage.
