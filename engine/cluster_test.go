@@ -1,21 +1,26 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/internal/process"
 )
 
 // A cluster's first deploy: replicas start at the same instant on an empty
@@ -70,14 +75,19 @@ func TestLaunchRefusesAnExecutorIDInUse(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	host, err := os.Hostname()
+	here, err := os.Hostname()
 	require.NoError(t, err)
+	host := here
 	dead := exec.Command("true")
 	require.NoError(t, dead.Run())
 	holder := func(id, host string, pid int, age time.Duration) {
 		t.Helper()
-		_, err := pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, started_at, heartbeat_at)
-			VALUES ($1, 'v', $2, $3, now(), now() - make_interval(secs => $4))`, id, host, pid, age.Seconds())
+		ns := "another-machine"
+		if host == here {
+			ns = process.Namespace()
+		}
+		_, err := pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, pid_namespace, started_at, heartbeat_at)
+			VALUES ($1, 'v', $2, $3, $4, now(), now() - make_interval(secs => $5))`, id, host, pid, ns, age.Seconds())
 		require.NoError(t, err)
 	}
 	launch := func(id string) error {
@@ -103,10 +113,104 @@ func TestLaunchRefusesAnExecutorIDInUse(t *testing.T) {
 	holder("here-dead", host, dead.Process.Pid, time.Second)
 	require.NoError(t, launch("here-dead"), "a dead holder on this machine is taken over at once")
 
-	holder("elsewhere-stale", "another-host", 4242, engine.ExecutorStale+time.Second)
+	holder("elsewhere-stale", "another-host", 4242, engine.DefaultExecutorLease+time.Second)
 	require.NoError(t, launch("elsewhere-stale"), "a holder elsewhere is taken over once its heartbeat is stale")
 
 	var pid int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT pid FROM helix.executors WHERE executor_id = 'here-dead'`).Scan(&pid))
 	require.Equal(t, os.Getpid(), pid)
+}
+
+// A replica that stops for good (a rolling deploy, a scale-down) leaves
+// sessions waiting for approvals. Its row is marked stopped, and exactly
+// one of the live replicas, all sweeping at once, claims it and recovers
+// every pending workflow; the approvals, given through any replica, are
+// delivered once and each approved tool runs once.
+func TestStoppedReplicaIsTakenOverOnceByOneOfItsPeers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var runs sync.Map
+	const sessions = 5
+	agent := func() *helix.Agent {
+		return &helix.Agent{
+			Name: "banker", Tools: []*helix.Tool{transferTool(&runs)}, InitialState: json.RawMessage(`{"notes":[]}`),
+			Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)), text("sent")),
+		}
+	}
+	type replica struct {
+		e   *engine.Engine
+		log *syncBuffer
+	}
+	start := func(id string, a *helix.Agent) replica {
+		t.Helper()
+		r := replica{log: &syncBuffer{}}
+		logger := zerolog.New(r.log)
+		e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: id, ExecutorLease: 2 * time.Second, Logger: &logger})
+		require.NoError(t, err)
+		require.NoError(t, e.Register(a))
+		require.NoError(t, e.Launch(t.Context()))
+		r.e = e
+		return r
+	}
+	a := agent()
+	leaving := start("leaving", a)
+	for i := range sessions {
+		h, err := leaving.e.Execute(t.Context(), a, engine.Input{Message: "pay"}, &engine.ExecuteOptions{SessionID: fmt.Sprintf("pay-%d", i)})
+		require.NoError(t, err)
+		require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
+	}
+	peers := make([]replica, 4)
+	for i := range peers {
+		peers[i] = start(fmt.Sprintf("peer-%d", i), agent())
+		t.Cleanup(func() { require.NoError(t, peers[i].e.Shutdown(context.Background())) })
+	}
+	require.NoError(t, leaving.e.Shutdown(t.Context()))
+
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var by string
+	var recovered int
+	require.Eventually(t, func() bool {
+		err := pool.QueryRow(t.Context(), `SELECT coalesce(taken_over_by, ''), coalesce(recovered_workflows, -1)
+			FROM helix.executors WHERE executor_id = 'leaving' AND recovered_at IS NOT NULL`).Scan(&by, &recovered)
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "a peer takes the stopped replica over")
+	require.Equal(t, sessions, recovered, "every waiting session's workflow is recovered")
+	claims := 0
+	for _, p := range peers {
+		claims += strings.Count(p.log.String(), `"event":"executor.took_over","executorId":"leaving"`)
+	}
+	require.Equal(t, 1, claims, "one peer claims it (by %s)", by)
+
+	for i := range sessions {
+		sid := fmt.Sprintf("pay-%d", i)
+		p := peers[i%len(peers)].e
+		res, err := p.SubmitToolResult(t.Context(), sid, helix.Approve("t1", "ok"))
+		require.NoError(t, err)
+		require.False(t, res.AlreadyCompleted)
+		h, err := p.Run(t.Context(), sid, "")
+		require.NoError(t, err)
+		waitFor(t, h, helix.AgentCompleted)
+	}
+	// Every session's call has the ID t1: the tool ran once per session.
+	require.EqualValues(t, sessions, executions2(&runs, "t1"), "each approved tool ran exactly once")
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

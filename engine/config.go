@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,9 +18,12 @@ import (
 const (
 	// DefaultAppName names the DBOS application.
 	DefaultAppName = "helix-dbos"
-	// DefaultExecutorID is DBOS's own default: fine for one process. Give
-	// every process of a cluster its own stable ID.
-	DefaultExecutorID = "local"
+	// DefaultExecutorLease is how long an executor may go without a
+	// heartbeat before a live one takes its sessions over.
+	DefaultExecutorLease = 30 * time.Second
+	// MinExecutorLease is the shortest lease accepted: heartbeats every
+	// lease/3 must fit comfortably in it.
+	MinExecutorLease = time.Second
 	// DefaultApplicationVersion is a constant, not a binary hash, so a
 	// rebuild does not strand pending or waiting sessions. Change it only
 	// with an incompatible change of your agents' tools or workflow code.
@@ -41,14 +47,30 @@ type Config struct {
 	// AppName names the DBOS application (3–256 of [a-z0-9-_]); default
 	// DefaultAppName.
 	AppName string
-	// ExecutorID identifies this process; DBOS recovers only its own
-	// executor's pending workflows at Launch. Default DefaultExecutorID.
-	// Two live processes with one ID are refused: Launch returns
-	// *ExecutorInUseError (see docs/engine.md, Launch).
+	// ExecutorID identifies this process in the cluster. Default: a new ID
+	// per process, "<hostname>-<pid>-<random>" (DefaultExecutorID), so
+	// replicas started with a zero Config never collide. A stable ID (a
+	// StatefulSet's pod name) lets a restarted process resume its own
+	// sessions at once; with either kind, a live engine takes over the
+	// sessions of one that stopped or died (ExecutorLease). Two live
+	// processes with one ID are refused: Launch returns
+	// *ExecutorInUseError (see docs/operations.md).
 	ExecutorID string
+	// ExecutorLease is how long this engine's sessions stay its own without
+	// a heartbeat: it heartbeats every lease/3, and once its last heartbeat
+	// is older than the lease, a live engine takes its sessions over. A
+	// process that cannot renew its lease pauses its steps before that
+	// (see docs/operations.md, zombies). Default DefaultExecutorLease;
+	// at least MinExecutorLease.
+	ExecutorLease time.Duration
 	// ApplicationVersion tags workflows; only workflows of the same version
 	// are recovered. Default DefaultApplicationVersion.
 	ApplicationVersion string
+	// DisableTakeover keeps this engine from taking over the sessions of
+	// executors that stopped or died (peers still take over its own). For
+	// short-lived engines of tools and scripts; a replica leaves it false.
+	// DBOS may still hand the engine a workflow another engine re-enqueued.
+	DisableTakeover bool
 	// SkipMigrations disables running the helix migrations at Launch (run
 	// `helix-dbos migrate up` or migrations.Up yourself).
 	SkipMigrations bool
@@ -64,6 +86,8 @@ func (c *Config) withDefaults() error {
 		return errors.New("engine: no database: set Config.DatabaseURL or Config.Pool")
 	case c.DatabaseURL != "" && c.Pool != nil:
 		return errors.New("engine: set Config.DatabaseURL or Config.Pool, not both")
+	case c.ExecutorLease != 0 && c.ExecutorLease < MinExecutorLease:
+		return fmt.Errorf("engine: Config.ExecutorLease must be at least %s (0 means the default %s), got %s", MinExecutorLease, DefaultExecutorLease, c.ExecutorLease)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("engine: Config.ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
 	}
@@ -71,7 +95,10 @@ func (c *Config) withDefaults() error {
 		c.AppName = DefaultAppName
 	}
 	if c.ExecutorID == "" {
-		c.ExecutorID = DefaultExecutorID
+		c.ExecutorID = DefaultExecutorID()
+	}
+	if c.ExecutorLease == 0 {
+		c.ExecutorLease = DefaultExecutorLease
 	}
 	if c.ApplicationVersion == "" {
 		c.ApplicationVersion = DefaultApplicationVersion
@@ -80,4 +107,18 @@ func (c *Config) withDefaults() error {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	return nil
+}
+
+// DefaultExecutorID returns a new executor ID for this process,
+// "<hostname>-<pid>-<6 hex digits>": distinct for every process, on one
+// machine or many. Its sessions outlive it: when the process stops or dies,
+// a live engine takes them over (Config.ExecutorLease).
+func DefaultExecutorID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }

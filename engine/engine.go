@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/dbos-inc/dbos-transact-golang/dbos/internals"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/rs/zerolog"
@@ -33,11 +35,15 @@ type Engine struct {
 	env   *steps.Env
 	turn  dbos.Workflow[workflows.TurnInput, steps.Outcome]
 
+	// lease is this process's executor lease, which fences step bodies.
+	lease *lease
+
 	mu       sync.Mutex
 	launched bool
 	closed   bool
 	hb       *heartbeat // set by Launch
 	wake     *loop      // the wake-up sweep, set by Launch
+	sweep    *loop      // the takeover sweep, set by Launch
 }
 
 // New builds an engine: it connects to the database and prepares DBOS, but
@@ -94,8 +100,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return fail(fmt.Errorf("engine: DBOS data source: %w", err))
 	}
 	env := steps.NewEnv(st, log)
-	env.DataSource, env.DBOS = ds, dctx
-	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env)}
+	l := newLease(cfg.ExecutorLease)
+	env.DataSource, env.DBOS, env.Fence = ds, dctx, l
+	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l}
 	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))
 	return e, nil
 }
@@ -169,7 +176,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		}
 	}
 	// Before DBOS launches: it recovers this executor ID's workflows.
-	hb, err := claimExecutor(ctx, e.pool, e.cfg.ExecutorID, e.cfg.ApplicationVersion)
+	hb, err := claimExecutor(ctx, e.pool, e.cfg.ExecutorID, e.cfg.AppName, e.cfg.ApplicationVersion, e.lease)
 	if err != nil {
 		if _, ok := errors.AsType[*ExecutorInUseError](err); ok {
 			return err
@@ -180,9 +187,14 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fmt.Errorf("engine: launch DBOS: %w", err)
 	}
 	e.launched = true
+	hb.onTakenOver, hb.onEvicted = e.rejoin, e.evicted
 	hb.start(ctx, &e.log)
 	e.hb = hb
 	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, &e.log)
+	if !e.cfg.DisableTakeover {
+		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, dbos: e.dbos, id: e.cfg.ExecutorID, app: e.cfg.AppName,
+			version: e.cfg.ApplicationVersion, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log})
+	}
 	if err := e.startOrphans(ctx); err != nil {
 		return fmt.Errorf("engine: start recorded runs: %w", err)
 	}
@@ -256,10 +268,24 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, max(0, time.Until(d)))
 	}
-	// Before DBOS, which closes the pool it shares with the heartbeat.
-	e.hb.stop(ctx)
+	// A connection of its own marks the executor stopped once DBOS has
+	// stopped (DBOS closes the pool).
+	var last *pgx.Conn
+	if e.hb != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if c, err := e.pool.Acquire(actx); err == nil {
+			last = c.Hijack()
+		} else {
+			e.log.Warn().Err(err).Str("event", "executor.unregister_failed").
+				Msg("no connection to mark this executor stopped; peers take its pending sessions over once its lease expires")
+		}
+		cancel()
+	}
+	e.hb.stop()
+	e.sweep.stop()
 	e.wake.stop()
 	err := dbos.Shutdown(e.dbos, timeout)
+	e.hb.markStopped(ctx, last)
 	if cerr := e.store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -268,6 +294,37 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// rejoin runs when the heartbeat finds this executor taken over by another
+// engine (this process was unresponsive for longer than its lease): every
+// workflow still pending under this executor ID is re-enqueued, so the
+// executions this process was running are fenced for good (DBOS rejects
+// their checkpoints) before the lease's new epoch lets new work run here.
+func (e *Engine) rejoin(_ context.Context, by string) error {
+	rt, err := internals.RuntimeOf(e.dbos)
+	if err != nil {
+		return fmt.Errorf("engine: rejoin after a takeover: %w", err)
+	}
+	if _, err := rt.RecoverPendingWorkflows([]string{e.cfg.ExecutorID}); err != nil {
+		return fmt.Errorf("engine: rejoin after a takeover by %s: re-enqueue this executor's pending workflows: %w", by, err)
+	}
+	return nil
+}
+
+// evicted runs when another process holds this engine's executor ID: the
+// engine stops (its steps are already fenced), as two live processes must
+// never share an ID.
+func (e *Engine) evicted(error) {
+	go func() {
+		if err := e.Shutdown(context.Background()); err != nil {
+			e.log.Warn().Err(err).Str("event", "engine.shutdown_failed").Msg("shutdown after losing the executor ID failed")
+		}
+	}()
+}
+
+// ExecutorID returns the engine's executor ID (Config.ExecutorID, or the
+// one it generated).
+func (e *Engine) ExecutorID() string { return e.cfg.ExecutorID }
 
 // Store returns the engine's store, for queries beyond the engine's own.
 func (e *Engine) Store() *postgres.Store { return e.store }

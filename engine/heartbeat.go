@@ -14,23 +14,26 @@ import (
 	"github.com/helix-agents/helix-dbos/internal/process"
 )
 
-// HeartbeatInterval is how often a launched engine refreshes its row in
-// helix.executors; `helix-dbos doctor` counts an executor whose heartbeat
-// is older than three intervals as gone.
-const HeartbeatInterval = 10 * time.Second
-
 // heartbeat records a launched engine in helix.executors (executor ID,
-// application version, host, pid) and keeps the row fresh, so operators
-// see which executors are alive and a second live process cannot take the
-// same ID. A row left by a process that died is taken over; a clean
-// Shutdown deletes it.
+// application, host, pid, lease) and renews its lease every lease/3, so
+// peers see it alive and a second live process cannot take the same ID. A
+// clean Shutdown marks the row stopped: its sessions are taken over at once.
 type heartbeat struct {
-	pool  *pgxpool.Pool
-	id    string
-	host  string
-	pid   int
-	log   *zerolog.Logger
-	beats *loop
+	pool    *pgxpool.Pool
+	id      string
+	app     string
+	version string
+	host    string
+	ns      string // process.Namespace
+	pid     int
+	lease   *lease
+	log     *zerolog.Logger
+	beats   *loop
+	// onTakenOver runs when a beat finds the row taken over by another
+	// engine (this process was a zombie); it returns once the executor
+	// rejoined. onEvicted runs when another process holds the ID.
+	onTakenOver func(ctx context.Context, by string) error
+	onEvicted   func(err error)
 }
 
 // ExecutorInUseError is Launch's refusal when another live process holds
@@ -42,82 +45,178 @@ type ExecutorInUseError struct {
 	Host          string
 	PID           int
 	LastHeartbeat time.Time
+	// Lease is the holder's lease: the ID is free once its last heartbeat
+	// is older than that.
+	Lease time.Duration
 }
 
 func (e *ExecutorInUseError) Error() string {
 	return fmt.Sprintf("engine: executor ID %q is in use by process %d on %s (heartbeat %s ago): two live processes must never "+
-		"share an executor ID (both would recover the same workflows); give this process another Config.ExecutorID, or stop that one "+
-		"(a holder that died on another machine frees the ID %s after its last heartbeat; on this machine at once)",
-		e.ExecutorID, e.PID, e.Host, time.Since(e.LastHeartbeat).Round(time.Second), ExecutorStale)
+		"share an executor ID (both would recover the same workflows); give this process another executor ID (Config.ExecutorID, "+
+		"or --executor-id for helix-dbos; by default each process gets a new one), or stop that one (a holder that died on another machine frees the ID %s after its "+
+		"last heartbeat; on this machine at once)",
+		e.ExecutorID, e.PID, e.Host, time.Since(e.LastHeartbeat).Round(time.Second), e.Lease)
 }
-
-// ExecutorStale is when an executor whose heartbeat stopped counts as dead:
-// three missed heartbeats.
-const ExecutorStale = 3 * HeartbeatInterval
 
 // claimExecutor records this process in helix.executors under id before
 // DBOS launches (and recovers id's workflows). It refuses with
-// *ExecutorInUseError when another live process holds the ID: its
-// heartbeat is fresh and it runs on another machine, or on this one. A
-// holder on this machine whose process is gone (SIGKILL, a crash) is taken
-// over at once; elsewhere, once its heartbeat is stale.
-func claimExecutor(ctx context.Context, pool *pgxpool.Pool, id, version string) (*heartbeat, error) {
+// *ExecutorInUseError when another live process holds the ID: its lease
+// is fresh and it runs on another machine, or on this one. A holder that
+// stopped, was taken over, or died on this machine (SIGKILL, a crash) is
+// replaced at once; elsewhere, once its lease expired.
+func claimExecutor(ctx context.Context, pool *pgxpool.Pool, id, app, version string, l *lease) (*heartbeat, error) {
 	host, _ := os.Hostname()
-	h := &heartbeat{pool: pool, id: id, host: host, pid: os.Getpid()}
+	h := &heartbeat{pool: pool, id: id, app: app, version: version, host: host, ns: process.Namespace(), pid: os.Getpid(), lease: l}
 	prev := ExecutorInUseError{ExecutorID: id}
 	var fresh bool
-	err := pool.QueryRow(ctx, `SELECT COALESCE(hostname, ''), COALESCE(pid, 0), heartbeat_at,
-			heartbeat_at > now() - make_interval(secs => $2)
-		FROM helix.executors WHERE executor_id = $1`, id, ExecutorStale.Seconds()).Scan(&prev.Host, &prev.PID, &prev.LastHeartbeat, &fresh)
+	var leaseMS int64
+	var prevNS string
+	err := pool.QueryRow(ctx, `SELECT COALESCE(hostname, ''), COALESCE(pid, 0), COALESCE(pid_namespace, ''), heartbeat_at, lease_ms,
+			stopped_at IS NULL AND taken_over_by IS NULL AND heartbeat_at > now() - lease_ms * interval '1 millisecond'
+		FROM helix.executors WHERE executor_id = $1`, id).Scan(&prev.Host, &prev.PID, &prevNS, &prev.LastHeartbeat, &leaseMS, &fresh)
 	exists := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
-	self := prev.Host == host && prev.PID == h.pid // the CLI claims the row before it launches the engine
-	if exists && fresh && !self && (prev.Host != host || process.Alive(prev.PID)) {
+	prev.Lease = time.Duration(leaseMS) * time.Millisecond
+	// A holder whose process this one can see (same boot, same pid
+	// namespace) is checked; any other is alive while its lease is fresh.
+	visible := h.ns != "" && prevNS == h.ns
+	if exists && fresh && (!visible || (prev.PID != h.pid && process.Alive(prev.PID))) {
 		return nil, &prev
 	}
 	// Compare and set: the row is taken only as it was read, so of two
 	// processes claiming a dead holder's ID at once, one wins.
+	sent := time.Now()
 	var claimed bool
 	err = pool.QueryRow(ctx, `
-INSERT INTO helix.executors AS x (executor_id, application_version, hostname, pid, started_at, heartbeat_at)
-VALUES ($1, $2, $3, $4, now(), now())
-ON CONFLICT (executor_id) DO UPDATE SET application_version = EXCLUDED.application_version,
-	hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = now(), heartbeat_at = now()
-WHERE $5 AND COALESCE(x.hostname, '') = $6 AND COALESCE(x.pid, 0) = $7 AND x.heartbeat_at = $8
-RETURNING true`, id, version, host, h.pid, exists, prev.Host, prev.PID, prev.LastHeartbeat).Scan(&claimed)
+INSERT INTO helix.executors AS x (executor_id, app_name, application_version, hostname, pid, pid_namespace, lease_ms, started_at, heartbeat_at)
+VALUES ($1, $2, $3, $4, $5, $11, $6, now(), now())
+ON CONFLICT (executor_id) DO UPDATE SET app_name = EXCLUDED.app_name, application_version = EXCLUDED.application_version,
+	hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, pid_namespace = EXCLUDED.pid_namespace, lease_ms = EXCLUDED.lease_ms,
+	started_at = now(), heartbeat_at = now(),
+	stopped_at = NULL, taken_over_by = NULL, taken_over_at = NULL, recovered_at = NULL, recovered_workflows = NULL, recovery_error = NULL
+WHERE $7 AND COALESCE(x.hostname, '') = $8 AND COALESCE(x.pid, 0) = $9 AND x.heartbeat_at = $10
+RETURNING true`, id, app, version, host, h.pid, l.length.Milliseconds(), exists, prev.Host, prev.PID, prev.LastHeartbeat, h.ns).Scan(&claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("engine: executor ID %q was claimed by another process at the same moment: give each process its own Config.ExecutorID", id)
 	}
 	if err != nil {
 		return nil, err
 	}
+	l.renewed(sent)
 	return h, nil
 }
 
-// start refreshes the row every HeartbeatInterval until stop.
+// start renews the lease every lease/3 until stop; a failed renewal is
+// retried every second (the lease must not lapse for a transient error).
 func (h *heartbeat) start(ctx context.Context, log *zerolog.Logger) {
 	h.log = log
-	h.beats = every(ctx, HeartbeatInterval, func(ctx context.Context) {
-		if _, err := h.pool.Exec(ctx, `UPDATE helix.executors SET heartbeat_at = now()
-			WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, h.id, h.host, h.pid); err != nil && ctx.Err() == nil {
-			log.Warn().Err(err).Str("event", "executor.heartbeat_failed").Str("executorId", h.id).Msg("executor heartbeat failed; retrying")
+	interval := h.lease.length / 3
+	last, failing := time.Now(), false
+	h.beats = every(ctx, min(time.Second, interval), func(ctx context.Context) {
+		if !failing && time.Since(last) < interval {
+			return
 		}
+		last = time.Now()
+		failing = h.beat(ctx) != nil
 	})
 }
 
-// stop ends the refresh and deletes the row (this process's only).
-func (h *heartbeat) stop(ctx context.Context) {
-	if h == nil {
+// beat renews the lease once.
+func (h *heartbeat) beat(ctx context.Context) error {
+	sent := time.Now()
+	var renewed, missing bool
+	var by *string
+	var host string
+	var pid int
+	err := h.pool.QueryRow(ctx, `
+WITH renewed AS (
+	UPDATE helix.executors SET heartbeat_at = now()
+	WHERE executor_id = $1 AND hostname = $2 AND pid = $3 AND taken_over_by IS NULL AND stopped_at IS NULL
+	RETURNING executor_id)
+SELECT EXISTS (SELECT 1 FROM renewed), x.executor_id IS NULL, x.taken_over_by, COALESCE(x.hostname, ''), COALESCE(x.pid, 0)
+FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.host, h.pid).Scan(&renewed, &missing, &by, &host, &pid)
+	switch {
+	case err == nil && (renewed || missing):
+		if missing {
+			// An operator deleted the row: record this live executor again.
+			if err := h.recreate(ctx); err != nil {
+				return err
+			}
+		}
+		h.lease.renewed(sent)
+		return nil
+	case err != nil:
+		if ctx.Err() == nil {
+			h.log.Warn().Err(err).Str("event", "executor.heartbeat_failed").Str("executorId", h.id).
+				Dur("leaseLeft", time.Until(h.lease.deadline())).
+				Msg("executor heartbeat failed; retrying every second (steps pause if the lease runs out)")
+		}
+		return err
+	case host != h.host || pid != h.pid:
+		err := fmt.Errorf("engine: executor ID %q is now held by process %d on %s: this process was unresponsive for longer than its "+
+			"lease (%s) and the ID was claimed by another process; this engine stops running workflows: stop this process "+
+			"(and give each process its own executor ID)", h.id, pid, host, h.lease.length)
+		h.log.Error().Str("event", "executor.evicted").Str("executorId", h.id).Str("holderHost", host).Int("holderPid", pid).Msg(err.Error())
+		h.lease.evict(err)
+		if h.onEvicted != nil {
+			h.onEvicted(err)
+		}
+		return nil
+	default:
+		taker := "(stopped)"
+		if by != nil {
+			taker = *by
+		}
+		h.log.Error().Str("event", "executor.taken_over").Str("executorId", h.id).Str("takenOverBy", taker).
+			Msg("this executor's lease expired while the process was unresponsive and its sessions were taken over; the loops it was " +
+				"running are fenced (they record nothing more), and it rejoins the cluster to serve new work")
+		h.lease.suspend()
+		if err := h.onTakenOver(ctx, taker); err != nil {
+			return err
+		}
+		sent = time.Now()
+		if _, err := h.pool.Exec(ctx, `UPDATE helix.executors SET heartbeat_at = now(), started_at = now(), stopped_at = NULL,
+				taken_over_by = NULL, taken_over_at = NULL, recovered_at = NULL, recovered_workflows = NULL, recovery_error = NULL
+			WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, h.id, h.host, h.pid); err != nil {
+			return err
+		}
+		h.lease.rejoined(sent)
+		h.log.Warn().Str("event", "executor.rejoined").Str("executorId", h.id).Msg("executor rejoined the cluster after a takeover")
+		return nil
+	}
+}
+
+// recreate inserts this executor's row again if it is missing.
+func (h *heartbeat) recreate(ctx context.Context) error {
+	_, err := h.pool.Exec(ctx, `
+INSERT INTO helix.executors (executor_id, app_name, application_version, hostname, pid, pid_namespace, lease_ms, started_at, heartbeat_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now()) ON CONFLICT (executor_id) DO NOTHING`,
+		h.id, h.app, h.version, h.host, h.pid, h.ns, h.lease.length.Milliseconds())
+	return err
+}
+
+// stop ends the renewals.
+func (h *heartbeat) stop() {
+	if h != nil {
+		h.beats.stop()
+	}
+}
+
+// markStopped records a clean stop on conn (taken from the pool before
+// DBOS closed it), so peers take over what this executor left pending at
+// once, and closes conn.
+func (h *heartbeat) markStopped(ctx context.Context, conn *pgx.Conn) {
+	if h == nil || conn == nil {
 		return
 	}
-	h.beats.stop()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := h.pool.Exec(ctx, `DELETE FROM helix.executors WHERE executor_id = $1 AND hostname = $2 AND pid = $3`,
-		h.id, h.host, h.pid); err != nil {
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `UPDATE helix.executors SET stopped_at = now()
+		WHERE executor_id = $1 AND hostname = $2 AND pid = $3 AND taken_over_by IS NULL`, h.id, h.host, h.pid); err != nil {
 		h.log.Warn().Err(err).Str("event", "executor.unregister_failed").Str("executorId", h.id).
-			Msg("could not delete this executor's heartbeat row; doctor reports it gone once it is stale")
+			Msg("could not mark this executor stopped; peers take its pending sessions over once its lease expires")
 	}
 }

@@ -4,6 +4,7 @@ package integration_test
 // killed and the recovering process run, and the child's entry point.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,12 +31,22 @@ const (
 	crashEnvURL   = "HELIX_CRASH_DATABASE_URL"
 	crashEnvPoint = "HELIX_CRASH_KILL_POINT"
 	crashEnvGen   = "HELIX_CRASH_GEN"
+	// crashEnvExecutor overrides the child's executor ID (default
+	// crashExecutorID); crashEnvLease sets its executor lease.
+	crashEnvExecutor = "HELIX_CRASH_EXECUTOR"
+	crashEnvLease    = "HELIX_CRASH_LEASE"
 
 	// crashModeRun starts both sessions and waits to be killed.
 	crashModeRun = "run"
 	// crashModeRecover launches (DBOS recovers the executor's pending
 	// workflows) and exits 0 once every session's run completed.
 	crashModeRecover = "recover"
+	// crashModeZombie starts both sessions like crashModeRun, but its
+	// stalls end when the parent inserts into crash_release (after
+	// SIGSTOP, a takeover and SIGCONT); it then waits until its executor
+	// rejoined the cluster, runs crashAfterZombie to completion, and exits
+	// 0.
+	crashModeZombie = "zombie"
 )
 
 // Kill points (the value of crashEnvPoint): where the killed process stalls
@@ -96,6 +107,9 @@ CREATE TABLE crash_model_calls (
 	gen        int  NOT NULL,
 	at         timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+CREATE TABLE crash_release (
+	at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 CREATE TABLE crash_tool_runs (
 	key          text NOT NULL, -- ToolContext.IdempotencyKey()
 	session_id   text NOT NULL,
@@ -113,6 +127,8 @@ type crashRig struct {
 	pool  *pgxpool.Pool
 	gen   int
 	point string
+	// zombie: stalls end at the parent's release, not with the process.
+	zombie bool
 }
 
 // stall blocks a killed process (gen 1) at a kill point until the parent
@@ -121,11 +137,29 @@ func (r *crashRig) stall(ctx context.Context, when bool) error {
 	if r.gen != 1 || !when {
 		return nil
 	}
+	if r.zombie {
+		return r.awaitRelease(ctx)
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(crashStall):
 		return errors.New("crash test: stalled process was never killed")
+	}
+}
+
+// awaitRelease polls crash_release until the parent released the stalls.
+func (r *crashRig) awaitRelease(ctx context.Context) error {
+	for {
+		var released bool
+		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM crash_release)`).Scan(&released); err != nil || released {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 
@@ -244,7 +278,7 @@ func runCrashChild(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	rig := &crashRig{pool: pool, gen: gen, point: point}
+	rig := &crashRig{pool: pool, gen: gen, point: point, zombie: mode == crashModeZombie}
 	agent, sessions, input := rig.agent(), crashSessions, "Record alpha, beta and gamma."
 	switch mode {
 	case hitlModeRun, hitlModeRecover:
@@ -254,7 +288,14 @@ func runCrashChild(ctx context.Context) error {
 		agent, sessions, input = rig.companionLead(), []string{companionTarget}, companionInput
 		mode = map[string]string{companionModeRun: crashModeRun, companionModeRecover: crashModeRecover}[mode]
 	}
-	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: crashExecutorID, Logger: &log, ShutdownTimeout: 2 * time.Second})
+	cfg := engine.Config{DatabaseURL: url, ExecutorID: cmp.Or(os.Getenv(crashEnvExecutor), crashExecutorID), Logger: &log,
+		ShutdownTimeout: 2 * time.Second}
+	if v := os.Getenv(crashEnvLease); v != "" {
+		if cfg.ExecutorLease, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("%s: %w", crashEnvLease, err)
+		}
+	}
+	e, err := engine.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -262,12 +303,20 @@ func runCrashChild(ctx context.Context) error {
 	if err := e.Register(agent); err != nil {
 		return err
 	}
-	// In recover mode this is the recovery: DBOS resumes the pending
-	// workflows of crashExecutorID here.
+	// In recover mode with crashExecutorID this is the recovery: DBOS
+	// resumes the executor's pending workflows here. With another executor
+	// ID, the engine's takeover sweep claims the dead executor's.
 	if err := e.Launch(ctx); err != nil {
 		return err
 	}
 	switch mode {
+	case crashModeZombie:
+		for _, sid := range sessions {
+			if _, err := e.Execute(ctx, agent, engine.Input{Message: input}, &engine.ExecuteOptions{SessionID: sid}); err != nil {
+				return err
+			}
+		}
+		return runZombie(ctx, e, agent, pool, cfg.ExecutorID, input)
 	case crashModeRun:
 		for _, sid := range sessions {
 			if _, err := e.Execute(ctx, agent, engine.Input{Message: input},
@@ -307,8 +356,7 @@ func runCrashChild(ctx context.Context) error {
 		// Child workflows (companions) may end just after their parent
 		// got what it waited for.
 		for {
-			pending, err := dbos.ListWorkflows(e.DBOS(), dbos.WithFilterStatus(dbos.WorkflowStatusPending),
-				dbos.WithFilterExecutorIDs(crashExecutorID))
+			pending, err := dbos.ListWorkflows(e.DBOS(), dbos.WithFilterStatus(dbos.WorkflowStatusPending))
 			if err != nil {
 				return err
 			}
@@ -329,4 +377,47 @@ func runCrashChild(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("unknown mode %q", mode)
+}
+
+// crashAfterZombie is the session a zombie runs once it rejoined.
+const crashAfterZombie = "crash-after-zombie"
+
+// runZombie is the rest of a zombie's life after the parent resumed it: it
+// waits until its executor rejoined the cluster (its row renewed after the
+// release), then serves new work: one session, to completion.
+func runZombie(ctx context.Context, e *engine.Engine, agent *helix.Agent, pool *pgxpool.Pool, id, input string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rig := &crashRig{pool: pool}
+	if err := rig.awaitRelease(ctx); err != nil {
+		return err
+	}
+	for {
+		var rejoined bool
+		err := pool.QueryRow(ctx, `SELECT x.taken_over_by IS NULL AND x.started_at > r.at
+			FROM helix.executors x, crash_release r WHERE x.executor_id = $1`, id).Scan(&rejoined)
+		if err != nil {
+			return fmt.Errorf("waiting to rejoin: %w", err)
+		}
+		if rejoined {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("executor %s never rejoined: %w", id, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	h, err := e.Execute(ctx, agent, engine.Input{Message: input}, &engine.ExecuteOptions{SessionID: crashAfterZombie})
+	if err != nil {
+		return err
+	}
+	res, err := h.Await(ctx)
+	if err != nil {
+		return err
+	}
+	if res.Status != helix.AgentCompleted {
+		return fmt.Errorf("session %s ended %s: %s", crashAfterZombie, res.Status, res.Error)
+	}
+	return e.Shutdown(ctx)
 }

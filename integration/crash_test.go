@@ -139,8 +139,9 @@ var crashKills = []crashKill{
 }
 
 // TestCrashRecovery runs the engine in a child process, kills it with
-// SIGKILL at each kill point, and lets a new process with the same executor
-// ID finish every session. It then checks, from the tables, the promises of
+// SIGKILL at each kill point, and lets a new process finish every session:
+// one with the same executor ID, and a replica with another ID that takes
+// the dead executor over once its lease expired. It then checks, from the tables, the promises of
 // design §1 against an uninterrupted run of the same agent:
 //
 //   - every session completes, with exactly the reference transcript (no
@@ -159,41 +160,97 @@ func TestCrashRecovery(t *testing.T) {
 	server := serverURL(t)
 	ref := crashReference(t, server)
 	for _, k := range crashKills {
-		t.Run(k.name, func(t *testing.T) {
-			t.Parallel()
-			began := time.Now()
-			d := newCrashDB(t, server)
-			killed := startCrashChild(t, d.url, crashModeRun, k.point, 1)
-			killed.waitFor(t, "the kill point "+k.point, func(ctx context.Context) (bool, error) {
-				stalled, err := d.hasChunk(ctx, crashBystander, 1, helix.ChunkTextDelta)
-				if err != nil || !stalled {
-					return false, err
+		for _, to := range crashTakeovers {
+			t.Run(k.name+"/"+to.name, func(t *testing.T) {
+				t.Parallel()
+				began := time.Now()
+				d := newCrashDB(t, server)
+				killed := startCrashChild(t, d.url, crashModeRun, k.point, 1, to.killedEnv...)
+				killed.waitFor(t, "the kill point "+k.point, func(ctx context.Context) (bool, error) {
+					stalled, err := d.hasChunk(ctx, crashBystander, 1, helix.ChunkTextDelta)
+					if err != nil || !stalled {
+						return false, err
+					}
+					return k.reached(ctx, d)
+				})
+				killed.kill(t)
+				killedAt := d.now(t)
+				reachedAt := time.Since(began)
+				d.waitGone(t, killed.appName)
+				to.afterKill(t, d)
+
+				// The dead process's footprint.
+				for _, sid := range crashSessions {
+					require.Equal(t, "PENDING", d.workflowStatus(t, sid), "session %s", sid)
 				}
-				return k.reached(ctx, d)
+				require.Equal(t, 0, d.checkpointedModelCalls(t, crashBystander))
+				k.atKill(t, d)
+				seen := map[string][]store.StoredChunk{}
+				for _, sid := range crashSessions {
+					seen[sid] = d.chunks(t, sid)
+				}
+
+				recovering := startCrashChild(t, d.url, crashModeRecover, "", 2, to.recoveringEnv...)
+				recovering.wait(t)
+				t.Logf("killed after %s, recovered after %s", reachedAt.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+				to.check(t, d, killedAt)
+
+				d.requireRecovered(t, crashTarget, k, ref[crashTarget], seen[crashTarget])
+				d.requireRecovered(t, crashBystander, crashBystanderKill, ref[crashBystander], seen[crashBystander])
 			})
-			killed.kill(t)
-			reachedAt := time.Since(began)
-			d.waitGone(t, killed.appName)
-
-			// The dead process's footprint.
-			for _, sid := range crashSessions {
-				require.Equal(t, "PENDING", d.workflowStatus(t, sid), "session %s", sid)
-			}
-			require.Equal(t, 0, d.checkpointedModelCalls(t, crashBystander))
-			k.atKill(t, d)
-			seen := map[string][]store.StoredChunk{}
-			for _, sid := range crashSessions {
-				seen[sid] = d.chunks(t, sid)
-			}
-
-			recovering := startCrashChild(t, d.url, crashModeRecover, "", 2)
-			recovering.wait(t)
-			t.Logf("killed after %s, recovered after %s", reachedAt.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
-
-			d.requireRecovered(t, crashTarget, k, ref[crashTarget], seen[crashTarget])
-			d.requireRecovered(t, crashBystander, crashBystanderKill, ref[crashBystander], seen[crashBystander])
-		})
+		}
 	}
+}
+
+// crashTakeover is how the recovering process comes by the dead process's
+// sessions.
+type crashTakeover struct {
+	name string
+	// killedEnv and recoveringEnv are the children's extra environment.
+	killedEnv, recoveringEnv []string
+	// elsewhere: once killed, the dead executor is made to look like a
+	// process of another machine (whose pid cannot be checked from here),
+	// as when a whole node dies: its sessions move once its lease expired.
+	elsewhere bool
+}
+
+// crashTakeoverLease is the executor lease of both children in a takeover.
+const crashTakeoverLease = 2 * time.Second
+
+var crashTakeovers = []crashTakeover{
+	// A restart with the same executor ID: DBOS recovers the ID's workflows
+	// at Launch.
+	{name: "same_id"},
+	// A replica with another executor ID takes the dead one over after
+	// its lease.
+	{
+		name:          "takeover",
+		killedEnv:     []string{crashEnvLease + "=" + crashTakeoverLease.String()},
+		recoveringEnv: []string{crashEnvLease + "=" + crashTakeoverLease.String(), crashEnvExecutor + "=" + crashTakeoverID},
+		elsewhere:     true,
+	},
+}
+
+// crashTakeoverID is the executor ID of the replica that takes over.
+const crashTakeoverID = "crash-exec-b"
+
+func (to crashTakeover) afterKill(t *testing.T, d *crashDB) {
+	t.Helper()
+	if to.elsewhere {
+		d.moveElsewhere(t, crashExecutorID)
+	}
+}
+
+// check asserts who recovered the dead executor's sessions, and logs how
+// long after the kill the takeover came.
+func (to crashTakeover) check(t *testing.T, d *crashDB, killedAt time.Time) {
+	t.Helper()
+	if !to.elsewhere {
+		return
+	}
+	by, at := d.takenOver(t, crashExecutorID)
+	require.Equal(t, crashTakeoverID, by, "the live replica took the dead executor over")
+	t.Logf("taken over %s after the kill (lease %s)", at.Sub(killedAt).Round(time.Millisecond), crashTakeoverLease)
 }
 
 // crashRef is what an uninterrupted run of a session leaves.
@@ -560,6 +617,34 @@ func (d *crashDB) workflowStatus(t *testing.T, sid string) string {
 	return status
 }
 
+// now is the database's clock.
+func (d *crashDB) now(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	require.NoError(t, d.pool.QueryRow(t.Context(), `SELECT now()`).Scan(&now))
+	return now
+}
+
+// moveElsewhere makes an executor's row look like a process on another
+// machine: its liveness can no longer be checked by pid, only by its lease.
+func (d *crashDB) moveElsewhere(t *testing.T, id string) {
+	t.Helper()
+	tag, err := d.pool.Exec(t.Context(), `UPDATE helix.executors SET hostname = 'another-host', pid_namespace = 'another-machine'
+		WHERE executor_id = $1`, id)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "executor %s is recorded", id)
+}
+
+// takenOver reads which executor took id over, and when.
+func (d *crashDB) takenOver(t *testing.T, id string) (string, time.Time) {
+	t.Helper()
+	var by string
+	var at time.Time
+	require.NoError(t, d.pool.QueryRow(t.Context(), `SELECT coalesce(taken_over_by, ''), coalesce(taken_over_at, 'epoch')
+		FROM helix.executors WHERE executor_id = $1`, id).Scan(&by, &at))
+	return by, at
+}
+
 // waitGone waits until the server has dropped every connection of a killed
 // process, as it does when it notices the closed sockets.
 func (d *crashDB) waitGone(t *testing.T, appName string) {
@@ -583,7 +668,7 @@ type crashChild struct {
 // startCrashChild re-executes the test binary as a crash child (see init in
 // crash_child_test.go). Its connections carry an application_name naming
 // its gen.
-func startCrashChild(t *testing.T, dbURL, mode, point string, gen int) *crashChild {
+func startCrashChild(t *testing.T, dbURL, mode, point string, gen int, env ...string) *crashChild {
 	t.Helper()
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
@@ -602,6 +687,7 @@ func startCrashChild(t *testing.T, dbURL, mode, point string, gen int) *crashChi
 		crashEnvPoint+"="+point,
 		fmt.Sprintf("%s=%d", crashEnvGen, gen),
 	)
+	cmd.Env = append(cmd.Env, env...)
 	// Held open until Wait: the child exits when it reads EOF, should this
 	// process die without killing it.
 	_, err = cmd.StdinPipe()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -100,105 +101,117 @@ func TestHITLCrashRecovery(t *testing.T) {
 	t.Parallel()
 	server := serverURL(t)
 	for _, point := range []string{hitlKillWaiting, hitlKillConsumed} {
-		t.Run(point, func(t *testing.T) {
-			t.Parallel()
-			d := newCrashDB(t, server)
-			killed := startCrashChild(t, d.url, hitlModeRun, point, 1)
-			killed.waitFor(t, "the run to suspend", func(ctx context.Context) (bool, error) {
-				var status string
-				err := d.pool.QueryRow(ctx, `SELECT status FROM helix.runs WHERE session_id = $1`, hitlTarget).Scan(&status)
-				if isNoRowsErr(err) {
-					return false, nil
-				}
-				return status == string(helix.RunSuspendedClientTool), err
+		for _, to := range crashTakeovers {
+			t.Run(point+"/"+to.name, func(t *testing.T) {
+				t.Parallel()
+				testHITLCrash(t, server, point, to)
 			})
-			// A process that takes submissions but runs none of the
-			// session's workflows: a client. (An engine would not do: DBOS
-			// recovers a workflow by putting it on its internal queue,
-			// which any launched engine of the application version polls,
-			// and this one has not registered the agent.)
-			sub, err := engine.NewClient(t.Context(), engine.ClientConfig{DatabaseURL: d.url})
-			require.NoError(t, err)
-			defer func() { require.NoError(t, sub.Close()) }()
-			answer := func() {
-				r, err := helix.ClientToolResult("c1", map[string]string{"answer": "yes"})
-				require.NoError(t, err)
-				for _, s := range []helix.ToolSubmission{r, helix.Approve("g1", "ok")} {
-					res, err := sub.SubmitToolResult(t.Context(), hitlTarget, s)
-					require.NoError(t, err)
-					require.False(t, res.AlreadyCompleted)
-				}
-			}
-			if point == hitlKillWaiting {
-				killed.kill(t)
-				d.waitGone(t, killed.appName)
-				answer() // nothing runs the session now
-				require.Equal(t, "PENDING", d.workflowStatus(t, hitlTarget))
-			} else {
-				answer()
-				killed.waitFor(t, "the approved tool to start", func(ctx context.Context) (bool, error) {
-					var n int
-					err := d.pool.QueryRow(ctx, `SELECT count(*) FROM crash_tool_runs WHERE tool_call_id = 'g1' AND phase = 'start'`).Scan(&n)
-					return n == 1, err
-				})
-				killed.kill(t)
-				d.waitGone(t, killed.appName)
-			}
-
-			recovering := startCrashChild(t, d.url, hitlModeRecover, "", 2)
-			recovering.wait(t)
-
-			st, err := d.st.LoadState(t.Context(), hitlTarget)
-			require.NoError(t, err)
-			require.Equal(t, helix.SessionCompleted, st.Status, st.Error)
-			require.Empty(t, st.PendingClientToolCalls)
-			runs, err := d.st.ListRuns(t.Context(), hitlTarget)
-			require.NoError(t, err)
-			require.Len(t, runs, 1, "the suspended run itself finished")
-			require.Equal(t, "SUCCESS", d.workflowStatus(t, hitlTarget))
-
-			msgs := d.messages(t, hitlTarget)
-			var shape []string
-			for _, m := range msgs {
-				shape = append(shape, string(m.Role)+":"+m.ToolCallID)
-			}
-			require.Equal(t, []string{"user:", "assistant:", "tool:s1", "tool:c1", "tool:g1", "assistant:"}, shape,
-				"no message lost or repeated, results in the model's order")
-			require.JSONEq(t, `{"answer":"yes"}`, msgs[3].Content)
-			require.JSONEq(t, `{"recorded":"g1"}`, msgs[4].Content)
-
-			require.Equal(t, map[int][]int{1: {1}, 2: {2}}, d.modelCalls(t, hitlTarget), "each model step ran once")
-			tools := d.toolRuns(t, hitlTarget)
-			require.Equal(t, []int{1}, tools["s1"].starts, "the server tool ran once, before the suspension")
-			require.Equal(t, []int{1}, tools["s1"].dones)
-			wantStarts := []int{2}
-			if point == hitlKillConsumed {
-				wantStarts = []int{1, 2} // killed mid-tool: run again, same key
-			}
-			require.Equal(t, wantStarts, tools["g1"].starts)
-			require.Equal(t, []int{2}, tools["g1"].dones, "the approved tool's effect completed once")
-			require.Len(t, tools["g1"].keys, 1, "one idempotency key across processes")
-
-			var sent, consumed int
-			require.NoError(t, d.pool.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE consumed)
-				FROM dbos.notifications WHERE destination_uuid = $1`, runs[0].WorkflowID).Scan(&sent, &consumed))
-			require.Equal(t, 2, sent, "one message per answer")
-			require.Equal(t, 2, consumed, "each consumed once")
-
-			count := map[helix.ChunkType]int{}
-			ends := map[string]int{}
-			for _, c := range d.chunks(t, hitlTarget) {
-				count[c.Chunk.ChunkType()]++
-				if e, ok := c.Chunk.(*helix.ToolEndChunk); ok {
-					ends[e.ToolCallID]++
-				}
-			}
-			require.Equal(t, 1, count[helix.ChunkToolApprovalRequest])
-			require.Equal(t, 1, count[helix.ChunkToolApprovalResponse], "the approval was delivered once")
-			require.Equal(t, map[string]int{"s1": 1, "c1": 1, "g1": 1}, ends, "one tool_end per call")
-			require.Zero(t, count[helix.ChunkStreamResync], "no model attempt was lost")
-		})
+		}
 	}
+}
+
+func testHITLCrash(t *testing.T, server, point string, to crashTakeover) {
+	d := newCrashDB(t, server)
+	killed := startCrashChild(t, d.url, hitlModeRun, point, 1, to.killedEnv...)
+	killed.waitFor(t, "the run to suspend", func(ctx context.Context) (bool, error) {
+		var status string
+		err := d.pool.QueryRow(ctx, `SELECT status FROM helix.runs WHERE session_id = $1`, hitlTarget).Scan(&status)
+		if isNoRowsErr(err) {
+			return false, nil
+		}
+		return status == string(helix.RunSuspendedClientTool), err
+	})
+	// A process that takes submissions but runs none of the
+	// session's workflows: a client. (An engine would not do: DBOS
+	// recovers a workflow by putting it on its internal queue,
+	// which any launched engine of the application version polls,
+	// and this one has not registered the agent.)
+	sub, err := engine.NewClient(t.Context(), engine.ClientConfig{DatabaseURL: d.url})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	answer := func() {
+		r, err := helix.ClientToolResult("c1", map[string]string{"answer": "yes"})
+		require.NoError(t, err)
+		for _, s := range []helix.ToolSubmission{r, helix.Approve("g1", "ok")} {
+			res, err := sub.SubmitToolResult(t.Context(), hitlTarget, s)
+			require.NoError(t, err)
+			require.False(t, res.AlreadyCompleted)
+		}
+	}
+	var killedAt time.Time
+	if point == hitlKillWaiting {
+		killed.kill(t)
+		killedAt = d.now(t)
+		d.waitGone(t, killed.appName)
+		to.afterKill(t, d)
+		answer() // nothing runs the session now: it is between owners
+		require.Equal(t, "PENDING", d.workflowStatus(t, hitlTarget))
+	} else {
+		answer()
+		killed.waitFor(t, "the approved tool to start", func(ctx context.Context) (bool, error) {
+			var n int
+			err := d.pool.QueryRow(ctx, `SELECT count(*) FROM crash_tool_runs WHERE tool_call_id = 'g1' AND phase = 'start'`).Scan(&n)
+			return n == 1, err
+		})
+		killed.kill(t)
+		killedAt = d.now(t)
+		d.waitGone(t, killed.appName)
+		to.afterKill(t, d)
+	}
+
+	recovering := startCrashChild(t, d.url, hitlModeRecover, "", 2, to.recoveringEnv...)
+	recovering.wait(t)
+	to.check(t, d, killedAt)
+
+	st, err := d.st.LoadState(t.Context(), hitlTarget)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionCompleted, st.Status, st.Error)
+	require.Empty(t, st.PendingClientToolCalls)
+	runs, err := d.st.ListRuns(t.Context(), hitlTarget)
+	require.NoError(t, err)
+	require.Len(t, runs, 1, "the suspended run itself finished")
+	require.Equal(t, "SUCCESS", d.workflowStatus(t, hitlTarget))
+
+	msgs := d.messages(t, hitlTarget)
+	var shape []string
+	for _, m := range msgs {
+		shape = append(shape, string(m.Role)+":"+m.ToolCallID)
+	}
+	require.Equal(t, []string{"user:", "assistant:", "tool:s1", "tool:c1", "tool:g1", "assistant:"}, shape,
+		"no message lost or repeated, results in the model's order")
+	require.JSONEq(t, `{"answer":"yes"}`, msgs[3].Content)
+	require.JSONEq(t, `{"recorded":"g1"}`, msgs[4].Content)
+
+	require.Equal(t, map[int][]int{1: {1}, 2: {2}}, d.modelCalls(t, hitlTarget), "each model step ran once")
+	tools := d.toolRuns(t, hitlTarget)
+	require.Equal(t, []int{1}, tools["s1"].starts, "the server tool ran once, before the suspension")
+	require.Equal(t, []int{1}, tools["s1"].dones)
+	wantStarts := []int{2}
+	if point == hitlKillConsumed {
+		wantStarts = []int{1, 2} // killed mid-tool: run again, same key
+	}
+	require.Equal(t, wantStarts, tools["g1"].starts)
+	require.Equal(t, []int{2}, tools["g1"].dones, "the approved tool's effect completed once")
+	require.Len(t, tools["g1"].keys, 1, "one idempotency key across processes")
+
+	var sent, consumed int
+	require.NoError(t, d.pool.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE consumed)
+		FROM dbos.notifications WHERE destination_uuid = $1`, runs[0].WorkflowID).Scan(&sent, &consumed))
+	require.Equal(t, 2, sent, "one message per answer")
+	require.Equal(t, 2, consumed, "each consumed once")
+
+	count := map[helix.ChunkType]int{}
+	ends := map[string]int{}
+	for _, c := range d.chunks(t, hitlTarget) {
+		count[c.Chunk.ChunkType()]++
+		if e, ok := c.Chunk.(*helix.ToolEndChunk); ok {
+			ends[e.ToolCallID]++
+		}
+	}
+	require.Equal(t, 1, count[helix.ChunkToolApprovalRequest])
+	require.Equal(t, 1, count[helix.ChunkToolApprovalResponse], "the approval was delivered once")
+	require.Equal(t, map[string]int{"s1": 1, "c1": 1, "g1": 1}, ends, "one tool_end per call")
+	require.Zero(t, count[helix.ChunkStreamResync], "no model attempt was lost")
 }
 
 func isNoRowsErr(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -42,6 +42,9 @@ type Env struct {
 	// (cancelling a terminated companion's).
 	DBOS dbos.Context
 	Log  zerolog.Logger
+	// Fence, when set, fences the step bodies of workflow executions (see
+	// Fence); nil runs them unfenced.
+	Fence Fence
 
 	mu     sync.RWMutex
 	agents map[string]*AgentDef
@@ -110,9 +113,31 @@ func (e *Env) Agent(agentType string) (*AgentDef, error) {
 	return d, nil
 }
 
+// Fence is the engine's executor lease, as the workflows and steps see it.
+// A workflow execution takes an epoch when it starts (Acquire); a step body
+// runs, and writes to the stream, only while Check accepts the epoch: the
+// process's lease is valid and its sessions were not taken over by another
+// engine since. Both wait while the lease is not known to be valid.
+type Fence interface {
+	Acquire(ctx context.Context) (uint64, error)
+	Check(ctx context.Context, epoch uint64) error
+}
+
+// Check is e.Fence.Check, or nil without a fence.
+func (e *Env) Check(ctx context.Context, epoch uint64) error {
+	if e.Fence == nil {
+		return nil
+	}
+	return e.Fence.Check(ctx, epoch)
+}
+
 // RunInfo describes the run a workflow executes. It is the output of the
 // begin step and part of every later step's input.
 type RunInfo struct {
+	// Epoch is the executor-lease epoch of the workflow execution (see
+	// Fence): set by the workflow for each execution, never recorded.
+	Epoch uint64 `json:"-"`
+
 	SessionID     string `json:"sessionId"`
 	RunID         string `json:"runId"`
 	AgentType     string `json:"agentType"`

@@ -250,6 +250,9 @@ func (t *toolContext) Emit(eventName string, data any) error {
 	if err != nil {
 		return fmt.Errorf("emit %q: encode data: %w", eventName, err)
 	}
+	if err := t.env.Check(t.ctx, t.run.Epoch); err != nil {
+		return err
+	}
 	_, err = t.env.Store.Append(t.ctx, t.run.StreamID, []store.ChunkWrite{{RunID: t.run.RunID,
 		Chunk: &helix.CustomEventChunk{Base: base(t.run, t.step), EventName: eventName, Data: b}}})
 	return err

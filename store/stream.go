@@ -75,6 +75,11 @@ type CreateStreamOptions struct {
 type WriterOptions struct {
 	RunID   string
 	Attempt int
+	// Guard, when set, is called before each batch holding this writer's
+	// chunks is written; an error drops those chunks and fails the writer
+	// with it. The engine fences a step's stream writes with it: a process
+	// whose session was taken over writes none of its late chunks.
+	Guard func(ctx context.Context) error
 }
 
 // ChunkWrite is one chunk to append with its tags. The chunk's step (from its

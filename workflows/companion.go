@@ -64,7 +64,7 @@ func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, result
 			}
 			results[i] = r
 		case o.Cancel != "":
-			if _, err := dbos.RunAsStep(t.ctx, t.env.CancelWorkflow(o.Cancel), dbos.WithStepName(steps.NameCompanionCancel), retries); err != nil {
+			if _, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.CancelWorkflow(o.Cancel)), dbos.WithStepName(steps.NameCompanionCancel), retries); err != nil {
 				return nil, err
 			}
 			results[i] = *o.Result

@@ -56,7 +56,7 @@ func (t *turn) plan(step int, calls []helix.ToolCall) (p stepPlan, err error) {
 		for _, i := range gated {
 			in.Calls = append(in.Calls, calls[i])
 		}
-		required, err := dbos.RunAsStep(t.ctx, t.env.EvaluateApprovals(in), dbos.WithStepName(steps.NameApprovalGate), retries)
+		required, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.EvaluateApprovals(in)), dbos.WithStepName(steps.NameApprovalGate), retries)
 		if err != nil {
 			return stepPlan{}, err
 		}
@@ -150,7 +150,7 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 			return steps.Outcome{}, true, errIndex(c, len(calls))
 		}
 		if s := c.Submission; s != nil && s.IsApproved() {
-			r, err := dbos.RunAsStep(t.ctx, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index]}),
+			r, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index]})),
 				dbos.WithStepName(steps.NameRunTool), retries)
 			if err != nil {
 				return steps.Outcome{}, true, err

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +57,15 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if err != nil {
 			return steps.Outcome{}, err
 		}
+		// The lease epoch of this execution: its step bodies act only while
+		// this process still owns the session (a fencing token, not
+		// workflow state: it changes no step and is never recorded).
+		var epoch uint64
+		if env.Fence != nil {
+			if epoch, err = env.Fence.Acquire(ctx); err != nil {
+				return steps.Outcome{}, err
+			}
+		}
 		run, err := dbos.RunAsTransaction(ctx, env.DataSource,
 			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: wfID}),
 			dbos.WithStepName(steps.NameBeginRun))
@@ -63,6 +73,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return steps.Outcome{}, err
 		}
 		defer env.Forget(run.SessionID)
+		run.Epoch = epoch
 		persistent = run.Persistent
 		if run.Done != nil {
 			return *run.Done, nil
@@ -147,7 +158,7 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if err := t.deliverCompletions(); err != nil {
 		return steps.Outcome{}, true, err
 	}
-	m, err := dbos.RunAsStep(t.ctx, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step}), dbos.WithStepName(steps.NameCallModel), retries)
+	m, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step})), dbos.WithStepName(steps.NameCallModel), retries)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -215,7 +226,7 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	// made before them in the step, in the model's order.
 	staged := steps.StepPatches(results)
 	for _, i := range phase2 {
-		r, err := dbos.RunAsStep(ctx, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged}),
+		r, err := dbos.RunAsStep(ctx, fenced(t, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged})),
 			dbos.WithStepName(steps.NameRunTool), retries)
 		if err != nil {
 			return steps.Outcome{}, true, err
@@ -285,7 +296,7 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, re
 	if len(tools) == 1 && len(subs) == 0 {
 		// A lone call runs as a plain step: same step ID and record as
 		// through dbos.Go, without the goroutine hand-off.
-		r, err := dbos.RunAsStep(t.ctx, t.env.RunTool(input(tools[0])), dbos.WithStepName(steps.NameRunTool), retries)
+		r, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.RunTool(input(tools[0]))), dbos.WithStepName(steps.NameRunTool), retries)
 		results[tools[0]] = r
 		return nil, err
 	}
@@ -295,7 +306,7 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, re
 	}
 	chans := make([]<-chan dbos.StepOutcome[steps.ToolResult], len(tools))
 	for k, i := range tools {
-		ch, err := dbos.Go(t.ctx, t.env.RunTool(input(i)), dbos.WithStepName(steps.NameRunTool), retries)
+		ch, err := dbos.Go(t.ctx, fenced(t, t.env.RunTool(input(i))), dbos.WithStepName(steps.NameRunTool), retries)
 		if err != nil {
 			return nil, err
 		}
@@ -329,6 +340,15 @@ func (t *turn) validateOutput(args json.RawMessage) error {
 // error instead: its steps are not recorded and recovery re-runs them.
 func (t *turn) infraFailure(step int, cause error) (steps.Outcome, error) {
 	if t.ctx.Err() != nil {
+		return steps.Outcome{}, cause
+	}
+	if errors.Is(cause, dbos.ErrConflictingWorkflowID) {
+		// Fenced: another engine took the session over (this process's
+		// lease expired) or it was cancelled. Nothing of this execution is
+		// recorded from now on; DBOS waits for the owner's outcome.
+		t.env.Log.Error().Str("event", "run.taken_over").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
+			Int("step", step+1).Err(cause).
+			Msg("this process no longer owns the session (taken over by another engine after its executor lease expired, or cancelled): it stops the session's loop here and records nothing; the owner continues it")
 		return steps.Outcome{}, cause
 	}
 	t.env.Log.Error().Str("event", "run.step_failed").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
@@ -368,7 +388,7 @@ func (t *turn) fire(step int, events ...steps.HookEvent) error {
 	if !t.hooks || len(events) == 0 {
 		return nil
 	}
-	_, err := dbos.RunAsStep(t.ctx, t.env.FireHooks(steps.HooksInput{Run: t.run, Step: step, Events: events}),
+	_, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.FireHooks(steps.HooksInput{Run: t.run, Step: step, Events: events})),
 		dbos.WithStepName(steps.NameFireHooks), retries)
 	return err
 }
@@ -391,6 +411,23 @@ func stepEvents(in steps.CommitInput) []steps.HookEvent {
 	}
 	res := in.Model
 	return append(events, steps.HookEvent{Kind: steps.HookStepEnd, Step: &res})
+}
+
+// fenced wraps a step body so that it runs only while this process owns
+// the run's session (Env.Fence): a zombie's step fails with a fencing error
+// instead of acting a second time.
+func fenced[R any](t *turn, fn dbos.Step[R]) dbos.Step[R] {
+	if t.env.Fence == nil {
+		return fn
+	}
+	epoch := t.run.Epoch
+	return func(ctx context.Context) (R, error) {
+		if err := t.env.Fence.Check(ctx, epoch); err != nil {
+			var zero R
+			return zero, err
+		}
+		return fn(ctx)
+	}
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -20,17 +20,13 @@ import (
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
-// defaultCLIExecutorID is the DBOS executor ID of the engine `resume` and
-// `retry` start. A resumed run belongs to it: if the command dies before
-// the run ends, the next engine launched with this ID (another `resume`,
-// or your process configured with it) recovers the run.
-//
-// Only --executor-id on their command line replaces it: the executor-id of
-// the environment and the config file is serve's. A command that claimed
-// serve's ID would be refused while serve runs, and while it does not, its
-// engine would recover all of serve's pending runs and stop them when the
-// command exits.
-const defaultCLIExecutorID = "helix-cli"
+// The engine `resume` and `retry` start takes a new executor ID of its own
+// (engine.DefaultExecutorID) unless --executor-id on their command line
+// names one: the executor-id of the environment and the config file is
+// serve's, and a command holding serve's ID would be refused while serve
+// runs. A run the command started belongs to its engine while it runs; if
+// the command exits or dies first, a live engine (serve, or your process)
+// takes the run over (docs/operations.md).
 
 // cliDemoAgents are the agent types this CLI defines itself, by name.
 // Resuming a session needs its agent's model and tools, which live in the
@@ -160,9 +156,9 @@ func newResumeCmd(g *globals) *cobra.Command {
 			"this CLI defines the demo agent (" + strings.Join(slices.Sorted(maps.Keys(cliDemoAgents)), ", ") + ") and the agents of an agent file\n" +
 			"(--agents FILE, as `serve` runs them). Sessions of agents defined in Go are resumed by the\n" +
 			"process that defines them (engine.Resume).\n\n" +
-			"The run belongs to this command's executor ID (--executor-id, default " + defaultCLIExecutorID + "): if the\n" +
-			"command dies before the run ends, the next engine launched with that ID recovers it. Only the\n" +
-			"command line sets it: HELIX_EXECUTOR_ID and executor-id: in the config file are serve's.",
+			"The run belongs to this command's engine (executor ID: a new one, or --executor-id) while it runs:\n" +
+			"if the command exits or dies before the run ends, a live engine (serve) takes the run over.\n" +
+			"Only the command line sets the ID: HELIX_EXECUTOR_ID and executor-id: in the config file are serve's.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runContinue(cmd.Context(), cmd.OutOrStdout(), g, args[0], executorID, delay, "resumed", func(ctx context.Context, e *engine.Engine) (*engine.Handle, error) {
@@ -179,17 +175,18 @@ func newResumeCmd(g *globals) *cobra.Command {
 
 // addEngineFlags adds the settings of serve's engine: its executor ID and
 // its agent file.
-func addEngineFlags(f *pflag.FlagSet, executorID string) {
-	f.String("executor-id", executorID, "DBOS executor ID of this command's engine (env HELIX_EXECUTOR_ID)")
+func addEngineFlags(f *pflag.FlagSet) {
+	f.String("executor-id", "", "DBOS executor ID of this command's engine (env HELIX_EXECUTOR_ID; default: a new one per start, "+
+		"<hostname>-<pid>-<random>; give a stable one, such as a StatefulSet pod name, to resume at once after a restart)")
 	addAgentsFlag(f)
 }
 
 // addContinueFlags adds the flags of resume and retry: the agent file (a
 // setting) and the executor ID, which only this flag sets (see
-// defaultCLIExecutorID).
+// the comment above runContinue).
 func addContinueFlags(f *pflag.FlagSet, executorID *string) {
-	f.StringVar(executorID, "executor-id", defaultCLIExecutorID, "DBOS executor ID of this command's engine "+
-		"(this flag only: HELIX_EXECUTOR_ID and executor-id: in the config file are serve's)")
+	f.StringVar(executorID, "executor-id", "", "DBOS executor ID of this command's engine (default: a new one, "+
+		"<hostname>-<pid>-<random>; this flag only: HELIX_EXECUTOR_ID and executor-id: in the config file are serve's)")
 	addAgentsFlag(f)
 }
 
@@ -226,10 +223,14 @@ func runContinue(ctx context.Context, out io.Writer, g *globals, sessionID, exec
 	if agents.file != nil {
 		say("agents from %s: %s", g.cfg.Agents, strings.Join(agents.file.Names(), ", "))
 	}
-	if src := g.sources["executor-id"]; (src.Kind == sourceEnv || src.Kind == sourceFile) && g.cfg.ExecutorID != executorID {
-		say("executor %s, not %s from %s: that executor-id is serve's (pass --executor-id to choose this command's)", executorID, g.cfg.ExecutorID, src.Where)
+	if executorID == "" {
+		executorID = engine.DefaultExecutorID()
 	}
-	c, err := g.startEngine(ctx, url, engineOpts{executorID: executorID, agents: agents, claim: true, progress: say})
+	if src := g.sources["executor-id"]; (src.Kind == sourceEnv || src.Kind == sourceFile) && g.cfg.ExecutorID != executorID {
+		say("executor %s, not %s from %s: that executor-id is serve's (pass --executor-id to choose this command's)",
+			executorID, g.cfg.ExecutorID, src.Where)
+	}
+	c, err := g.startEngine(ctx, url, engineOpts{executorID: executorID, agents: agents, progress: say, oneShot: true})
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,22 @@ type executorInfo struct {
 	HeartbeatAt        *time.Time `json:"heartbeatAt,omitempty"`
 	// HeartbeatAge is the time since the last heartbeat, in seconds.
 	HeartbeatAge float64 `json:"heartbeatAgeSeconds,omitempty"`
+	// LeaseSeconds is the executor's lease: it is dead once its heartbeat
+	// is older than that.
+	LeaseSeconds float64 `json:"leaseSeconds,omitempty"`
+	// State is alive, stopped (a clean shutdown), dead (its lease expired)
+	// or taken-over (a live engine recovered its sessions); empty for an
+	// executor known only from its workflows.
+	State     string     `json:"state,omitempty"`
+	StoppedAt *time.Time `json:"stoppedAt,omitempty"`
+	// TakenOverBy and TakenOverAt record which live engine claimed the
+	// executor's sessions, and when; RecoveredAt when it re-enqueued its
+	// RecoveredWorkflows; RecoveryError the last failed attempt.
+	TakenOverBy        string     `json:"takenOverBy,omitempty"`
+	TakenOverAt        *time.Time `json:"takenOverAt,omitempty"`
+	RecoveredAt        *time.Time `json:"recoveredAt,omitempty"`
+	RecoveredWorkflows int        `json:"recoveredWorkflows,omitempty"`
+	RecoveryError      string     `json:"recoveryError,omitempty"`
 	// PendingWorkflows are the workflows DBOS would recover for it
 	// (PENDING, ENQUEUED or DELAYED).
 	PendingWorkflows int `json:"pendingWorkflows"`
@@ -321,6 +337,11 @@ func checkMigrations(ctx context.Context, conn *pgx.Conn, add func(doctorCheck))
 	return true
 }
 
+// takeoverGrace is how long past its lease a dead executor may keep its
+// pending workflows before doctor reports it: a live engine's takeover
+// sweep claims it within a few seconds.
+const takeoverGrace = 15 * time.Second
+
 // checkExecutors lists the executors and fails on a dead one that still
 // owns workflows.
 func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctorCheck) {
@@ -334,19 +355,31 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 	qctx, cancel := queryContext(ctx)
 	defer cancel()
 	rows, err := conn.Query(qctx, `SELECT executor_id, application_version, coalesce(hostname, ''), coalesce(pid, 0),
-		started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8 FROM helix.executors`)
+		started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8, lease_ms / 1000.0, stopped_at,
+		coalesce(taken_over_by, ''), taken_over_at, recovered_at, coalesce(recovered_workflows, 0), coalesce(recovery_error, '')
+		FROM helix.executors`)
 	if err != nil {
 		return fail(readExecutors, err)
 	}
 	for rows.Next() {
 		var e executorInfo
 		var started, beat time.Time
-		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &started, &beat, &e.HeartbeatAge); err != nil {
+		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &started, &beat, &e.HeartbeatAge,
+			&e.LeaseSeconds, &e.StoppedAt, &e.TakenOverBy, &e.TakenOverAt, &e.RecoveredAt, &e.RecoveredWorkflows, &e.RecoveryError); err != nil {
 			rows.Close()
 			return fail(readExecutors, err)
 		}
 		e.Heartbeat, e.StartedAt, e.HeartbeatAt = true, &started, &beat
-		e.Alive = e.HeartbeatAge < heartbeatStale.Seconds()
+		switch {
+		case e.TakenOverBy != "":
+			e.State = "taken-over"
+		case e.StoppedAt != nil:
+			e.State = "stopped"
+		case e.HeartbeatAge < e.LeaseSeconds:
+			e.State, e.Alive = "alive", true
+		default:
+			e.State = "dead"
+		}
 		byID[e.ExecutorID] = &e
 	}
 	rows.Close()
@@ -383,18 +416,33 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 		list = append(list, *e)
 	}
 	slices.SortFunc(list, func(a, b executorInfo) int { return strings.Compare(a.ExecutorID, b.ExecutorID) })
-	var alive, dead, silent []string
+	var alive, dead, silent, takenOver []string
 	for _, e := range list {
 		switch {
 		case e.Alive:
 			alive = append(alive, describeExecutor(e))
-		case e.Heartbeat && e.PendingWorkflows > 0:
+		case e.State == "taken-over" && e.RecoveryError != "":
 			dead = append(dead, e.ExecutorID)
 			c.Problems = append(c.Problems, doctorProblem{Subject: e.ExecutorID,
-				Problem: fmt.Sprintf("dead (last heartbeat %s ago, pid %d on %s) with %d pending workflow(s)",
-					fmtAge(e.HeartbeatAge), e.PID, e.Hostname, e.PendingWorkflows),
-				Hint: fmt.Sprintf("its workflows resume only in an engine launched with executor ID %s: restart the process that used it, "+
-					"or `helix-dbos serve --agents FILE --executor-id %s`", e.ExecutorID, e.ExecutorID)})
+				Problem: fmt.Sprintf("claimed by %s at %s, but recovering its workflows failed: %s", e.TakenOverBy, fmtTime(*e.TakenOverAt), e.RecoveryError),
+				Hint:    fmt.Sprintf("%s retries at every takeover sweep (a couple of seconds); if it persists, check that engine's log", e.TakenOverBy)})
+		case e.State == "taken-over":
+			what := fmt.Sprintf("%s taken over by %s at %s", e.ExecutorID, e.TakenOverBy, fmtTime(*e.TakenOverAt))
+			if e.RecoveredAt != nil {
+				what += fmt.Sprintf(" (%d workflow(s) recovered)", e.RecoveredWorkflows)
+			}
+			takenOver = append(takenOver, what)
+		case e.Heartbeat && e.PendingWorkflows > 0 && (e.State == "stopped" || e.HeartbeatAge > e.LeaseSeconds+takeoverGrace.Seconds()):
+			dead = append(dead, e.ExecutorID)
+			how := fmt.Sprintf("dead (last heartbeat %s ago, lease %s, pid %d on %s)", fmtAge(e.HeartbeatAge), fmtAge(e.LeaseSeconds), e.PID, e.Hostname)
+			if e.State == "stopped" {
+				how = fmt.Sprintf("stopped at %s (pid %d on %s)", fmtTime(*e.StoppedAt), e.PID, e.Hostname)
+			}
+			c.Problems = append(c.Problems, doctorProblem{Subject: e.ExecutorID,
+				Problem: fmt.Sprintf("%s with %d pending workflow(s), not taken over", how, e.PendingWorkflows),
+				Hint: fmt.Sprintf("a live engine of application version %s takes its sessions over within seconds: start one "+
+					"(`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID %s",
+					e.ApplicationVersion, e.ExecutorID)})
 		case !e.Heartbeat && e.PendingWorkflows > 0:
 			silent = append(silent, fmt.Sprintf("%s (%d pending workflow(s))", cmp.Or(e.ExecutorID, `""`), e.PendingWorkflows))
 		}
@@ -404,7 +452,7 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 		c.Status = checkFail
 		c.Summary = fmt.Sprintf("%d alive, %d dead with pending workflows", len(alive), len(dead))
 	case len(alive) == 0 && len(silent) == 0:
-		c.Status, c.Summary = checkWarn, "none recorded: no engine runs here now"
+		c.Status, c.Summary = checkWarn, "none alive: no engine runs here now"
 		c.Problems = append(c.Problems, doctorProblem{Problem: "no executor has a fresh heartbeat in helix.executors",
 			Hint: "start one (`helix-dbos serve --agents FILE`, or your own process with an engine): every launched engine records a heartbeat"})
 	default:
@@ -413,12 +461,15 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 			c.Summary += ": " + strings.Join(alive, "; ")
 		}
 	}
+	if len(takenOver) > 0 {
+		c.Summary += "; " + strings.Join(takenOver, "; ")
+	}
 	if len(silent) > 0 {
 		if c.Status == checkOK {
 			c.Status = checkWarn
 		}
 		c.Problems = append(c.Problems, doctorProblem{Problem: "own pending workflows but record no heartbeat: " + strings.Join(silent, ", "),
-			Hint: "no live engine has these executor IDs (an engine that never launched, or one from before heartbeats): start a process with each of these executor IDs"})
+			Hint: "no helix.executors row has these executor IDs (an engine from before heartbeats, or one of another application): a live engine of the same application and version adopts them within a minute; otherwise start a process with each of these executor IDs"})
 	}
 	return list, c
 }
@@ -499,7 +550,8 @@ ORDER BY s.updated_at`, grace.Seconds())
 			e := dead[s.ExecutorID]
 			s.Problem = fmt.Sprintf("its workflow %s belongs to executor %s, which is dead (last heartbeat %s ago)", s.WorkflowID, s.ExecutorID,
 				fmtAge(e.HeartbeatAge))
-			s.Hint = fmt.Sprintf("launch an engine with executor ID %s to recover it (`helix-dbos serve --agents FILE --executor-id %s`), or %s", s.ExecutorID, s.ExecutorID, abortRetry)
+			s.Hint = fmt.Sprintf("a live engine of application version %s takes it over within seconds: start one (`helix-dbos serve --agents FILE`), "+
+				"or restart the process with executor ID %s; or %s", e.ApplicationVersion, s.ExecutorID, abortRetry)
 		case overdue != nil:
 			s.Problem = fmt.Sprintf("its run %s (%s) waits for tool call(s) past their deadline: %s; the run should have timed them out", s.RunID, s.RunStatus, *overdue)
 			s.Hint = fmt.Sprintf("make sure a process with executor ID %s runs (it times the calls out when it recovers the run), or answer them (`helix-dbos submit %s <call> ...`), or %s",

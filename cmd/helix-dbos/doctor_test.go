@@ -115,6 +115,12 @@ func TestDoctorStuckSessions(t *testing.T) {
 	}
 	exec(`INSERT INTO helix.executors (executor_id, application_version, hostname, pid, heartbeat_at) VALUES
 		('alive', 'v', 'h1', 11, now()), ('gone', 'v', 'h2', 22, now() - interval '5 minutes 20 seconds'), ('stopped', 'v', 'h3', 33, now() - interval '1 hour')`)
+	// Executors taken over by a live one: recovered, and a recovery that
+	// keeps failing.
+	exec(`INSERT INTO helix.executors (executor_id, application_version, hostname, pid, heartbeat_at, taken_over_by, taken_over_at,
+		recovered_at, recovered_workflows, recovery_error) VALUES
+		('old', 'v', 'h4', 44, now() - interval '1 minute', 'alive', '2026-01-02 03:04:05+00', now(), 3, NULL),
+		('failing', 'v', 'h5', 55, now() - interval '1 minute', 'alive', '2026-01-02 03:04:05+00', NULL, NULL, 'recover: connection refused')`)
 
 	session("orphan", "wf-orphan", helix.RunRunning)
 	session("ended", "wf-ended", helix.RunRunning)
@@ -136,16 +142,18 @@ func TestDoctorStuckSessions(t *testing.T) {
 	r := runBin(t, o, "doctor", "--grace", "0s")
 	require.Equal(t, 1, r.code, "%s", r)
 	out := r.stdout
-	require.Contains(t, out, "✗ executors alive      2 alive, 1 dead with pending workflows\n"+
-		"    gone: dead (last heartbeat 5m ago, pid 22 on h2) with 1 pending workflow(s)\n"+
-		"      → its workflows resume only in an engine launched with executor ID gone: restart the process that used it, or `helix-dbos serve --agents FILE --executor-id gone`\n")
+	require.Regexp(t, `✗ executors alive      2 alive, 2 dead with pending workflows; old taken over by alive at 2026-01-02 \S+ \(3 workflow\(s\) recovered\)\n`, out)
+	require.Regexp(t, `    failing: claimed by alive at 2026-01-02 \S+, but recovering its workflows failed: recover: connection refused\n`+
+		`      → alive retries at every takeover sweep \(a couple of seconds\); if it persists, check that engine's log\n`, out)
+	require.Contains(t, out, "    gone: dead (last heartbeat 5m ago, lease 30s, pid 22 on h2) with 1 pending workflow(s), not taken over\n"+
+		"      → a live engine of application version v takes its sessions over within seconds: start one (`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID gone\n")
 	require.Contains(t, out, "✗ stuck sessions       5 stuck of 6 active\n")
 	require.Contains(t, out, "    orphan: its run run-orphan was recorded but its workflow wf-orphan never started (a process died in between)\n"+
 		"      → the next engine that launches starts it: start a process that defines agent billing (`helix-dbos serve --agents FILE`)\n")
 	require.Contains(t, out, "    ended: its workflow wf-ended ended ERROR, but the session is still active\n"+
 		"      → `helix-dbos abort ended` fails it, then `helix-dbos retry ended --agents FILE` runs it again\n")
 	require.Contains(t, out, "    dead: its workflow wf-dead belongs to executor gone, which is dead (last heartbeat 5m ago)\n"+
-		"      → launch an engine with executor ID gone to recover it (`helix-dbos serve --agents FILE --executor-id gone`), or `helix-dbos abort dead` fails it")
+		"      → a live engine of application version v takes it over within seconds: start one (`helix-dbos serve --agents FILE`), or restart the process with executor ID gone; or `helix-dbos abort dead` fails it")
 	require.Contains(t, out, "    overdue: its run run-overdue (suspended_client_tool) waits for tool call(s) past their deadline: call-1 (ask_user); the run should have timed them out\n")
 	require.Contains(t, out, "    norun: active, but it has no run: nothing will run it\n")
 	require.NotContains(t, out, "waiting:")
@@ -165,6 +173,11 @@ func TestDoctorStuckSessions(t *testing.T) {
 	require.Equal(t, 2, byID["alive"].PendingWorkflows)
 	require.False(t, byID["gone"].Alive)
 	require.False(t, byID["stopped"].Alive)
+	require.Equal(t, "dead", byID["gone"].State)
+	require.Equal(t, "taken-over", byID["old"].State)
+	require.Equal(t, "alive", byID["old"].TakenOverBy)
+	require.Equal(t, 3, byID["old"].RecoveredWorkflows)
+	require.Equal(t, "recover: connection refused", byID["failing"].RecoveryError)
 	require.Zero(t, byID["stopped"].PendingWorkflows, "a stopped executor without workflows is no problem")
 
 	// Within the grace period a run without a workflow is being started.

@@ -95,7 +95,6 @@ func (g *globals) agentsFor(ctx context.Context, url, sessionID, agentType strin
 // cliEngine is an engine a command started.
 type cliEngine struct {
 	e  *engine.Engine
-	hb *executorHeartbeat
 	id string
 }
 
@@ -104,9 +103,9 @@ type engineOpts struct {
 	executorID     string
 	agents         *cliAgentSet
 	skipMigrations bool
-	// claim records the executor ID in helix.executors with a heartbeat
-	// (and refuses an ID a live process holds). Off for a throwaway ID.
-	claim bool
+	// oneShot marks a command's short-lived engine: it takes no other
+	// executor's sessions over (a live replica does that).
+	oneShot bool
 	// progress reports each stage; nil is silent.
 	progress func(format string, args ...any)
 	// beforeLaunch runs after the agents are registered, before Launch
@@ -122,15 +121,19 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 	if say == nil {
 		say = func(string, ...any) {}
 	}
+	if o.executorID == "" {
+		o.executorID = engine.DefaultExecutorID()
+	}
 	say("starting an engine (executor %s)", o.executorID)
 	if err := ping(ctx, url); err != nil {
 		return nil, err
 	}
-	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, SkipMigrations: true, Logger: g.logger()})
+	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, SkipMigrations: true, Logger: g.logger(),
+		DisableTakeover: o.oneShot})
 	if err != nil {
 		return nil, err
 	}
-	c := &cliEngine{e: e, id: o.executorID}
+	c := &cliEngine{e: e, id: e.ExecutorID()}
 	defer func() {
 		if err != nil {
 			c.shutdown(ctx)
@@ -158,11 +161,6 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 			return nil, err
 		}
 	}
-	if o.claim {
-		if c.hb, err = claimExecutor(ctx, url, o.executorID, engine.DefaultApplicationVersion); err != nil {
-			return nil, err
-		}
-	}
 	if err := e.Launch(ctx); err != nil {
 		return nil, explain(err)
 	}
@@ -179,12 +177,10 @@ func ping(ctx context.Context, url string) error {
 	return conn.Close(ctx)
 }
 
-// shutdown stops the engine, then the heartbeat (freeing the executor ID):
-// runs still going stop at their next step and are recovered by the next
-// engine with this executor ID.
+// shutdown stops the engine: runs still going stop at their next step, and
+// a live engine takes them over (the executor is marked stopped).
 func (c *cliEngine) shutdown(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	_ = c.e.Shutdown(sctx)
-	c.hb.stop(sctx)
 }

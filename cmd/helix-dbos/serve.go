@@ -28,7 +28,6 @@ const (
 	// --allow-unauthenticated: a server that lets every caller control
 	// every session listens on this machine only unless told otherwise.
 	defaultUnauthenticatedAddr = "127.0.0.1:8080"
-	defaultServeExecutorID     = "helix-serve"
 	defaultShutdownTimeout     = 15 * time.Second
 	// minTokenLength is the secret length below which serve warns.
 	minTokenLength = 16
@@ -91,7 +90,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.String("addr", defaultServeAddr, "address to listen on (env HELIX_ADDR; with --allow-unauthenticated and no address given, "+defaultUnauthenticatedAddr+")")
-	addEngineFlags(f, defaultServeExecutorID)
+	addEngineFlags(f)
 	f.StringArray("auth-token", nil, "a bearer token as NAME:SECRET, NAME being the principal (repeatable; env HELIX_AUTH_TOKEN, comma-separated)")
 	f.Bool("allow-unauthenticated", false, "serve every caller without a token, as one principal (development only; env HELIX_ALLOW_UNAUTHENTICATED)")
 	f.Bool("skip-migrations", false, "do not run the helix migrations at start (env HELIX_SKIP_MIGRATIONS)")
@@ -220,7 +219,6 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 		executorID:     cfg.ExecutorID,
 		agents:         &cliAgentSet{all: file.All, file: file},
 		skipMigrations: cfg.SkipMigrations,
-		claim:          true,
 		progress:       say,
 		beforeLaunch: func(e *engine.Engine) error {
 			chat, err := aisdk.NewHandler(e, aisdk.Options{
@@ -248,7 +246,7 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "::" || host == "0.0.0.0") {
 		addr = net.JoinHostPort("localhost", port)
 	}
-	fmt.Fprintf(out, "listening on http://%s (executor %s)\n", addr, cfg.ExecutorID)
+	fmt.Fprintf(out, "listening on http://%s (executor %s)\n", addr, c.id)
 	printAgents(out, file)
 	if cfg.AllowUnauthenticated {
 		fmt.Fprintln(out, "authentication: none (--allow-unauthenticated)")

@@ -20,6 +20,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/internal/process"
 )
 
 // serveAddr waits for serve to listen and returns its address.
@@ -118,17 +119,20 @@ func TestServe(t *testing.T) {
 	// While it serves, doctor sees its executor alive; another process
 	// cannot take its executor ID.
 	doctor := mustBin(t, binOpts{env: env}, "doctor")
-	require.Regexp(t, `(?m)^✓ executors alive\s+1 alive: helix-serve \(pid \d+ on `, doctor)
-	second := runBin(t, binOpts{env: env}, "serve", "--agents", exampleAgents, "--addr", "127.0.0.1:0", "--allow-unauthenticated")
+	id := regexp.MustCompile(`\(executor (\S+)\)\n`).FindStringSubmatch(out)
+	require.NotNil(t, id, out)
+	require.Regexp(t, newExecutorID, id[1], "a new executor ID by default")
+	require.Regexp(t, `(?m)^✓ executors alive\s+1 alive: `+regexp.QuoteMeta(id[1])+` \(pid \d+ on `, doctor)
+	second := runBin(t, binOpts{env: env}, "serve", "--agents", exampleAgents, "--addr", "127.0.0.1:0", "--allow-unauthenticated", "--executor-id", id[1])
 	require.Equal(t, 1, second.code, "%s", second)
-	require.Contains(t, second.stderr, `executor ID "helix-serve" is in use by process`)
+	require.Contains(t, second.stderr, `executor ID "`+id[1]+`" is in use by process`)
 	require.Contains(t, second.stderr, "WARNING: --allow-unauthenticated: every caller can start, read, answer and abort every session.")
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, p.wait(t), "%s\n%s", p.stdout, p.stderr)
 	require.True(t, strings.HasSuffix(p.stdout.String(), "• shutting down: ending SSE streams, finishing requests, stopping the engine\nstopped\n"), p.stdout.String())
 	doctor = mustBin(t, binOpts{env: env}, "doctor")
-	require.Regexp(t, `(?m)^! executors alive\s+none recorded`, doctor, "a clean stop frees the executor ID")
+	require.Regexp(t, `(?m)^! executors alive\s+none alive`, doctor, "a clean stop marks the executor stopped")
 }
 
 // Without a token serve refuses to start, unless told to serve everyone;
@@ -161,8 +165,8 @@ func TestServeAuthenticationChoices(t *testing.T) {
 	st, done, err := openStoreURL(t.Context(), url)
 	require.NoError(t, err)
 	defer done()
-	_, err = st.Pool().Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid)
-		VALUES ('web-a', 'v', $1, $2)`, host, dead.ProcessState.Pid())
+	_, err = st.Pool().Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, pid_namespace)
+		VALUES ('web-a', 'v', $1, $2, $3)`, host, dead.ProcessState.Pid(), process.Namespace())
 	require.NoError(t, err)
 
 	// Settings from the environment, --allow-unauthenticated included.

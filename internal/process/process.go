@@ -5,6 +5,7 @@ package process
 import (
 	"errors"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -21,4 +22,21 @@ func Alive(pid int) bool {
 	}
 	err = p.Signal(syscall.Signal(0))
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// Namespace identifies the set of processes Alive can see: this boot of
+// this machine and this process-ID namespace (a container has its own).
+// Two processes with the same Namespace can check each other's liveness.
+// Empty where the system does not tell (then nothing is concluded from a
+// pid).
+func Namespace() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + "/" + ns
 }

@@ -155,6 +155,10 @@ func (b *batcher) flush(bt *batch) {
 	opts := b.st.shared.opts
 	ctx, cancel := context.WithTimeout(context.Background(), opts.retryTimeout+5*time.Second)
 	defer cancel()
+	if bt.items = guardItems(ctx, bt.items); len(bt.items) == 0 {
+		close(bt.done)
+		return
+	}
 	chunks := make([]encodedChunk, len(bt.items))
 	for i, it := range bt.items {
 		chunks[i] = it.chunk
@@ -195,6 +199,31 @@ func (b *batcher) flush(bt *batch) {
 			opts.logger.Warn().Err(perr).Msg("pruning stream write batch tokens failed")
 		}
 	}
+}
+
+// guardItems drops the items of writers whose guard refuses the write now,
+// failing those writers; each writer's guard is asked once per batch.
+func guardItems(ctx context.Context, items []batchItem) []batchItem {
+	refused := map[*writer]bool{}
+	kept := items[:0]
+	for _, it := range items {
+		w := it.w
+		if w.guard != nil {
+			no, asked := refused[w]
+			if !asked {
+				if err := w.guard(ctx); err != nil {
+					w.fail(fmt.Errorf("store: write to stream %s: %w", w.streamID, err))
+					no = true
+				}
+				refused[w] = no
+			}
+			if no {
+				continue
+			}
+		}
+		kept = append(kept, it)
+	}
+	return kept
 }
 
 // recordedOutcome reads the outcome of a batch that committed although its
@@ -288,6 +317,7 @@ type writer struct {
 	streamID string
 	runID    string
 	attempt  int
+	guard    func(context.Context) error
 
 	mu     sync.Mutex
 	err    error  // sticky: the first failed write
@@ -299,7 +329,7 @@ type writer struct {
 func (s *Store) NewWriter(streamID string, opts *store.WriterOptions) store.Writer {
 	w := &writer{st: s, streamID: streamID}
 	if opts != nil {
-		w.runID, w.attempt = opts.RunID, opts.Attempt
+		w.runID, w.attempt, w.guard = opts.RunID, opts.Attempt, opts.Guard
 	}
 	return w
 }

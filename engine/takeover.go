@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/dbos-inc/dbos-transact-golang/dbos/internals"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/internal/process"
+)
+
+// TakeoverSweepInterval bounds how often a launched engine looks for
+// executors to take over (a tenth of its lease when that is shorter): a
+// dead executor's sessions resume elsewhere within its lease plus this
+// interval plus DBOS's queue polling (about a second).
+const TakeoverSweepInterval = 2 * time.Second
+
+// TakenOverRetention is how long the row of an executor that is gone
+// (taken over, stopped or dead, with nothing pending) stays in
+// helix.executors for operators (`helix-dbos doctor`) before the sweep
+// deletes it.
+const TakenOverRetention = 7 * 24 * time.Hour
+
+// takeover is a launched engine's side of cluster takeover: it claims
+// executors that stopped, died or let their lease expire, and recovers
+// their pending workflows (DBOS re-enqueues them, and whichever engine of
+// the same application dequeues each one resumes it from its last step).
+type takeover struct {
+	pool    *pgxpool.Pool
+	dbos    dbos.Context
+	id      string
+	app     string
+	version string
+	ns      string // process.Namespace: whose pids this process can check
+	lease   time.Duration
+	log     *zerolog.Logger
+}
+
+// claimSQL claims, in one statement, every executor of this application
+// that left pending workflows and may be taken over: stopped, silent for
+// longer than its own lease, dead on this machine ($5), or claimed earlier
+// by an engine that did not finish recovering it (this one, to retry, or
+// one silent for a lease). Two engines sweeping at once lock the same rows; the second
+// re-checks each row after the first commits and skips it: one wins.
+const claimSQL = `
+UPDATE helix.executors x SET taken_over_by = $1, taken_over_at = now(), recovered_at = NULL, recovered_workflows = NULL
+WHERE x.executor_id <> $1 AND x.application_version = $2 AND COALESCE(x.app_name, $3) = $3
+  AND x.recovered_at IS NULL
+  AND CASE WHEN x.taken_over_by IS NULL
+      THEN x.stopped_at IS NOT NULL OR x.heartbeat_at < now() - x.lease_ms * interval '1 millisecond' OR x.executor_id = ANY($5)
+      ELSE x.taken_over_by = $1 OR x.taken_over_at < now() - make_interval(secs => $4)
+      END
+  AND EXISTS (SELECT 1 FROM dbos.workflow_status w
+              WHERE w.executor_id = x.executor_id AND w.status = 'PENDING' AND w.application_version = $2)
+RETURNING x.executor_id, x.stopped_at IS NOT NULL, extract(epoch FROM now() - x.heartbeat_at)::float8`
+
+// adoptSQL claims the executor IDs that own pending workflows of this
+// application but have no row (a process from before this version, which
+// deleted its row at a clean exit): it records each as stopped and taken
+// over by this engine, once (the primary key decides between sweepers).
+const adoptSQL = `
+INSERT INTO helix.executors (executor_id, app_name, application_version, started_at, heartbeat_at, stopped_at, taken_over_by, taken_over_at)
+SELECT DISTINCT w.executor_id, $3, $2, now(), now(), now(), $1, now()
+FROM dbos.workflow_status w
+WHERE w.status = 'PENDING' AND w.application_version = $2 AND (w.application_name = $3 OR w.application_name IS NULL)
+  AND w.executor_id IS NOT NULL AND w.executor_id <> $1
+  AND NOT EXISTS (SELECT 1 FROM helix.executors x WHERE x.executor_id = w.executor_id)
+ON CONFLICT (executor_id) DO NOTHING
+RETURNING executor_id, true, 0::float8`
+
+// startTakeover starts the sweep; stop the returned loop at Shutdown.
+func startTakeover(ctx context.Context, t *takeover) *loop {
+	interval := min(TakeoverSweepInterval, t.lease/10)
+	var sweeps int
+	return every(ctx, interval, func(ctx context.Context) {
+		// Executors without a row are a migration leftover: look for them
+		// at the first sweep, then every minute or so.
+		adopt := sweeps%int(max(1, time.Minute/interval)) == 0
+		sweeps++
+		if err := t.sweep(ctx, adopt); err != nil && ctx.Err() == nil {
+			t.log.Warn().Err(err).Str("event", "executor.takeover_failed").
+				Msg("takeover sweep failed; retrying at the next sweep (claimed executors are recovered then)")
+		}
+	})
+}
+
+// sweep claims the executors that may be taken over and recovers their
+// pending workflows.
+func (t *takeover) sweep(ctx context.Context, adopt bool) error {
+	dead, err := t.deadHere(ctx)
+	if err != nil {
+		return err
+	}
+	type claim struct {
+		id      string
+		stopped bool
+		silent  float64
+	}
+	var claims []claim
+	read := func(sql string, args ...any) error {
+		rows, err := t.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c claim
+			if err := rows.Scan(&c.id, &c.stopped, &c.silent); err != nil {
+				return err
+			}
+			claims = append(claims, c)
+		}
+		return rows.Err()
+	}
+	if err := read(claimSQL, t.id, t.version, t.app, t.lease.Seconds(), dead); err != nil {
+		return fmt.Errorf("claim executors: %w", err)
+	}
+	if adopt {
+		if err := read(adoptSQL, t.id, t.version, t.app); err != nil {
+			return fmt.Errorf("adopt executors without a row: %w", err)
+		}
+		if _, err := t.pool.Exec(ctx, `DELETE FROM helix.executors x
+			WHERE GREATEST(x.heartbeat_at, x.recovered_at) < now() - make_interval(secs => $1)
+			  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.executor_id = x.executor_id AND w.status = 'PENDING')`,
+			TakenOverRetention.Seconds()); err != nil {
+			return fmt.Errorf("prune executors taken over: %w", err)
+		}
+	}
+	var errs []error
+	for _, c := range claims {
+		if err := t.recover(ctx, c.id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.log.Info().Str("event", "executor.took_over").Str("executorId", c.id).Bool("stopped", c.stopped).
+			Float64("silentSeconds", c.silent).Msg("took over an executor that stopped or died: its pending sessions resume in this cluster")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("recover executors (retried at the next sweep): %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// recover re-enqueues dead's pending workflows and records the takeover as
+// complete; on failure it records the error and leaves the claim open, to
+// be retried.
+func (t *takeover) recover(ctx context.Context, dead string) error {
+	rt, err := internals.RuntimeOf(t.dbos)
+	var handles []dbos.WorkflowHandle[any]
+	if err == nil {
+		handles, err = rt.RecoverPendingWorkflows([]string{dead})
+	}
+	if err != nil {
+		err = fmt.Errorf("recover the pending workflows of executor %s: %w", dead, err)
+		if _, uerr := t.pool.Exec(ctx, `UPDATE helix.executors SET recovery_error = $3 WHERE executor_id = $1 AND taken_over_by = $2`,
+			dead, t.id, err.Error()); uerr != nil && ctx.Err() == nil {
+			t.log.Warn().Err(uerr).Str("executorId", dead).Msg("could not record a failed takeover")
+		}
+		return err
+	}
+	if _, err := t.pool.Exec(ctx, `UPDATE helix.executors SET recovered_at = now(), recovered_workflows = $3, recovery_error = NULL
+		WHERE executor_id = $1 AND taken_over_by = $2`, dead, t.id, len(handles)); err != nil {
+		return fmt.Errorf("record the takeover of executor %s: %w", dead, err)
+	}
+	return nil
+}
+
+// deadHere lists the executors whose process this one can see (same boot,
+// same pid namespace) and is gone: they are taken over at once, not after
+// their lease.
+func (t *takeover) deadHere(ctx context.Context) ([]string, error) {
+	dead := []string{}
+	if t.ns == "" {
+		return dead, nil
+	}
+	rows, err := t.pool.Query(ctx, `SELECT executor_id, pid FROM helix.executors
+		WHERE pid_namespace = $1 AND executor_id <> $2 AND taken_over_by IS NULL AND stopped_at IS NULL AND pid IS NOT NULL`, t.ns, t.id)
+	if err != nil {
+		return nil, fmt.Errorf("list the executors of this machine: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var pid int
+		if err := rows.Scan(&id, &pid); err != nil {
+			return nil, err
+		}
+		if !process.Alive(pid) {
+			dead = append(dead, id)
+		}
+	}
+	return dead, rows.Err()
+}
