@@ -12,7 +12,7 @@ GOBIN := $(or $(shell go env GOBIN),$(shell go env GOPATH)/bin)
 # An installed golangci-lint on PATH wins; otherwise the pinned one in GOBIN.
 GOLANGCI_LINT := $(or $(shell command -v golangci-lint 2>/dev/null),$(GOBIN)/golangci-lint)
 
-.PHONY: help test test-race stress vet lint bench
+.PHONY: help test test-race stress soak vet lint bench
 
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,6 +25,9 @@ test-race: ## Run every test with the race detector.
 
 stress: ## Hunt flaky tests: the suite 5x with -race, 5x more under CPU load (scripts/stress.sh; RUNS=, ARGS=).
 	scripts/stress.sh -n $(or $(RUNS),5) -- $(ARGS)
+
+soak: ## The long chaos run: 600 sessions over 10 min under kills, freezes and Postgres restarts (scripts/soak.sh; SESSIONS=, DURATION=).
+	SESSIONS=$(or $(SESSIONS),600) DURATION=$(or $(DURATION),10m) scripts/soak.sh
 
 vet: ## Run go vet.
 	go vet ./...

@@ -214,3 +214,60 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A workflow can be pending under an executor that was already taken over
+// and recovered: the executor, draining or frozen, dequeued its own
+// re-enqueued workflow before it stopped for good. Such a straggler is
+// claimed again once the first recovery is a lease old, and its session
+// completes.
+func TestStragglerOfAnExecutorTakenOverIsTakenOverAgain(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var runs sync.Map
+	agent := func() *helix.Agent {
+		return &helix.Agent{
+			Name: "banker", Tools: []*helix.Tool{transferTool(&runs)}, InitialState: json.RawMessage(`{"notes":[]}`),
+			Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)), text("sent")),
+		}
+	}
+	a := agent()
+	drainer, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: "drainer", ExecutorLease: 2 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, drainer.Register(a))
+	require.NoError(t, drainer.Launch(t.Context()))
+	h, err := drainer.Execute(t.Context(), a, engine.Input{Message: "pay"}, &engine.ExecuteOptions{SessionID: "straggler"})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
+	require.NoError(t, drainer.Shutdown(t.Context()))
+
+	// The state such an executor leaves: its row says it was taken over and
+	// recovered an hour ago, yet a workflow is pending under its ID.
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(t.Context(), `UPDATE helix.executors SET taken_over_by = 'earlier-peer', taken_over_at = now() - interval '1 hour',
+		recovered_at = now() - interval '1 hour', recovered_workflows = 1 WHERE executor_id = 'drainer'`)
+	require.NoError(t, err)
+	var pending int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dbos.workflow_status WHERE executor_id = 'drainer' AND status = 'PENDING'`).Scan(&pending))
+	require.Equal(t, 1, pending)
+
+	peer, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: "peer", ExecutorLease: 2 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, peer.Register(agent()))
+	require.NoError(t, peer.Launch(t.Context()))
+	t.Cleanup(func() { require.NoError(t, peer.Shutdown(context.Background())) })
+	require.Eventually(t, func() bool {
+		var by string
+		err := pool.QueryRow(t.Context(), `SELECT taken_over_by FROM helix.executors WHERE executor_id = 'drainer' AND recovered_at > now() - interval '1 minute'`).Scan(&by)
+		return err == nil && by == "peer"
+	}, 20*time.Second, 20*time.Millisecond, "the peer claims the straggler")
+
+	res, err := peer.SubmitToolResult(t.Context(), "straggler", helix.Approve("t1", "ok"))
+	require.NoError(t, err)
+	require.False(t, res.AlreadyCompleted)
+	h, err = peer.Run(t.Context(), "straggler", "")
+	require.NoError(t, err)
+	waitFor(t, h, helix.AgentCompleted)
+	require.EqualValues(t, 1, executions2(&runs, "t1"), "the approved tool ran once")
+}

@@ -11,8 +11,9 @@
 // Every run is one workflow (ID {sessionId}-turn-{N}, {sessionId}-resume-{N}
 // or {sessionId}-retry-{N}); every model call, tool call and step commit is
 // a checkpointed step, so a process that dies at any instant is replaced by
-// one (with the same executor ID) that continues each session from its last
-// completed step.
+// one that continues each session from its last completed step: a restart
+// with the same executor ID at once, or any live engine of the cluster once
+// the dead one's lease expired (Config.ExecutorLease; docs/operations.md).
 //
 // Import rule: everything in the module except cmd and integration.
 package engine

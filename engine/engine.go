@@ -254,9 +254,11 @@ func (e *Engine) start(sessionID, runID, workflowID string) error {
 	return nil
 }
 
-// Shutdown stops DBOS (running workflows stop at their next step and are
-// recovered by the next process with this executor ID), closes the store
-// and the pool. Idempotent.
+// Shutdown stops DBOS (running workflows stop at their next step; the
+// heartbeat goes on meanwhile), marks the executor stopped, so that a live
+// engine takes its pending sessions over at once (or the next process with
+// this executor ID recovers them), and closes the store and the pool.
+// Idempotent.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -281,10 +283,13 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		}
 		cancel()
 	}
-	e.hb.stop()
 	e.sweep.stop()
 	e.wake.stop()
+	// The heartbeat goes on while DBOS drains: the running steps keep
+	// their lease until they stop, and no peer takes them over meanwhile.
+	e.hb.draining()
 	err := dbos.Shutdown(e.dbos, timeout)
+	e.hb.stop()
 	e.hb.markStopped(ctx, last)
 	if cerr := e.store.Close(); cerr != nil && err == nil {
 		err = cerr

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,9 @@ type heartbeat struct {
 	lease   *lease
 	log     *zerolog.Logger
 	beats   *loop
+	// quiet silences failed renewals while the engine shuts down (DBOS
+	// closes the pool before the heartbeat stops).
+	quiet atomic.Bool
 	// onTakenOver runs when a beat finds the row taken over by another
 	// engine (this process was a zombie); it returns once the executor
 	// rejoined. onEvicted runs when another process holds the ID.
@@ -148,7 +152,7 @@ FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.
 		h.lease.renewed(sent)
 		return nil
 	case err != nil:
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !h.quiet.Load() {
 			h.log.Warn().Err(err).Str("event", "executor.heartbeat_failed").Str("executorId", h.id).
 				Dur("leaseLeft", time.Until(h.lease.deadline())).
 				Msg("executor heartbeat failed; retrying every second (steps pause if the lease runs out)")
@@ -195,6 +199,14 @@ INSERT INTO helix.executors (executor_id, app_name, application_version, hostnam
 VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now()) ON CONFLICT (executor_id) DO NOTHING`,
 		h.id, h.app, h.version, h.host, h.pid, h.ns, h.lease.length.Milliseconds())
 	return err
+}
+
+// draining marks the engine shutting down: renewals go on, their failures
+// are not logged.
+func (h *heartbeat) draining() {
+	if h != nil {
+		h.quiet.Store(true)
+	}
 }
 
 // stop ends the renewals.

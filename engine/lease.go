@@ -67,7 +67,11 @@ func (l *lease) rejoined(sent time.Time) {
 }
 
 // evict fences every execution for good: another process holds the ID.
-func (l *lease) evict(err error) { l.update(func() { l.evicted = err }) }
+// The error of every Acquire and Check from now on says why; it matches
+// dbos.ErrConflictingWorkflowID, so DBOS records nothing for the step.
+func (l *lease) evict(reason error) {
+	l.update(func() { l.evicted = &TakenOverError{Reason: reason.Error()} })
+}
 
 func (l *lease) update(fn func()) {
 	l.mu.Lock()
@@ -138,9 +142,16 @@ func (l *lease) wait(ctx context.Context, changed <-chan struct{}) error {
 // the step does not run here, and this process stops the session's loop.
 // It matches dbos.ErrConflictingWorkflowID, DBOS's fencing error, with
 // errors.Is.
-type TakenOverError struct{}
+type TakenOverError struct {
+	// Reason replaces the default message (another process now holds the
+	// executor ID).
+	Reason string
+}
 
 func (e *TakenOverError) Error() string {
+	if e.Reason != "" {
+		return e.Reason
+	}
 	return "engine: this executor's lease expired and its sessions were taken over by another engine: the step is not run here"
 }
 

@@ -43,17 +43,21 @@ type takeover struct {
 
 // claimSQL claims, in one statement, every executor of this application
 // that left pending workflows and may be taken over: stopped, silent for
-// longer than its own lease, dead on this machine ($5), or claimed earlier
-// by an engine that did not finish recovering it (this one, to retry, or
-// one silent for a lease). Two engines sweeping at once lock the same rows; the second
-// re-checks each row after the first commits and skips it: one wins.
+// longer than its own lease, dead on this machine ($5), claimed earlier by
+// an engine that did not finish recovering it (this one, to retry, or one
+// silent for a lease), or taken over and recovered more than a lease ago
+// but pending again: a straggler the dead executor dequeued after its
+// takeover (a draining or frozen process, before it stopped for good).
+// Two engines sweeping at once lock the same rows; the second re-checks
+// each row after the first commits and skips it: one wins.
 const claimSQL = `
 UPDATE helix.executors x SET taken_over_by = $1, taken_over_at = now(), recovered_at = NULL, recovered_workflows = NULL
 WHERE x.executor_id <> $1 AND x.application_version = $2 AND COALESCE(x.app_name, $3) = $3
-  AND x.recovered_at IS NULL
   AND CASE WHEN x.taken_over_by IS NULL
       THEN x.stopped_at IS NOT NULL OR x.heartbeat_at < now() - x.lease_ms * interval '1 millisecond' OR x.executor_id = ANY($5)
-      ELSE x.taken_over_by = $1 OR x.taken_over_at < now() - make_interval(secs => $4)
+      WHEN x.recovered_at IS NULL
+      THEN x.taken_over_by = $1 OR x.taken_over_at < now() - make_interval(secs => $4)
+      ELSE x.recovered_at < now() - make_interval(secs => $4)
       END
   AND EXISTS (SELECT 1 FROM dbos.workflow_status w
               WHERE w.executor_id = x.executor_id AND w.status = 'PENDING' AND w.application_version = $2)

@@ -59,8 +59,9 @@ type loop struct {
 	wg     sync.WaitGroup
 }
 
-// every runs fn every interval, in a goroutine of its own, until stop; fn's
-// context ends at stop (not with ctx, whose values it keeps).
+// every runs fn at once and then every interval, in a goroutine of its
+// own, until stop; fn's context ends at stop (not with ctx, whose values it
+// keeps).
 func every(ctx context.Context, interval time.Duration, fn func(ctx context.Context)) *loop {
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	l := &loop{cancel: cancel}
@@ -68,12 +69,12 @@ func every(ctx context.Context, interval time.Duration, fn func(ctx context.Cont
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
+			fn(lctx)
 			select {
 			case <-lctx.Done():
 				return
 			case <-t.C:
 			}
-			fn(lctx)
 		}
 	})
 	return l

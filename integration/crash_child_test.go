@@ -273,6 +273,13 @@ func runCrashChild(ctx context.Context) error {
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, NoColor: true, TimeFormat: "15:04:05.000"}).
 		Level(zerolog.InfoLevel).With().Timestamp().Int("gen", gen).Logger()
+	if mode == chaosModeWorker {
+		lease, err := time.ParseDuration(os.Getenv(crashEnvLease))
+		if err != nil {
+			return fmt.Errorf("%s: %w", crashEnvLease, err)
+		}
+		return runChaosWorker(ctx, url, os.Getenv(crashEnvExecutor), lease, log.With().Str("worker", os.Getenv(crashEnvExecutor)).Logger())
+	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return err
@@ -330,11 +337,18 @@ func runCrashChild(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		for _, sid := range sessions {
-			h, err := e.Run(ctx, sid, "")
-			if err != nil {
+			// Reads go on through a Postgres restart (the takeover tests
+			// restart it under this process).
+			var res helix.AgentResult
+			var h *engine.Handle
+			err := retryReads(ctx, func() error {
+				var err error
+				if h, err = e.Run(ctx, sid, ""); err != nil {
+					return err
+				}
+				res, err = h.Result(ctx)
 				return err
-			}
-			res, err := h.Result(ctx)
+			})
 			if err != nil {
 				return fmt.Errorf("session %s: %w", sid, err)
 			}
@@ -356,7 +370,12 @@ func runCrashChild(ctx context.Context) error {
 		// Child workflows (companions) may end just after their parent
 		// got what it waited for.
 		for {
-			pending, err := dbos.ListWorkflows(e.DBOS(), dbos.WithFilterStatus(dbos.WorkflowStatusPending))
+			var pending []dbos.WorkflowStatus
+			err := retryReads(ctx, func() error {
+				var err error
+				pending, err = dbos.ListWorkflows(e.DBOS(), dbos.WithFilterStatus(dbos.WorkflowStatusPending))
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -420,4 +439,20 @@ func runZombie(ctx context.Context, e *engine.Engine, agent *helix.Agent, pool *
 		return fmt.Errorf("session %s ended %s: %s", crashAfterZombie, res.Status, res.Error)
 	}
 	return e.Shutdown(ctx)
+}
+
+// retryReads runs read until it succeeds or ctx ends: a read (or a test
+// tool's write) that fails while Postgres restarts is tried again.
+func retryReads(ctx context.Context, read func() error) error {
+	for {
+		err := read()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

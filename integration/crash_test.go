@@ -407,7 +407,12 @@ type crashDB struct {
 
 func newCrashDB(t *testing.T, server string) *crashDB {
 	t.Helper()
-	u := pgtest.NewURLOn(t, server)
+	return newCrashDBAt(t, pgtest.NewURLOn(t, server))
+}
+
+// newCrashDBAt prepares the crash tables in the database at u.
+func newCrashDBAt(t *testing.T, u string) *crashDB {
+	t.Helper()
 	pool, err := pgxpool.New(t.Context(), u)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -431,7 +436,7 @@ func (d *crashDB) dump(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 	defer cancel()
 	for _, q := range []string{
-		`SELECT session_id, run_id, status, workflow_id FROM helix.runs ORDER BY created_at`,
+		`SELECT session_id, run_id, status, workflow_id FROM helix.runs ORDER BY run_id`,
 		`SELECT workflow_uuid, status, name, executor_id, recovery_attempts FROM dbos.workflow_status ORDER BY created_at`,
 		`SELECT workflow_uuid, function_id, function_name, error IS NOT NULL AS failed, left(output, 120) FROM dbos.operation_outputs ORDER BY workflow_uuid, function_id`,
 		`SELECT destination_uuid, topic, left(message, 120) FROM dbos.notifications`,

@@ -13,7 +13,8 @@
 # pulled, otherwise an equivalent image built from Debian packages.
 # HELIX_SKIP_DOCKER=1 skips that (and then skips the integration tests, loudly).
 # HELIX_TEST_JSONFILE=path also writes every test event there (go test -json),
-# as scripts/stress.sh does to tell which tests failed.
+# as scripts/stress.sh does to tell which tests failed. HELIX_TEST_PACKAGES
+# narrows the packages (default ./...), as scripts/soak.sh does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,11 +47,12 @@ else
 fi
 t1=$(date +%s)
 
-phase "go test ./... $*"
+packages=${HELIX_TEST_PACKAGES:-./...}
+phase "go test $packages $*"
 status=0
 jsonfile=()
 if [ -n "${HELIX_TEST_JSONFILE:-}" ]; then jsonfile=(--jsonfile "$HELIX_TEST_JSONFILE"); fi
-go tool -modfile=tools/go.mod gotestsum --format testname --format-hide-empty-pkg "${jsonfile[@]}" -- -count=1 "$@" ./... || status=$?
+go tool -modfile=tools/go.mod gotestsum --format testname --format-hide-empty-pkg "${jsonfile[@]}" -- -count=1 "$@" $packages || status=$?
 t2=$(date +%s)
 
 phase "summary"

@@ -20,6 +20,8 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/helix-agents/helix-dbos/engine"
 )
 
 // Configuration comes from flags, the environment and a YAML file, in that
@@ -55,6 +57,9 @@ type setting struct {
 	// secret values are redacted by `helix-dbos config`.
 	secret bool
 	help   string
+	// check, when set, validates a value of the setting (of its kind's
+	// type) wherever it comes from: flag, environment or file.
+	check func(v any) error
 }
 
 // settings are the configuration keys, in the order `config` prints them.
@@ -62,6 +67,8 @@ var settings = []setting{
 	{name: "database-url", secret: true, help: "Postgres URL of the database your engines use"},
 	{name: "verbose", kind: kindBool, help: "print engine logs on stderr"},
 	{name: "executor-id", help: "serve: the DBOS executor ID of the server's engine (resume and retry take --executor-id from their command line only)"},
+	{name: "executor-lease", kind: kindDuration, check: checkExecutorLease,
+		help: "serve: how long the engine's sessions stay its own without a heartbeat before a live engine takes them over"},
 	{name: "agents", help: "agent file (YAML) defining the agents serve runs and resume/retry can continue"},
 	{name: "addr", help: "serve: the address to listen on"},
 	{name: "auth-token", kind: kindList, secret: true, help: "serve: a bearer token, as principal:secret (several allowed)"},
@@ -75,12 +82,22 @@ type config struct {
 	DatabaseURL          string        `koanf:"database-url"`
 	Verbose              bool          `koanf:"verbose"`
 	ExecutorID           string        `koanf:"executor-id"`
+	ExecutorLease        time.Duration `koanf:"executor-lease"`
 	Agents               string        `koanf:"agents"`
 	Addr                 string        `koanf:"addr"`
 	AuthTokens           []string      `koanf:"auth-token"`
 	AllowUnauthenticated bool          `koanf:"allow-unauthenticated"`
 	SkipMigrations       bool          `koanf:"skip-migrations"`
 	ShutdownTimeout      time.Duration `koanf:"shutdown-timeout"`
+}
+
+// checkExecutorLease accepts a lease of at least engine.MinExecutorLease,
+// or 0 for the engine's default.
+func checkExecutorLease(v any) error {
+	if d, ok := v.(time.Duration); ok && d != 0 && d < engine.MinExecutorLease {
+		return fmt.Errorf("want a duration of at least %s, or 0 for the default %s; got %s", engine.MinExecutorLease, engine.DefaultExecutorLease, d)
+	}
+	return nil
 }
 
 func lookupSetting(name string) (setting, bool) {
@@ -146,6 +163,9 @@ func (g *globals) loadConfig(cmd *cobra.Command) error {
 				return "", nil
 			}
 			val, err := parseEnvValue(s, v)
+			if err == nil && s.check != nil {
+				err = s.check(val)
+			}
 			if err != nil && envErr == nil {
 				envErr = fmt.Errorf("environment variable %s: %w", k, err)
 			}
@@ -164,6 +184,15 @@ func (g *globals) loadConfig(cmd *cobra.Command) error {
 	}
 	if err := k.Merge(envK); err != nil {
 		return err
+	}
+	// A flag's value is checked like the environment's and the file's.
+	for _, s := range settings {
+		if s.check == nil || !changed(flags, s.name) {
+			continue
+		}
+		if err := s.check(posflag.FlagVal(flags, flags.Lookup(s.name))); err != nil {
+			return fmt.Errorf("--%s: %w", s.name, err)
+		}
 	}
 	// Changed flags override; the defaults of the command's own flags fill
 	// the keys nothing else set.
@@ -255,6 +284,9 @@ func loadConfigFile(k *koanf.Koanf, path string, explicit bool) error {
 			return fmt.Errorf("config file %s: unknown key %q (known keys: %s)", path, key, strings.Join(settingNames(), ", "))
 		}
 		val, err := fileValue(s, k.Get(key))
+		if err == nil && s.check != nil {
+			err = s.check(val)
+		}
 		if err != nil {
 			return fmt.Errorf("config file %s: %s: %w", path, key, err)
 		}
@@ -380,6 +412,7 @@ func newConfigCmd(g *globals) *cobra.Command {
 	// Every setting as a flag without a default: the report then shows
 	// only what was configured.
 	f.String("executor-id", "", "")
+	f.Duration("executor-lease", 0, "")
 	f.String("agents", "", "")
 	f.String("addr", "", "")
 	f.StringArray("auth-token", nil, "")
@@ -408,6 +441,11 @@ func (g *globals) shownValue(s setting) any {
 		return c.Verbose
 	case "executor-id":
 		return c.ExecutorID
+	case "executor-lease":
+		if c.ExecutorLease == 0 {
+			return ""
+		}
+		return c.ExecutorLease.String()
 	case "agents":
 		return c.Agents
 	case "addr":

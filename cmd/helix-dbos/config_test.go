@@ -44,6 +44,7 @@ executor-id: from-file
 auth-token: [alice:s3cret, bob:hunter2]
 skip-migrations: true
 shutdown-timeout: 3s
+executor-lease: 45s
 `)
 	o := binOpts{dir: dir}
 
@@ -55,21 +56,30 @@ shutdown-timeout: 3s
 	require.Equal(t, []any{"alice:***", "bob:***"}, c["auth-token"].Value, "secrets are redacted")
 	require.Equal(t, true, c["skip-migrations"].Value)
 	require.Equal(t, "3s", c["shutdown-timeout"].Value)
+	require.Equal(t, "45s", c["executor-lease"].Value)
+	require.Equal(t, configSource{Kind: sourceFile, Where: defaultConfigFile}, c["executor-lease"].Source)
+	require.Equal(t, "HELIX_EXECUTOR_LEASE", c["executor-lease"].Env)
 	require.Equal(t, sourceUnset, c["agents"].Source.Kind)
 
-	o.env = []string{"HELIX_ADDR=:2222", "HELIX_AUTH_TOKEN=carol:x, dave:y", "HELIX_SKIP_MIGRATIONS=false"}
+	o.env = []string{"HELIX_ADDR=:2222", "HELIX_AUTH_TOKEN=carol:x, dave:y", "HELIX_SKIP_MIGRATIONS=false", "HELIX_EXECUTOR_LEASE=1m"}
 	_, c = configOf(t, o)
 	require.Equal(t, ":2222", c["addr"].Value, "the environment beats the file")
 	require.Equal(t, configSource{Kind: sourceEnv, Where: "HELIX_ADDR"}, c["addr"].Source)
 	require.Equal(t, []any{"carol:***", "dave:***"}, c["auth-token"].Value, "a list is comma-separated in the environment")
 	require.Equal(t, false, c["skip-migrations"].Value)
 	require.Equal(t, "from-file", c["executor-id"].Value, "what the environment does not set still comes from the file")
+	require.Equal(t, "1m0s", c["executor-lease"].Value)
+	require.Equal(t, configSource{Kind: sourceEnv, Where: "HELIX_EXECUTOR_LEASE"}, c["executor-lease"].Source)
 
-	_, c = configOf(t, o, "--addr", ":3333", "--auth-token", "erin:z", "--skip-migrations")
+	_, c = configOf(t, o, "--addr", ":3333", "--auth-token", "erin:z", "--skip-migrations", "--executor-lease", "2s")
 	require.Equal(t, ":3333", c["addr"].Value, "a flag beats both")
 	require.Equal(t, configSource{Kind: sourceFlag, Where: "--addr"}, c["addr"].Source)
 	require.Equal(t, []any{"erin:***"}, c["auth-token"].Value)
 	require.Equal(t, true, c["skip-migrations"].Value)
+	require.Equal(t, "2s", c["executor-lease"].Value)
+	require.Equal(t, configSource{Kind: sourceFlag, Where: "--executor-lease"}, c["executor-lease"].Source)
+	_, c = configOf(t, o, "--executor-lease", "0s")
+	require.Equal(t, "", c["executor-lease"].Value, "0 is the engine's default")
 
 	// The text form names each source.
 	out := mustBin(t, o, "config", "--executor-id", "cli")
@@ -77,6 +87,7 @@ shutdown-timeout: 3s
 	require.Regexp(t, `(?m)^addr\s+HELIX_ADDR\s+:2222\s+env HELIX_ADDR$`, out)
 	require.Regexp(t, `(?m)^executor-id\s+HELIX_EXECUTOR_ID\s+cli\s+flag --executor-id$`, out)
 	require.Regexp(t, `(?m)^shutdown-timeout\s+HELIX_SHUTDOWN_TIMEOUT\s+3s\s+file helix-dbos.yaml$`, out)
+	require.Regexp(t, `(?m)^executor-lease\s+HELIX_EXECUTOR_LEASE\s+1m0s\s+env HELIX_EXECUTOR_LEASE$`, out)
 
 	// A path in the file is relative to the file.
 	sub := filepath.Join(dir, "conf")
@@ -135,15 +146,23 @@ func TestConfigErrors(t *testing.T) {
 		name string
 		file string
 		env  []string
-		args []string
+		args []string // after the command (default: sessions list)
+		cmd  []string
 		want string
 	}{
 		{name: "unknown key", file: "databse-url: x\n",
-			want: `helix-dbos: config file helix-dbos.yaml: unknown key "databse-url" (known keys: database-url, verbose, executor-id, agents, addr, auth-token, allow-unauthenticated, skip-migrations, shutdown-timeout)`},
+			want: `helix-dbos: config file helix-dbos.yaml: unknown key "databse-url" (known keys: database-url, verbose, executor-id, executor-lease, agents, addr, auth-token, allow-unauthenticated, skip-migrations, shutdown-timeout)`},
 		{name: "nested key", file: "serve:\n  addr: x\n", want: `unknown key "serve.addr"`},
 		{name: "config in the file", file: "config: other.yaml\n", want: `"config" cannot be set in a config file (use --config or HELIX_CONFIG)`},
 		{name: "bool", file: "verbose: yes please\n", want: `config file helix-dbos.yaml: verbose: want true or false, got yes please`},
 		{name: "duration", file: "shutdown-timeout: 3\n", want: `config file helix-dbos.yaml: shutdown-timeout: want a duration such as "15s", got 3`},
+		{name: "lease", file: "executor-lease: 500ms\n",
+			want: `helix-dbos: config file helix-dbos.yaml: executor-lease: want a duration of at least 1s, or 0 for the default 30s; got 500ms`},
+		{name: "lease not a duration", file: "executor-lease: 30\n", want: `config file helix-dbos.yaml: executor-lease: want a duration such as "15s", got 30`},
+		{name: "env lease", env: []string{"HELIX_EXECUTOR_LEASE=-5s"},
+			want: `helix-dbos: environment variable HELIX_EXECUTOR_LEASE: want a duration of at least 1s, or 0 for the default 30s; got -5s`},
+		{name: "flag lease", cmd: []string{"serve"}, args: []string{"--executor-lease", "999ms"},
+			want: `helix-dbos: --executor-lease: want a duration of at least 1s, or 0 for the default 30s; got 999ms`},
 		{name: "list", file: "auth-token: {a: b}\n", want: `config file helix-dbos.yaml: auth-token: want a value, not a mapping`},
 		{name: "not YAML", file: "addr: [\n", want: `config file helix-dbos.yaml:`},
 		{name: "env bool", env: []string{"HELIX_VERBOSE=sometimes"}, want: `environment variable HELIX_VERBOSE: want true or false (or 1/0), got "sometimes"`},
@@ -157,7 +176,11 @@ func TestConfigErrors(t *testing.T) {
 			if tc.file != "" {
 				writeFile(t, d, defaultConfigFile, tc.file)
 			}
-			r := runBin(t, binOpts{dir: d, env: tc.env}, append([]string{"sessions", "list"}, tc.args...)...)
+			cmd := tc.cmd
+			if cmd == nil {
+				cmd = []string{"sessions", "list"}
+			}
+			r := runBin(t, binOpts{dir: d, env: tc.env}, append(cmd, tc.args...)...)
 			require.Equal(t, 1, r.code, "%s", r)
 			require.Contains(t, r.stderr, tc.want)
 		})

@@ -173,11 +173,14 @@ func newResumeCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// addEngineFlags adds the settings of serve's engine: its executor ID and
-// its agent file.
+// addEngineFlags adds the settings of serve's engine: its executor ID, its
+// lease and its agent file.
 func addEngineFlags(f *pflag.FlagSet) {
 	f.String("executor-id", "", "DBOS executor ID of this command's engine (env HELIX_EXECUTOR_ID; default: a new one per start, "+
 		"<hostname>-<pid>-<random>; give a stable one, such as a StatefulSet pod name, to resume at once after a restart)")
+	f.Duration("executor-lease", engine.DefaultExecutorLease, "how long the engine's sessions stay its own without a heartbeat: "+
+		"once its last heartbeat is older, a live engine takes them over (env HELIX_EXECUTOR_LEASE; at least "+
+		engine.MinExecutorLease.String()+"; it heartbeats every third of it)")
 	addAgentsFlag(f)
 }
 

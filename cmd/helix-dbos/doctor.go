@@ -55,7 +55,7 @@ type doctorProblem struct {
 type executorInfo struct {
 	ExecutorID string `json:"executorId"`
 	// Heartbeat is false for an executor known only from its workflows
-	// (an engine embedded in your process records no heartbeat).
+	// (an engine from before heartbeats, or of another application).
 	Heartbeat          bool       `json:"heartbeat"`
 	Alive              bool       `json:"alive"`
 	Hostname           string     `json:"hostname,omitempty"`
@@ -113,8 +113,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			"  migrations   every helix migration this binary knows is applied\n" +
 			"  dbos         DBOS's system schema exists (an engine has run here)\n" +
 			"  executors    the executors recorded in helix.executors (serve, resume and retry record\n" +
-			"               themselves with a heartbeat) are alive; a dead one that still owns pending\n" +
-			"               workflows is a problem: they resume only when an engine launches with its ID\n" +
+			"               themselves with a heartbeat): alive, stopped, dead or taken over (by whom);\n" +
+			"               one that stopped or died with pending workflows that no live engine took\n" +
+			"               over is a problem\n" +
 			"  sessions     no active session is stuck: its run has no workflow or its workflow ended,\n" +
 			"               its executor is dead, or it waits for a tool call past the call's deadline\n\n" +
 			"Exit status: 0 when nothing failed (warnings included), 1 otherwise. Reads only.",

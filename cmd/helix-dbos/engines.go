@@ -100,7 +100,9 @@ type cliEngine struct {
 
 // engineOpts describe the engine a command starts.
 type engineOpts struct {
-	executorID     string
+	executorID string
+	// lease is the engine's executor lease (0: engine.DefaultExecutorLease).
+	lease          time.Duration
 	agents         *cliAgentSet
 	skipMigrations bool
 	// oneShot marks a command's short-lived engine: it takes no other
@@ -128,8 +130,8 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 	if err := ping(ctx, url); err != nil {
 		return nil, err
 	}
-	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, SkipMigrations: true, Logger: g.logger(),
-		DisableTakeover: o.oneShot})
+	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, ExecutorLease: o.lease, SkipMigrations: true,
+		Logger: g.logger(), DisableTakeover: o.oneShot})
 	if err != nil {
 		return nil, err
 	}

@@ -76,10 +76,13 @@ func newServeCmd(g *globals) *cobra.Command {
 			"the server refuses to start unless --allow-unauthenticated, which serves every session to\n" +
 			"every caller (local development only).\n\n" +
 			"The server runs the helix migrations at start (unless --skip-migrations), records its\n" +
-			"executor ID with a heartbeat (two live processes must not share one; `doctor` shows it),\n" +
-			"and recovers the runs its executor ID left pending. SIGINT or SIGTERM stops it gracefully:\n" +
-			"SSE streams end (clients reconnect and lose nothing), in-flight requests finish, runs stop\n" +
-			"at a step boundary and resume at the next start with the same executor ID.",
+			"executor ID (a new one per start unless --executor-id) with a heartbeat every third of\n" +
+			"--executor-lease (two live processes must not share one; `doctor` shows it), recovers the\n" +
+			"runs its executor ID left pending, and takes over the sessions of executors that stopped,\n" +
+			"died on this machine or whose heartbeat is older than their lease. SIGINT or SIGTERM stops\n" +
+			"it gracefully: SSE streams end (clients reconnect and lose nothing), in-flight requests\n" +
+			"finish, runs stop at a step boundary, and the executor is marked stopped: a live engine\n" +
+			"takes its pending sessions over at once.",
 		Example: "  helix-dbos serve --agents examples/agents.yaml --allow-unauthenticated\n" +
 			"  HELIX_AUTH_TOKEN=alice:$ALICE_SECRET helix-dbos serve --agents agents.yaml --addr :9000\n" +
 			"  curl -H \"Authorization: Bearer $ALICE_SECRET\" -H 'Content-Type: application/json' -d '{\"agentType\":\"assistant\",\"message\":\"Hi\"}' localhost:9000/start",
@@ -217,6 +220,7 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	var srv *server.Server
 	c, err := g.startEngine(ctx, url, engineOpts{
 		executorID:     cfg.ExecutorID,
+		lease:          cfg.ExecutorLease,
 		agents:         &cliAgentSet{all: file.All, file: file},
 		skipMigrations: cfg.SkipMigrations,
 		progress:       say,

@@ -116,9 +116,10 @@ func run() error {
 		Tools:        []*helix.Tool{getWeather, bookHotel, askUser},
 	}
 
-	// One engine per process, with a stable executor ID of its own: after a
-	// crash, the next process with this ID recovers the runs it left.
-	eng, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: cmp.Or(os.Getenv("HELIX_EXECUTOR_ID"), "embed-1")})
+	// One engine per process. Without HELIX_EXECUTOR_ID each process gets a
+	// new executor ID: run as many replicas as you like on one database;
+	// when one stops or dies, a live one takes its sessions over.
+	eng, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: os.Getenv("HELIX_EXECUTOR_ID")})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,4 +174,47 @@ func TestStreamLifecycleRidesOutAKilledConnection(t *testing.T) {
 	info, err = st.GetStreamInfo(ctx, "killed-1")
 	require.NoError(t, err)
 	require.Equal(t, helix.StreamFailed, info.Status)
+}
+
+// A writer's guard is asked before each batch holding its chunks: once it
+// refuses, the writer's queued chunks are dropped (not those of other
+// writers in the same batch) and the writer fails with the guard's error.
+func TestWriterGuardDropsRefusedChunks(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	for _, id := range []string{"fenced", "free"} {
+		_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: id, AgentType: "a"})
+		require.NoError(t, err)
+	}
+	var refuse atomic.Bool
+	fenced := errors.New("fenced: the session was taken over")
+	w := st.NewWriter("fenced", &store.WriterOptions{Guard: func(context.Context) error {
+		if refuse.Load() {
+			return fenced
+		}
+		return nil
+	}})
+	other := st.NewWriter("free", nil)
+	delta := func(id, d string) helix.Chunk {
+		return &helix.TextDeltaChunk{Base: helix.Base{AgentID: id, AgentType: "a"}, Delta: d}
+	}
+	require.NoError(t, w.Write(ctx, delta("fenced", "before")))
+	require.NoError(t, w.Flush(ctx))
+	refuse.Store(true)
+	require.NoError(t, w.Write(ctx, delta("fenced", "after")), "a delta is queued; its batch fails later")
+	require.NoError(t, other.Write(ctx, delta("free", "shared batch")))
+	require.ErrorIs(t, w.Flush(ctx), fenced)
+	require.NoError(t, other.Flush(ctx))
+	require.ErrorIs(t, w.Write(ctx, delta("fenced", "later")), fenced, "the failure is sticky")
+
+	for id, want := range map[string][]string{"fenced": {"before"}, "free": {"shared batch"}} {
+		chunks, err := st.ReadChunks(ctx, id, 0, 10)
+		require.NoError(t, err)
+		var got []string
+		for _, c := range chunks {
+			got = append(got, c.Chunk.(*helix.TextDeltaChunk).Delta)
+		}
+		require.Equal(t, want, got, "stream %s", id)
+	}
 }

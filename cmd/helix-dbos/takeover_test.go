@@ -1,0 +1,125 @@
+package main
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// takeoverLease is the executor lease of the servers of the takeover
+// tests: short, as an operator who wants quick failovers sets it.
+const takeoverLease = "2s"
+
+// serveExecutor starts `serve` with an executor ID and takeoverLease.
+func serveExecutor(t *testing.T, o binOpts, id string) *bgProcess {
+	t.Helper()
+	return startBin(t, o, "serve", "--executor-id", id, "--executor-lease", takeoverLease, "--allow-unauthenticated",
+		"--addr", "127.0.0.1:0", "--agents", exampleAgents)
+}
+
+// startPublisher starts a publisher session over POST /start and waits
+// until it waits for the approval of its publish call, whose ID it
+// returns.
+func startPublisher(t *testing.T, base string, st *postgres.Store, sessionID string) string {
+	t.Helper()
+	require.Equal(t, http.StatusAccepted, statusOf(t, http.MethodPost, base+"/start", "",
+		`{"agentType":"publisher","message":"Write a post about durable agents","sessionId":"`+sessionID+`"}`))
+	var calls []store.PendingClientToolCall
+	require.Eventually(t, func() bool {
+		var err error
+		calls, err = st.ListPendingCalls(t.Context(), sessionID)
+		return err == nil && len(calls) > 0
+	}, time.Minute, 20*time.Millisecond, "the publisher waits for the approval of its publish call")
+	require.Len(t, calls, 1)
+	require.Equal(t, "publish", calls[0].ToolName)
+	require.Equal(t, helix.SubmissionApprovalResponse, calls[0].Kind)
+	return calls[0].ToolCallID
+}
+
+// killServer sends SIGKILL to a server, which never gets to mark its executor
+// stopped, and waits until it is gone.
+func killServer(t *testing.T, p *bgProcess) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Kill())
+	require.Equal(t, -1, p.wait(t), "killed by a signal")
+}
+
+// The operator scenario of cluster takeover, with a 2 s executor lease:
+// a server dies while its session waits for an approval; the approval
+// given from the command line completes the session in another server
+// (web-a's sessions taken over by web-b), or in the same executor ID
+// restarted at once (the dead process on this machine frees its ID).
+func TestServeTakeoverAfterKill(t *testing.T) {
+	t.Parallel()
+
+	t.Run("another server takes over", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewURL(t)
+		o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
+		st, done, err := openStoreURL(t.Context(), url)
+		require.NoError(t, err)
+		defer done()
+
+		a := serveExecutor(t, o, "web-a")
+		callID := startPublisher(t, "http://"+serveAddr(t, a), st, "post-a")
+		killed := time.Now()
+		killServer(t, a)
+
+		b := serveExecutor(t, o, "web-b")
+		serveAddr(t, b)
+		require.Contains(t, b.stdout.String(), "(executor web-b)")
+		var leaseMS int64
+		require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT lease_ms FROM helix.executors WHERE executor_id = 'web-b'`).Scan(&leaseMS))
+		require.Equal(t, int64(2000), leaseMS, "--executor-lease reaches the engine")
+		out := mustBin(t, o, "approve", "post-a", callID, "--reason", "web-a is gone")
+		require.Contains(t, out, "post-a")
+		s, err := waitInactive(t.Context(), st, "post-a", time.Minute)
+		require.NoError(t, err, "web-b did not take over web-a's session\n--- web-b stdout\n%s--- web-b stderr\n%s", b.stdout, b.stderr)
+		t.Logf("web-a killed → session post-a completed in web-b: %s", time.Since(killed).Round(time.Millisecond))
+		require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
+
+		doctor := mustBin(t, o, "doctor")
+		t.Logf("doctor: %s", regexp.MustCompile(`(?m)^. executors alive.*$`).FindString(doctor))
+		require.Regexp(t, `(?m)^✓ executors alive\s+1 alive: web-b \(pid \d+ on [^;]*; web-a taken over by web-b at `+
+			`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+ workflow\(s\) recovered\)$`, doctor)
+	})
+
+	t.Run("a restart with the same ID resumes at once", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewURL(t)
+		o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
+		st, done, err := openStoreURL(t.Context(), url)
+		require.NoError(t, err)
+		defer done()
+
+		c := serveExecutor(t, o, "web-c")
+		callID := startPublisher(t, "http://"+serveAddr(t, c), st, "post-c")
+		killServer(t, c)
+
+		restarted := time.Now()
+		again := serveExecutor(t, o, "web-c")
+		again.waitFor(t, "listening on ", time.Minute)
+		listening := time.Since(restarted)
+		serveAddr(t, again)
+		require.Contains(t, again.stdout.String(), "(executor web-c)", "the dead process's executor ID is free at once")
+		mustBin(t, o, "approve", "post-c", callID)
+		s, err := waitInactive(t.Context(), st, "post-c", time.Minute)
+		require.NoError(t, err, "the restarted web-c did not resume its session\n--- stdout\n%s--- stderr\n%s", again.stdout, again.stderr)
+		t.Logf("web-c restarted → listening on: %s; → session post-c completed: %s",
+			listening.Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
+		require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
+
+		doctor := mustBin(t, o, "doctor")
+		require.Regexp(t, `(?m)^✓ executors alive\s+1 alive: web-c \(pid `+regexp.QuoteMeta(strconv.Itoa(again.cmd.Process.Pid))+` on [^;]*$`, doctor,
+			"web-c recovered its own sessions: nobody took it over")
+	})
+}

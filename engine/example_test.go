@@ -1,0 +1,55 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/helix-agents/helix-dbos/engine"
+)
+
+// Every process gets a new executor ID unless one is configured: replicas
+// started with a zero Config never collide.
+func ExampleDefaultExecutorID() {
+	id := engine.DefaultExecutorID()
+	host, _ := os.Hostname()
+	fmt.Println(strings.HasPrefix(id, fmt.Sprintf("%s-%d-", host, os.Getpid())), id != engine.DefaultExecutorID())
+	// Output: true true
+}
+
+// A replica of a cluster: every replica runs this with the same agents on
+// one database. A replica that stops or dies has its sessions taken over
+// by a live one (at once after a clean stop, after the lease otherwise).
+func ExampleConfig_cluster() {
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{
+		DatabaseURL:   os.Getenv("HELIX_DATABASE_URL"),
+		ExecutorLease: 15 * time.Second, // default 30 s; heartbeats every 5 s
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	// eng.Register(yourAgents...) in every replica, then:
+	if err := eng.Launch(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("replica", eng.ExecutorID(), "is up")
+}
+
+// A step of a session this process no longer owns fails with
+// *TakenOverError, which DBOS treats as a lost ownership: it records
+// nothing for the step and waits for the new owner's outcome.
+func ExampleTakenOverError() {
+	err := fmt.Errorf("store: write to stream s-1: %w", &engine.TakenOverError{})
+	var taken *engine.TakenOverError
+	fmt.Println(errors.As(err, &taken), errors.Is(err, dbos.ErrConflictingWorkflowID))
+	// Output: true true
+}

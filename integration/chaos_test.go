@@ -1,0 +1,731 @@
+package integration_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/stretchr/testify/require"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// Knobs of the chaos suite; `make soak` sets them for the long version.
+const (
+	chaosEnvSessions = "HELIX_CHAOS_SESSIONS" // sessions to run (default 60)
+	chaosEnvDuration = "HELIX_CHAOS_DURATION" // spread the requests over this long (default 20s)
+	chaosEnvReport   = "HELIX_CHAOS_REPORT"   // write the run's figures there, as JSON
+)
+
+// chaosLease is every worker's executor lease.
+const chaosLease = 2 * time.Second
+
+// TestChaosWorkersDieAndSessionsComplete runs sessions of every kind (tools
+// in parallel, a client tool and an approval answered from this process, a
+// sub-agent, a persistent companion consulted twice) on three worker
+// processes while it SIGKILLs a random worker every 2–5 s and replaces it
+// with one of a new executor ID (one is never replaced; half of the dead
+// are made to look like processes of another machine, taken over only once
+// their lease expired), freezes one worker with SIGSTOP for longer than the
+// lease (a zombie) and restarts Postgres once under load. Then:
+//
+//   - every session completed, with the transcript of an uninterrupted run
+//     (no message lost or repeated) and the same stream, chunk for chunk,
+//     besides one stream_resync per discarded model attempt;
+//   - no tool execution began after its step was checkpointed, every tool
+//     effect completed, and each call kept one idempotency key;
+//   - each answer was one message, consumed once;
+//   - no workflow is left pending, on a dead executor or anywhere;
+//   - every dead executor that held sessions was taken over (the
+//     distribution of kill-to-takeover times is logged, and written to
+//     HELIX_CHAOS_REPORT).
+func TestChaosWorkersDieAndSessionsComplete(t *testing.T) {
+	t.Parallel()
+	server := serverURL(t)
+	sessions := chaosEnvInt(t, chaosEnvSessions, 60)
+	spread := chaosEnvDurationOr(t, chaosEnvDuration, 20*time.Second)
+	ref := chaosReference(t, server)
+
+	pg := startChaosPostgres(t)
+	pool, err := pgxpool.New(t.Context(), pg.url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(t.Context(), chaosSchema+crashSchema)
+	require.NoError(t, err)
+
+	c := &chaos{t: t, pool: pool, url: pg.url, pg: pg, workers: map[string]*crashChild{}}
+	for range 3 {
+		c.spawn()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second+spread)
+	defer cancel()
+	var wg sync.WaitGroup
+	stop, scripted := make(chan struct{}), make(chan struct{})
+	wg.Go(func() { c.request(ctx, sessions, spread) })
+	wg.Go(func() { c.submit(ctx, stop) })
+	wg.Go(func() { c.havoc(ctx, stop, scripted) })
+
+	done := c.awaitCompleted(ctx, sessions)
+	select { // every scripted event happened, whatever the sessions' pace
+	case <-scripted:
+	case <-ctx.Done():
+	}
+	close(stop)
+	wg.Wait()
+	require.True(t, done, "every session completes (%d of %d did; %s)", c.completed(sessions), sessions, c.events())
+	c.awaitNoPendingWorkflows(ctx)
+	c.check(ref, sessions)
+	c.report(sessions)
+}
+
+// chaos is the state of one chaos run, seen from the parent.
+type chaos struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	url  string
+	pg   *chaosPostgres
+
+	mu      sync.Mutex
+	next    int
+	workers map[string]*crashChild // live (or frozen) workers by executor ID
+	kills   []chaosKill
+	frozen  []*crashChild // the zombies
+	log     []string      // the events, in order
+	submits int
+}
+
+// chaosKill is one SIGKILLed worker.
+type chaosKill struct {
+	id        string
+	at        time.Time
+	elsewhere bool // made to look like a process of another machine
+}
+
+func (c *chaos) event(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.log = append(c.log, fmt.Sprintf(format, args...))
+}
+
+func (c *chaos) events() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.log, "; ")
+}
+
+// spawn starts a worker with a new executor ID.
+func (c *chaos) spawn() {
+	c.mu.Lock()
+	id := fmt.Sprintf("chaos-w%d", c.next)
+	c.next++
+	c.mu.Unlock()
+	w := startCrashChild(c.t, c.url, chaosModeWorker, "", 0, crashEnvExecutor+"="+id, crashEnvLease+"="+chaosLease.String())
+	c.mu.Lock()
+	c.workers[id] = w
+	c.mu.Unlock()
+}
+
+// pick returns a random live worker.
+func (c *chaos) pick() (string, *crashChild) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := slices.Sorted(func(yield func(string) bool) {
+		for id := range c.workers {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	id := ids[rand.IntN(len(ids))]
+	return id, c.workers[id]
+}
+
+// pickBusy returns the live worker that owns the most pending workflows
+// (a random one when none does): a freeze then has something to fence.
+func (c *chaos) pickBusy() (string, *crashChild) {
+	var busiest string
+	_ = c.pool.QueryRow(c.t.Context(), `SELECT executor_id FROM dbos.workflow_status WHERE status = 'PENDING'
+		GROUP BY executor_id ORDER BY count(*) DESC LIMIT 1`).Scan(&busiest)
+	c.mu.Lock()
+	w, ok := c.workers[busiest]
+	c.mu.Unlock()
+	if ok {
+		return busiest, w
+	}
+	return c.pick()
+}
+
+// request asks for the sessions, one kind after the other, spread evenly.
+func (c *chaos) request(ctx context.Context, n int, spread time.Duration) {
+	for i := range n {
+		kind := chaosKinds[i%len(chaosKinds)]
+		for {
+			_, err := c.pool.Exec(ctx, `INSERT INTO chaos_requests (session_id, kind) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+				fmt.Sprintf("%s-%03d", kind, i), kind)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // Postgres restarting: not a test synchronisation
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(spread / time.Duration(n)):
+		}
+	}
+}
+
+// submit answers, from this process, every client tool call and approval
+// the sessions wait for, until stop.
+func (c *chaos) submit(ctx context.Context, stop <-chan struct{}) {
+	var client *engine.Client
+	for client == nil {
+		// The workers' engines migrate the database: until one has, a
+		// client cannot connect.
+		var err error
+		if client, err = engine.NewClient(ctx, engine.ClientConfig{DatabaseURL: c.url}); err != nil {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	defer client.Close()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		rows, err := c.pool.Query(ctx, `SELECT s.session_id, p.key, p.val->>'toolName' FROM helix.sessions s
+			CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
+			WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT p.val ? 'submission' AND NOT p.val ? 'timedOutAt'`)
+		if err != nil {
+			continue // Postgres restarting
+		}
+		type call struct{ session, id, tool string }
+		var calls []call
+		for rows.Next() {
+			var k call
+			if rows.Scan(&k.session, &k.id, &k.tool) == nil {
+				calls = append(calls, k)
+			}
+		}
+		rows.Close()
+		for _, k := range calls {
+			sub := helix.Approve(k.id, "ok")
+			if k.tool == "ask_user" {
+				if sub, err = helix.ClientToolResult(k.id, map[string]string{"answer": "yes"}); err != nil {
+					c.event("submitter: %v", err)
+					continue
+				}
+			}
+			if _, err := client.SubmitToolResult(ctx, k.session, sub); err == nil {
+				c.mu.Lock()
+				c.submits++
+				c.mu.Unlock()
+			}
+		}
+	}
+}
+
+// havoc runs the scripted events, then random kills, every 2–5 s until
+// stop: kill, kill (never replaced), freeze one worker past its lease,
+// restart Postgres, then kills, with a freeze every 15 events and a
+// restart every 30 (reached in the soak's longer runs).
+func (c *chaos) havoc(ctx context.Context, stop <-chan struct{}, scripted chan<- struct{}) {
+	script := []func(){c.kill(true), c.kill(false), c.freeze, c.restartPostgres, c.kill(true)}
+	for i := 0; ; i++ {
+		if i == len(script) {
+			close(scripted)
+		}
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(2000+rand.IntN(3000)) * time.Millisecond):
+		}
+		switch {
+		case i < len(script):
+			script[i]()
+		case i%30 == 0: // about every two minutes: the soak's longer runs
+			c.restartPostgres()
+		case i%15 == 0:
+			c.freeze()
+		default:
+			c.kill(true)()
+		}
+	}
+}
+
+// kill SIGKILLs a random worker; replace starts one with a new executor ID.
+// Every other dead worker is made to look like a process of another
+// machine: its sessions then move only once its lease expired.
+func (c *chaos) kill(replace bool) func() {
+	return func() {
+		id, w := c.pick()
+		w.kill(c.t)
+		at := time.Now()
+		c.mu.Lock()
+		delete(c.workers, id)
+		elsewhere := len(c.kills)%2 == 1
+		c.kills = append(c.kills, chaosKill{id: id, at: at, elsewhere: elsewhere})
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(c.t.Context(), 20*time.Second)
+		defer cancel()
+		for {
+			// Its claims go back to the pool: it is certainly dead.
+			_, err := c.pool.Exec(ctx, `UPDATE chaos_requests SET claimed_by = NULL WHERE claimed_by = $1 AND NOT started`, id)
+			if err == nil && elsewhere {
+				_, err = c.pool.Exec(ctx, `UPDATE helix.executors SET hostname = 'another-host', pid_namespace = 'another-machine'
+					WHERE executor_id = $1`, id)
+			}
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // Postgres restarting: not a test synchronisation
+		}
+		c.event("killed %s (elsewhere=%v, replaced=%v)", id, elsewhere, replace)
+		if replace {
+			c.spawn()
+		}
+	}
+}
+
+// freeze SIGSTOPs the busiest worker for two and a half leases, then
+// resumes it: a zombie whose sessions were taken over meanwhile.
+func (c *chaos) freeze() {
+	id, w := c.pickBusy()
+	require.NoError(c.t, w.cmd.Process.Signal(syscall.SIGSTOP))
+	c.event("froze %s", id)
+	time.Sleep(chaosLease * 5 / 2) // the freeze itself
+	require.NoError(c.t, w.cmd.Process.Signal(syscall.SIGCONT))
+	c.mu.Lock()
+	c.frozen = append(c.frozen, w)
+	c.mu.Unlock()
+	c.event("resumed %s", id)
+}
+
+// restartPostgres stops the server under load and starts it again, and
+// returns once it accepts connections.
+func (c *chaos) restartPostgres() {
+	began := time.Now()
+	c.pg.restart(c.t)
+	c.event("restarted Postgres in %s", time.Since(began).Round(time.Millisecond))
+}
+
+// awaitCompleted waits until every requested session completed.
+func (c *chaos) awaitCompleted(ctx context.Context, n int) bool {
+	for {
+		if c.completed(n) == n {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *chaos) completed(int) int {
+	var done int
+	_ = c.pool.QueryRow(c.t.Context(), `SELECT count(*) FROM chaos_requests r JOIN helix.sessions s USING (session_id)
+		WHERE s.status = 'completed'`).Scan(&done)
+	return done
+}
+
+// awaitNoPendingWorkflows waits until DBOS holds nothing unfinished: the
+// hooks and child workflows of the last sessions end just after them.
+func (c *chaos) awaitNoPendingWorkflows(ctx context.Context) {
+	t := c.t
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var left []string
+		rows, err := c.pool.Query(ctx, `SELECT workflow_uuid || ' ' || status || ' on ' || coalesce(executor_id, '?')
+			FROM dbos.workflow_status WHERE status NOT IN ('SUCCESS')`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				rows.Close()
+				require.NoError(t, err)
+			}
+			left = append(left, s)
+		}
+		rows.Close()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workflows left unfinished: %v (%s)", left, c.events())
+		}
+		time.Sleep(100 * time.Millisecond) // polling the database: not a test synchronisation
+	}
+}
+
+// check asserts the promises listed on the test.
+func (c *chaos) check(ref map[string]chaosRef, n int) {
+	t := c.t
+	ctx := t.Context()
+	st, err := postgres.New(c.pool)
+	require.NoError(t, err)
+	defer st.Close()
+	d := &crashDB{url: c.url, pool: c.pool, st: st}
+	rows, err := c.pool.Query(ctx, `SELECT session_id, kind FROM chaos_requests ORDER BY session_id`)
+	require.NoError(t, err)
+	kinds := map[string]string{}
+	for rows.Next() {
+		var sid, kind string
+		if err := rows.Scan(&sid, &kind); err != nil {
+			rows.Close()
+			require.NoError(t, err)
+		}
+		kinds[sid] = kind
+	}
+	rows.Close()
+	require.Len(t, kinds, n)
+	resyncs := 0
+	for sid, kind := range kinds {
+		got := chaosProjection(t, d, sid)
+		require.Equal(t, ref[kind].messages, got.messages, "session %s: the transcript of an uninterrupted run", sid)
+		require.Equal(t, ref[kind].stream, got.stream, "session %s: the stream of an uninterrupted run, besides resyncs", sid)
+		resyncs += got.resyncs
+	}
+
+	// Tool executions: none began after its step was checkpointed; every
+	// effect completed; one idempotency key per call.
+	committed := chaosCommittedTools(t, c.pool)
+	type execution struct {
+		key, phase, worker string
+		at                 time.Time
+	}
+	var executions []execution
+	rows, err = c.pool.Query(ctx, `SELECT key, phase, worker, at FROM chaos_tool_runs ORDER BY at`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var x execution
+		if err := rows.Scan(&x.key, &x.phase, &x.worker, &x.at); err != nil {
+			rows.Close()
+			require.NoError(t, err)
+		}
+		executions = append(executions, x)
+	}
+	rows.Close()
+	require.NoError(t, rows.Err())
+	type runs struct{ starts, dones int }
+	byKey := map[string]*runs{}
+	for _, x := range executions {
+		r := byKey[x.key]
+		if r == nil {
+			r = &runs{}
+			byKey[x.key] = r
+		}
+		if x.phase == "start" {
+			r.starts++
+			// DBOS records the checkpoint's time to the millisecond.
+			if cp, ok := committed[x.key]; ok {
+				require.False(t, x.at.Truncate(time.Millisecond).After(cp),
+					"tool %s began on %s at %s, after its step was checkpointed at %s", x.key, x.worker, x.at, cp)
+			}
+		} else {
+			r.dones++
+		}
+	}
+	require.Len(t, committed, len(byKey), "every tool call that ran was checkpointed once")
+	repeated := 0
+	for key, r := range byKey {
+		require.GreaterOrEqual(t, r.dones, 1, "tool %s completed its effect", key)
+		_, ok := committed[key]
+		require.True(t, ok, "tool %s was checkpointed", key)
+		if r.starts > 1 {
+			repeated++
+		}
+	}
+
+	// Answers: one message per call, consumed once.
+	var messages, consumed, distinct int
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE consumed),
+		count(DISTINCT (destination_uuid, topic)) FROM dbos.notifications`).Scan(&messages, &consumed, &distinct))
+	require.Equal(t, 2*chaosHITLSessions(n), messages, "two answers per HITL session")
+	require.Equal(t, messages, distinct, "one message per call")
+	require.Equal(t, messages, consumed, "each consumed once")
+
+	c.mu.Lock()
+	c.log = append(c.log, fmt.Sprintf("%d tool calls, %d run more than once (a kill landed before their checkpoint); %d stream resyncs",
+		len(byKey), repeated, resyncs))
+	c.mu.Unlock()
+}
+
+// chaosHITLSessions is the number of chaos-hitl sessions among n.
+func chaosHITLSessions(n int) int {
+	i := slices.Index(chaosKinds, chaosHITL)
+	return (n - i + len(chaosKinds) - 1) / len(chaosKinds)
+}
+
+// report logs (and writes to HELIX_CHAOS_REPORT) the takeover times.
+func (c *chaos) report(n int) {
+	t := c.t
+	type takeover struct {
+		Executor  string  `json:"executor"`
+		Elsewhere bool    `json:"elsewhere"`
+		By        string  `json:"takenOverBy,omitempty"`
+		Seconds   float64 `json:"seconds,omitempty"`
+		Nothing   bool    `json:"nothingPending,omitempty"`
+	}
+	var all []takeover
+	var lease, here []float64
+	for _, k := range c.kills {
+		to := takeover{Executor: k.id, Elsewhere: k.elsewhere}
+		var by *string
+		var at *time.Time
+		require.NoError(t, c.pool.QueryRow(t.Context(), `SELECT taken_over_by, taken_over_at FROM helix.executors WHERE executor_id = $1`,
+			k.id).Scan(&by, &at))
+		if by == nil {
+			to.Nothing = true // it held no pending workflow when it died
+		} else {
+			to.By, to.Seconds = *by, at.Sub(k.at).Seconds()
+			if k.elsewhere {
+				lease = append(lease, to.Seconds)
+			} else {
+				here = append(here, to.Seconds)
+			}
+		}
+		all = append(all, to)
+	}
+	var takenOver, fenced, rejoined int
+	for _, w := range c.frozen {
+		out := w.out.String()
+		takenOver += strings.Count(out, "executor.taken_over")
+		fenced += strings.Count(out, "run.taken_over")
+		rejoined += strings.Count(out, "executor.rejoined")
+	}
+	zombie := fmt.Sprintf("%d frozen, taken over %d time(s), %d session loop(s) fenced, rejoined %d time(s)",
+		len(c.frozen), takenOver, fenced, rejoined)
+	summary := fmt.Sprintf("%d sessions, %d kills, %d answers submitted; takeover after kill (lease %s): another machine %s; this machine %s; "+
+		"zombie: %s; events: %s", n, len(c.kills), c.submits, chaosLease, distribution(lease), distribution(here), zombie, c.events())
+	t.Log(summary)
+	if path := os.Getenv(chaosEnvReport); path != "" {
+		b, err := json.MarshalIndent(map[string]any{"sessions": n, "leaseSeconds": chaosLease.Seconds(), "takeovers": all, "summary": summary}, "", "  ")
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, b, 0o644))
+	}
+}
+
+// distribution formats min/median/max of seconds.
+func distribution(s []float64) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	slices.Sort(s)
+	return fmt.Sprintf("n=%d min %.2fs median %.2fs max %.2fs", len(s), s[0], s[len(s)/2], s[len(s)-1])
+}
+
+// chaosRef is what an uninterrupted run of a session leaves, with the
+// session's ID replaced by <sid>.
+type chaosRef struct {
+	messages []string
+	stream   []string // sorted: parallel tools finish in any order
+	resyncs  int
+}
+
+// chaosReference runs one session of each kind without interruption, in
+// this process.
+func chaosReference(t *testing.T, server string) map[string]chaosRef {
+	t.Helper()
+	url := pgtest.NewURLOn(t, server)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(t.Context(), chaosSchema)
+	require.NoError(t, err)
+	rig := &chaosRig{pool: pool, worker: "reference"}
+	agents := rig.agents()
+	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: "chaos-reference"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, e.Shutdown(context.Background())) }()
+	for _, a := range agents {
+		require.NoError(t, e.Register(a))
+	}
+	require.NoError(t, e.Launch(t.Context()))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	ref := map[string]chaosRef{}
+	for _, kind := range chaosKinds {
+		sid := kind + "-ref"
+		h, err := e.Execute(ctx, agents[kind], engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: sid})
+		require.NoError(t, err)
+		res, err := h.Result(ctx)
+		require.NoError(t, err)
+		if kind == chaosHITL {
+			require.Equal(t, helix.AgentSuspendedClientTool, res.Status, res.Error)
+			answer, err := helix.ClientToolResult("h-ask", map[string]string{"answer": "yes"})
+			require.NoError(t, err)
+			for _, s := range []helix.ToolSubmission{answer, helix.Approve("h-pay", "ok")} {
+				_, err := e.SubmitToolResult(ctx, sid, s)
+				require.NoError(t, err)
+			}
+			res, err = h.Await(ctx)
+			require.NoError(t, err)
+		}
+		require.Equal(t, helix.AgentCompleted, res.Status, "%s: %s", kind, res.Error)
+		ref[kind] = chaosProjection(t, &crashDB{url: url, pool: pool, st: e.Store()}, sid)
+	}
+	return ref
+}
+
+// chaosProjection reads a session's transcript and stream with its ID
+// replaced by <sid>; stream_resync chunks are counted, not listed.
+func chaosProjection(t *testing.T, d *crashDB, sid string) chaosRef {
+	t.Helper()
+	norm := func(s string) string { return strings.ReplaceAll(s, sid, "<sid>") }
+	var r chaosRef
+	for _, m := range d.messages(t, sid) {
+		r.messages = append(r.messages, norm(fmt.Sprintf("%s %s %s", m.Role, m.ToolCallID, m.Content)))
+	}
+	chunks := d.chunks(t, sid)
+	for i, c := range chunks {
+		if i > 0 {
+			require.Greater(t, c.Sequence, chunks[i-1].Sequence)
+		}
+		if c.Chunk.ChunkType() == helix.ChunkStreamResync {
+			r.resyncs++
+			continue
+		}
+		r.stream = append(r.stream, norm(crashProjection(c)))
+	}
+	slices.Sort(r.stream)
+	return r
+}
+
+// chaosCommittedTools maps each checkpointed tool step's idempotency key
+// (workflow ID / tool call ID) to the time it was checkpointed.
+func chaosCommittedTools(t *testing.T, pool *pgxpool.Pool) map[string]time.Time {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT workflow_uuid, output, COALESCE(serialization, ''), completed_at_epoch_ms
+		FROM dbos.operation_outputs WHERE function_name = $1 AND error IS NULL`, steps.NameRunTool)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var wf, ser string
+		var output *string
+		var at int64
+		require.NoError(t, rows.Scan(&wf, &output, &ser, &at))
+		require.NotNil(t, output)
+		raw := []byte(*output)
+		if ser != "portable_json" {
+			raw, err = base64.StdEncoding.DecodeString(*output)
+			require.NoError(t, err)
+		}
+		var r steps.ToolResult
+		require.NoError(t, json.Unmarshal(raw, &r))
+		key := wf + "/" + r.ToolCallID
+		_, dup := out[key]
+		require.False(t, dup, "tool step %s checkpointed twice", key)
+		out[key] = time.UnixMilli(at)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// chaosPostgres is a Postgres container of the chaos test alone, on a
+// fixed host port so that a restart keeps its URL.
+type chaosPostgres struct {
+	c   *tcpostgres.PostgresContainer
+	url string
+}
+
+func startChaosPostgres(t *testing.T) *chaosPostgres {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	c, err := tcpostgres.Run(t.Context(), image(),
+		tcpostgres.WithDatabase("postgres"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies(),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{network.MustParsePort("5432/tcp"): {{
+				HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}}}
+		}),
+	)
+	if c != nil {
+		testcontainers.CleanupContainer(t, c)
+	}
+	require.NoError(t, err)
+	url, err := c.ConnectionString(t.Context(), "sslmode=disable")
+	require.NoError(t, err)
+	return &chaosPostgres{c: c, url: url}
+}
+
+// restart stops the server (fast shutdown: every session is cut) and
+// starts it again on the same port.
+func (p *chaosPostgres) restart(t *testing.T) {
+	t.Helper()
+	grace := 2 * time.Second
+	require.NoError(t, p.c.Stop(t.Context(), &grace))
+	require.NoError(t, p.c.Start(t.Context()))
+	url, err := p.c.ConnectionString(t.Context(), "sslmode=disable")
+	require.NoError(t, err)
+	require.Equal(t, p.url, url, "the server came back on its port")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			require.NoError(t, conn.Close(ctx))
+			return
+		}
+		require.NoError(t, ctx.Err(), "Postgres accepts connections again: %v", err)
+		time.Sleep(50 * time.Millisecond) // polling the server: not a test synchronisation
+	}
+}
+
+func chaosEnvInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(t, err, name)
+	require.Positive(t, n, name)
+	return n
+}
+
+func chaosEnvDurationOr(t *testing.T, name string, def time.Duration) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(cmp.Or(os.Getenv(name), def.String()))
+	require.NoError(t, err, name)
+	return d
+}
