@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
-	"github.com/dbos-inc/dbos-transact-golang/dbos/internals"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -78,7 +77,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	db := stdlib.OpenDBFromPool(pool)
 	err := migrations.Serialize(ctx, db, migrations.DBOSLockID, func(*sql.Conn) error {
 		var err error
-		dctx, err = dbos.NewContext(ctx, dbos.Config{
+		// Not ctx itself: DBOS derives its workflows' contexts from it, and
+		// a caller's context that ends (a signal at shutdown) would cancel
+		// every running workflow durably instead of leaving it to recovery.
+		dctx, err = dbos.NewContext(context.WithoutCancel(ctx), dbos.Config{
 			AppName:            cfg.AppName,
 			SystemDBPool:       pool,
 			Logger:             slog.New(zerolog.NewSlogHandler(log.With().Str("component", "dbos").Logger())),
@@ -101,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	env := steps.NewEnv(st, log)
 	l := newLease(cfg.ExecutorLease)
-	env.DataSource, env.DBOS, env.Fence = ds, dctx, l
+	env.DataSource, env.DBOS, env.Fence = ds, dctx, newFence(l, pool, cfg.ExecutorID)
 	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l}
 	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))
 	return e, nil
@@ -187,7 +189,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fmt.Errorf("engine: launch DBOS: %w", err)
 	}
 	e.launched = true
-	hb.onTakenOver, hb.onEvicted = e.rejoin, e.evicted
+	hb.onEvicted = e.evicted
 	hb.start(ctx, &e.log)
 	e.hb = hb
 	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, &e.log)
@@ -298,22 +300,6 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.pool.Close()
 	}
 	return err
-}
-
-// rejoin runs when the heartbeat finds this executor taken over by another
-// engine (this process was unresponsive for longer than its lease): every
-// workflow still pending under this executor ID is re-enqueued, so the
-// executions this process was running are fenced for good (DBOS rejects
-// their checkpoints) before the lease's new epoch lets new work run here.
-func (e *Engine) rejoin(_ context.Context, by string) error {
-	rt, err := internals.RuntimeOf(e.dbos)
-	if err != nil {
-		return fmt.Errorf("engine: rejoin after a takeover: %w", err)
-	}
-	if _, err := rt.RecoverPendingWorkflows([]string{e.cfg.ExecutorID}); err != nil {
-		return fmt.Errorf("engine: rejoin after a takeover by %s: re-enqueue this executor's pending workflows: %w", by, err)
-	}
-	return nil
 }
 
 // evicted runs when another process holds this engine's executor ID: the

@@ -33,11 +33,11 @@ type heartbeat struct {
 	// quiet silences failed renewals while the engine shuts down (DBOS
 	// closes the pool before the heartbeat stops).
 	quiet atomic.Bool
-	// onTakenOver runs when a beat finds the row taken over by another
-	// engine (this process was a zombie); it returns once the executor
-	// rejoined. onEvicted runs when another process holds the ID.
-	onTakenOver func(ctx context.Context, by string) error
-	onEvicted   func(err error)
+	// onEvicted runs when another process holds the ID.
+	onEvicted func(err error)
+	// takenOver is set while this executor, found taken over, waits for
+	// its taker to re-enqueue its workflows before it rejoins.
+	takenOver bool
 }
 
 // ExecutorInUseError is Launch's refusal when another live process holds
@@ -130,7 +130,7 @@ func (h *heartbeat) start(ctx context.Context, log *zerolog.Logger) {
 // beat renews the lease once.
 func (h *heartbeat) beat(ctx context.Context) error {
 	sent := time.Now()
-	var renewed, missing bool
+	var renewed, missing, recovered bool
 	var by *string
 	var host string
 	var pid int
@@ -139,8 +139,9 @@ WITH renewed AS (
 	UPDATE helix.executors SET heartbeat_at = now()
 	WHERE executor_id = $1 AND hostname = $2 AND pid = $3 AND taken_over_by IS NULL AND stopped_at IS NULL
 	RETURNING executor_id)
-SELECT EXISTS (SELECT 1 FROM renewed), x.executor_id IS NULL, x.taken_over_by, COALESCE(x.hostname, ''), COALESCE(x.pid, 0)
-FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.host, h.pid).Scan(&renewed, &missing, &by, &host, &pid)
+SELECT EXISTS (SELECT 1 FROM renewed), x.executor_id IS NULL, x.taken_over_by, COALESCE(x.hostname, ''), COALESCE(x.pid, 0),
+	x.recovered_at IS NOT NULL
+FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.host, h.pid).Scan(&renewed, &missing, &by, &host, &pid, &recovered)
 	switch {
 	case err == nil && (renewed || missing):
 		if missing {
@@ -169,27 +170,49 @@ FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.
 		}
 		return nil
 	default:
-		taker := "(stopped)"
-		if by != nil {
-			taker = *by
-		}
+		return h.rejoin(ctx, by, recovered)
+	}
+}
+
+// errAwaitingTaker makes the heartbeat try again in a second: the engine
+// that took this executor over has not re-enqueued its workflows yet.
+var errAwaitingTaker = errors.New("engine: waiting for the engine that took this executor over to re-enqueue its workflows")
+
+// rejoin handles a beat that found this executor taken over (or marked
+// stopped) while the process was unresponsive. Steps pause at once. Once
+// the taker has re-enqueued this executor's pending workflows (DBOS then
+// refuses every checkpoint of the executions this process was running),
+// the row is renewed and a new lease epoch starts: the old executions'
+// steps are refused, new work runs.
+func (h *heartbeat) rejoin(ctx context.Context, by *string, recovered bool) error {
+	taker := "(stopped)"
+	if by != nil {
+		taker = *by
+	}
+	if !h.takenOver {
+		h.takenOver = true
 		h.log.Error().Str("event", "executor.taken_over").Str("executorId", h.id).Str("takenOverBy", taker).
 			Msg("this executor's lease expired while the process was unresponsive and its sessions were taken over; the loops it was " +
 				"running are fenced (they record nothing more), and it rejoins the cluster to serve new work")
-		h.lease.suspend()
-		if err := h.onTakenOver(ctx, taker); err != nil {
-			return err
-		}
-		sent = time.Now()
-		if _, err := h.pool.Exec(ctx, `UPDATE helix.executors SET heartbeat_at = now(), started_at = now(), stopped_at = NULL,
-				taken_over_by = NULL, taken_over_at = NULL, recovered_at = NULL, recovered_workflows = NULL, recovery_error = NULL
-			WHERE executor_id = $1 AND hostname = $2 AND pid = $3`, h.id, h.host, h.pid); err != nil {
-			return err
-		}
-		h.lease.rejoined(sent)
-		h.log.Warn().Str("event", "executor.rejoined").Str("executorId", h.id).Msg("executor rejoined the cluster after a takeover")
-		return nil
 	}
+	h.lease.suspend()
+	if by != nil && !recovered {
+		return errAwaitingTaker
+	}
+	sent := time.Now()
+	tag, err := h.pool.Exec(ctx, `UPDATE helix.executors SET heartbeat_at = now(), started_at = now(), stopped_at = NULL,
+			taken_over_by = NULL, taken_over_at = NULL, recovered_at = NULL, recovered_workflows = NULL, recovery_error = NULL
+		WHERE executor_id = $1 AND hostname = $2 AND pid = $3 AND (taken_over_by IS NULL OR recovered_at IS NOT NULL)`, h.id, h.host, h.pid)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return errAwaitingTaker // claimed again meanwhile
+	}
+	h.takenOver = false
+	h.lease.rejoined(sent)
+	h.log.Warn().Str("event", "executor.rejoined").Str("executorId", h.id).Msg("executor rejoined the cluster after a takeover")
+	return nil
 }
 
 // recreate inserts this executor's row again if it is missing.

@@ -12,11 +12,12 @@ import (
 // lease is what this process knows of its own executor lease: until when
 // no other engine may take its sessions over, and the epoch of its
 // ownership. Every workflow execution takes the epoch when it starts
-// (Acquire); every step body checks it before it acts (Check). Once the
-// heartbeat finds that another engine took this executor over while this
-// process was unresponsive (a zombie: SIGSTOP, a long pause, a network
-// partition), the executions of the old epoch are fenced: their steps fail
-// with a fencing error instead of running again here, and DBOS parks them.
+// (Acquire, through fence); every step body checks it before it acts
+// (Check). Once the heartbeat finds that another engine took this executor
+// over while this process was unresponsive (a zombie: SIGSTOP, a long
+// pause, a network partition) and that engine re-enqueued its workflows,
+// the executions of the old epoch are fenced: their steps fail with a
+// fencing error instead of running again here, and DBOS parks them.
 //
 // While the lease is not known to be valid (the last heartbeat's deadline
 // passed, or a rejoin is in progress) Acquire and Check wait: a step body
@@ -82,20 +83,22 @@ func (l *lease) update(fn func()) {
 }
 
 // Acquire returns the epoch a workflow execution starting now runs under,
-// waiting while the lease is not known to be valid.
-func (l *lease) Acquire(ctx context.Context) (uint64, error) {
+// waiting while the lease is not known to be valid; waited reports that it
+// had to.
+func (l *lease) Acquire(ctx context.Context) (epoch uint64, waited bool, err error) {
 	for {
 		l.mu.Lock()
 		epoch, valid, evicted, changed := l.epoch, time.Now().Before(l.until), l.evicted, l.changed
 		l.mu.Unlock()
 		switch {
 		case evicted != nil:
-			return 0, evicted
+			return 0, waited, evicted
 		case valid:
-			return epoch, nil
+			return epoch, waited, nil
 		}
+		waited = true
 		if err := l.wait(ctx, changed); err != nil {
-			return 0, err
+			return 0, waited, err
 		}
 	}
 }

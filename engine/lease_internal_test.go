@@ -21,12 +21,13 @@ func TestLeaseFencesTheEpochsOfATakeover(t *testing.T) {
 		defer cancel()
 		return fn(ctx)
 	}
-	err := waiting(func(ctx context.Context) error { _, err := l.Acquire(ctx); return err })
+	err := waiting(func(ctx context.Context) error { _, _, err := l.Acquire(ctx); return err })
 	require.ErrorIs(t, err, context.DeadlineExceeded, "no execution starts before the lease is first renewed")
 
 	l.renewed(time.Now())
-	old, err := l.Acquire(t.Context())
+	old, waited, err := l.Acquire(t.Context())
 	require.NoError(t, err)
+	require.False(t, waited)
 	require.NoError(t, l.Check(t.Context(), old))
 
 	l.suspend() // the heartbeat found the executor taken over
@@ -40,7 +41,7 @@ func TestLeaseFencesTheEpochsOfATakeover(t *testing.T) {
 	require.True(t, errors.As(err, &taken), "%v", err)
 	require.ErrorIs(t, err, dbos.ErrConflictingWorkflowID)
 
-	fresh, err := l.Acquire(t.Context())
+	fresh, _, err := l.Acquire(t.Context())
 	require.NoError(t, err)
 	require.NotEqual(t, old, fresh)
 	require.NoError(t, l.Check(t.Context(), fresh))
@@ -56,15 +57,44 @@ func TestLeaseFencesTheEpochsOfATakeover(t *testing.T) {
 func TestLeaseWaitsWhileExpired(t *testing.T) {
 	l := newLease(time.Second)
 	l.renewed(time.Now().Add(-time.Hour))
-	epoch, err := func() (uint64, error) {
+	epoch, waited, err := func() (uint64, bool, error) {
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 		defer cancel()
 		return l.Acquire(ctx)
 	}()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.True(t, waited)
 	require.Zero(t, epoch)
 	l.renewed(time.Now())
-	epoch, err = l.Acquire(t.Context())
+	epoch, waited, err = l.Acquire(t.Context())
 	require.NoError(t, err)
+	require.False(t, waited)
 	require.NoError(t, l.Check(t.Context(), epoch))
+}
+
+// A newer execution of a workflow in this process supersedes the older
+// one: DBOS dequeues a workflow again only after the older execution lost
+// it. The older one's steps are refused; releasing it leaves the newer one.
+func TestFenceRefusesASupersededExecution(t *testing.T) {
+	l := newLease(time.Minute)
+	l.renewed(time.Now())
+	f := newFence(l, nil, "me")
+	older, err := f.Acquire(t.Context(), "wf-1")
+	require.NoError(t, err)
+	require.NoError(t, f.Check(t.Context(), older))
+	newer, err := f.Acquire(t.Context(), "wf-1")
+	require.NoError(t, err)
+	other, err := f.Acquire(t.Context(), "wf-2")
+	require.NoError(t, err)
+
+	err = f.Check(t.Context(), older)
+	require.ErrorIs(t, err, dbos.ErrConflictingWorkflowID)
+	require.ErrorContains(t, err, "a newer execution of workflow wf-1 runs in this process")
+	require.NoError(t, f.Check(t.Context(), newer))
+	require.NoError(t, f.Check(t.Context(), other))
+	f.Release(older)
+	require.NoError(t, f.Check(t.Context(), newer), "releasing the older execution leaves the newer one current")
+	f.Release(newer)
+	f.Release(other)
+	require.Empty(t, f.current)
 }

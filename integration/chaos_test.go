@@ -288,36 +288,57 @@ func (c *chaos) havoc(ctx context.Context, stop <-chan struct{}, scripted chan<-
 }
 
 // kill SIGKILLs a random worker; replace starts one with a new executor ID.
-// Every other dead worker is made to look like a process of another
-// machine: its sessions then move only once its lease expired.
+// Every other dead worker dies as a process of another machine would: it
+// is frozen, its row rewritten to another host and pid namespace (whose
+// pids this machine cannot check), then killed, so that its sessions move
+// only once its lease expired.
 func (c *chaos) kill(replace bool) func() {
 	return func() {
 		id, w := c.pick()
+		c.mu.Lock()
+		elsewhere := len(c.kills)%2 == 1
+		c.mu.Unlock()
+		if elsewhere {
+			require.NoError(c.t, w.cmd.Process.Signal(syscall.SIGSTOP))
+			c.retry(func(ctx context.Context) error {
+				_, err := c.pool.Exec(ctx, `UPDATE helix.executors SET hostname = 'another-host', pid_namespace = 'another-machine'
+					WHERE executor_id = $1`, id)
+				return err
+			})
+		}
 		w.kill(c.t)
 		at := time.Now()
 		c.mu.Lock()
 		delete(c.workers, id)
-		elsewhere := len(c.kills)%2 == 1
 		c.kills = append(c.kills, chaosKill{id: id, at: at, elsewhere: elsewhere})
 		c.mu.Unlock()
-		ctx, cancel := context.WithTimeout(c.t.Context(), 20*time.Second)
-		defer cancel()
-		for {
-			// Its claims go back to the pool: it is certainly dead.
+		// Its claims go back to the pool: it is certainly dead.
+		c.retry(func(ctx context.Context) error {
 			_, err := c.pool.Exec(ctx, `UPDATE chaos_requests SET claimed_by = NULL WHERE claimed_by = $1 AND NOT started`, id)
-			if err == nil && elsewhere {
-				_, err = c.pool.Exec(ctx, `UPDATE helix.executors SET hostname = 'another-host', pid_namespace = 'another-machine'
-					WHERE executor_id = $1`, id)
-			}
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond) // Postgres restarting: not a test synchronisation
-		}
+			return err
+		})
 		c.event("killed %s (elsewhere=%v, replaced=%v)", id, elsewhere, replace)
 		if replace {
 			c.spawn()
 		}
+	}
+}
+
+// retry runs a statement of the havoc until it succeeds (Postgres may be
+// restarting), for up to 20 s.
+func (c *chaos) retry(statement func(ctx context.Context) error) {
+	ctx, cancel := context.WithTimeout(c.t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		err := statement(ctx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			c.event("havoc statement failed: %v", err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // Postgres restarting: not a test synchronisation
 	}
 }
 

@@ -114,29 +114,38 @@ func (e *Env) Agent(agentType string) (*AgentDef, error) {
 }
 
 // Fence is the engine's executor lease, as the workflows and steps see it.
-// A workflow execution takes an epoch when it starts (Acquire); a step body
-// runs, and writes to the stream, only while Check accepts the epoch: the
-// process's lease is valid and its sessions were not taken over by another
-// engine since. Both wait while the lease is not known to be valid.
+// A workflow execution takes a ticket when it starts (Acquire) and returns
+// it when it ends (Release); a step body runs, and writes to the stream,
+// only while Check accepts the ticket: the process's lease is valid, its
+// sessions were not taken over by another engine since the ticket was
+// taken, and no newer execution of the same workflow started in this
+// process. Acquire and Check wait while the lease is not known to be valid.
 type Fence interface {
-	Acquire(ctx context.Context) (uint64, error)
-	Check(ctx context.Context, epoch uint64) error
+	Acquire(ctx context.Context, workflowID string) (Ticket, error)
+	Check(ctx context.Context, t Ticket) error
+	Release(t Ticket)
+}
+
+// Ticket identifies one workflow execution to its Fence.
+type Ticket struct {
+	WorkflowID string
+	Epoch, Seq uint64
 }
 
 // Check is e.Fence.Check, or nil without a fence.
-func (e *Env) Check(ctx context.Context, epoch uint64) error {
+func (e *Env) Check(ctx context.Context, t Ticket) error {
 	if e.Fence == nil {
 		return nil
 	}
-	return e.Fence.Check(ctx, epoch)
+	return e.Fence.Check(ctx, t)
 }
 
 // RunInfo describes the run a workflow executes. It is the output of the
 // begin step and part of every later step's input.
 type RunInfo struct {
-	// Epoch is the executor-lease epoch of the workflow execution (see
-	// Fence): set by the workflow for each execution, never recorded.
-	Epoch uint64 `json:"-"`
+	// Ticket is the workflow execution's fencing ticket (see Fence): set by
+	// the workflow for each execution, never recorded.
+	Ticket Ticket `json:"-"`
 
 	SessionID     string `json:"sessionId"`
 	RunID         string `json:"runId"`

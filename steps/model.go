@@ -75,7 +75,7 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 		req.Messages = append(req.Messages, history...)
 
 		w := e.Store.NewWriter(in.Run.StreamID, &store.WriterOptions{RunID: in.Run.RunID,
-			Guard: func(ctx context.Context) error { return e.Check(ctx, in.Run.Epoch) }})
+			Guard: func(ctx context.Context) error { return e.Check(ctx, in.Run.Ticket) }})
 		defer func() { _ = w.Close(context.WithoutCancel(ctx)) }()
 		// step_start is queued, not awaited: it goes out with the model's
 		// first deltas (within the flush interval) or, for a model that

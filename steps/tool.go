@@ -250,7 +250,7 @@ func (t *toolContext) Emit(eventName string, data any) error {
 	if err != nil {
 		return fmt.Errorf("emit %q: encode data: %w", eventName, err)
 	}
-	if err := t.env.Check(t.ctx, t.run.Epoch); err != nil {
+	if err := t.env.Check(t.ctx, t.run.Ticket); err != nil {
 		return err
 	}
 	_, err = t.env.Store.Append(t.ctx, t.run.StreamID, []store.ChunkWrite{{RunID: t.run.RunID,

@@ -57,14 +57,15 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if err != nil {
 			return steps.Outcome{}, err
 		}
-		// The lease epoch of this execution: its step bodies act only while
-		// this process still owns the session (a fencing token, not
-		// workflow state: it changes no step and is never recorded).
-		var epoch uint64
+		// The fencing ticket of this execution: its step bodies act only
+		// while this process still owns the session (not workflow state:
+		// it changes no step and is never recorded).
+		var ticket steps.Ticket
 		if env.Fence != nil {
-			if epoch, err = env.Fence.Acquire(ctx); err != nil {
+			if ticket, err = env.Fence.Acquire(ctx, wfID); err != nil {
 				return steps.Outcome{}, err
 			}
+			defer env.Fence.Release(ticket)
 		}
 		run, err := dbos.RunAsTransaction(ctx, env.DataSource,
 			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: wfID}),
@@ -73,7 +74,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return steps.Outcome{}, err
 		}
 		defer env.Forget(run.SessionID)
-		run.Epoch = epoch
+		run.Ticket = ticket
 		persistent = run.Persistent
 		if run.Done != nil {
 			return *run.Done, nil
@@ -420,9 +421,9 @@ func fenced[R any](t *turn, fn dbos.Step[R]) dbos.Step[R] {
 	if t.env.Fence == nil {
 		return fn
 	}
-	epoch := t.run.Epoch
+	ticket := t.run.Ticket
 	return func(ctx context.Context) (R, error) {
-		if err := t.env.Fence.Check(ctx, epoch); err != nil {
+		if err := t.env.Fence.Check(ctx, ticket); err != nil {
 			var zero R
 			return zero, err
 		}

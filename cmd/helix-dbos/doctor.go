@@ -50,42 +50,6 @@ type doctorProblem struct {
 	Hint    string `json:"hint,omitempty"`
 }
 
-// executorInfo is one executor: a heartbeat row of helix.executors, the
-// workflows DBOS holds for it, or both.
-type executorInfo struct {
-	ExecutorID string `json:"executorId"`
-	// Heartbeat is false for an executor known only from its workflows
-	// (an engine from before heartbeats, or of another application).
-	Heartbeat          bool       `json:"heartbeat"`
-	Alive              bool       `json:"alive"`
-	Hostname           string     `json:"hostname,omitempty"`
-	PID                int        `json:"pid,omitempty"`
-	ApplicationVersion string     `json:"applicationVersion,omitempty"`
-	StartedAt          *time.Time `json:"startedAt,omitempty"`
-	HeartbeatAt        *time.Time `json:"heartbeatAt,omitempty"`
-	// HeartbeatAge is the time since the last heartbeat, in seconds.
-	HeartbeatAge float64 `json:"heartbeatAgeSeconds,omitempty"`
-	// LeaseSeconds is the executor's lease: it is dead once its heartbeat
-	// is older than that.
-	LeaseSeconds float64 `json:"leaseSeconds,omitempty"`
-	// State is alive, stopped (a clean shutdown), dead (its lease expired)
-	// or taken-over (a live engine recovered its sessions); empty for an
-	// executor known only from its workflows.
-	State     string     `json:"state,omitempty"`
-	StoppedAt *time.Time `json:"stoppedAt,omitempty"`
-	// TakenOverBy and TakenOverAt record which live engine claimed the
-	// executor's sessions, and when; RecoveredAt when it re-enqueued its
-	// RecoveredWorkflows; RecoveryError the last failed attempt.
-	TakenOverBy        string     `json:"takenOverBy,omitempty"`
-	TakenOverAt        *time.Time `json:"takenOverAt,omitempty"`
-	RecoveredAt        *time.Time `json:"recoveredAt,omitempty"`
-	RecoveredWorkflows int        `json:"recoveredWorkflows,omitempty"`
-	RecoveryError      string     `json:"recoveryError,omitempty"`
-	// PendingWorkflows are the workflows DBOS would recover for it
-	// (PENDING, ENQUEUED or DELAYED).
-	PendingWorkflows int `json:"pendingWorkflows"`
-}
-
 // stuckSession is an active session that nothing is running or will run.
 type stuckSession struct {
 	SessionID      string `json:"sessionId"`
@@ -347,96 +311,27 @@ const takeoverGrace = 15 * time.Second
 // owns workflows.
 func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctorCheck) {
 	c := doctorCheck{Name: "executors", Title: checkTitles["executors"], Status: checkOK}
-	fail := func(what string, err error) ([]executorInfo, doctorCheck) {
-		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: queryError(ctx, what, err).Error()}}
+	list, err := readExecutors(ctx, conn)
+	if err != nil {
+		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
 		return []executorInfo{}, c
 	}
-	const readExecutors, readWorkflows = "read helix.executors", "count the pending workflows in dbos.workflow_status"
-	byID := map[string]*executorInfo{}
-	qctx, cancel := queryContext(ctx)
-	defer cancel()
-	rows, err := conn.Query(qctx, `SELECT executor_id, application_version, coalesce(hostname, ''), coalesce(pid, 0),
-		started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8, lease_ms / 1000.0, stopped_at,
-		coalesce(taken_over_by, ''), taken_over_at, recovered_at, coalesce(recovered_workflows, 0), coalesce(recovery_error, '')
-		FROM helix.executors`)
-	if err != nil {
-		return fail(readExecutors, err)
-	}
-	for rows.Next() {
-		var e executorInfo
-		var started, beat time.Time
-		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &started, &beat, &e.HeartbeatAge,
-			&e.LeaseSeconds, &e.StoppedAt, &e.TakenOverBy, &e.TakenOverAt, &e.RecoveredAt, &e.RecoveredWorkflows, &e.RecoveryError); err != nil {
-			rows.Close()
-			return fail(readExecutors, err)
-		}
-		e.Heartbeat, e.StartedAt, e.HeartbeatAt = true, &started, &beat
-		switch {
-		case e.TakenOverBy != "":
-			e.State = "taken-over"
-		case e.StoppedAt != nil:
-			e.State = "stopped"
-		case e.HeartbeatAge < e.LeaseSeconds:
-			e.State, e.Alive = "alive", true
-		default:
-			e.State = "dead"
-		}
-		byID[e.ExecutorID] = &e
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail(readExecutors, err)
-	}
-	qctx, cancel = queryContext(ctx)
-	defer cancel()
-	rows, err = conn.Query(qctx, `SELECT coalesce(executor_id, ''), count(*) FROM dbos.workflow_status
-		WHERE status IN ('PENDING', 'ENQUEUED', 'DELAYED') GROUP BY 1`)
-	if err != nil {
-		return fail(readWorkflows, err)
-	}
-	for rows.Next() {
-		var id string
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			rows.Close()
-			return fail(readWorkflows, err)
-		}
-		e, ok := byID[id]
-		if !ok {
-			e = &executorInfo{ExecutorID: id}
-			byID[id] = e
-		}
-		e.PendingWorkflows = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail(readWorkflows, err)
-	}
-	list := make([]executorInfo, 0, len(byID))
-	for _, e := range byID {
-		list = append(list, *e)
-	}
-	slices.SortFunc(list, func(a, b executorInfo) int { return strings.Compare(a.ExecutorID, b.ExecutorID) })
 	var alive, dead, silent, takenOver []string
 	for _, e := range list {
 		switch {
 		case e.Alive:
 			alive = append(alive, describeExecutor(e))
-		case e.State == "taken-over" && e.RecoveryError != "":
+		case e.State == stateTakenOver && e.RecoveryError != "":
 			dead = append(dead, e.ExecutorID)
 			c.Problems = append(c.Problems, doctorProblem{Subject: e.ExecutorID,
 				Problem: fmt.Sprintf("claimed by %s at %s, but recovering its workflows failed: %s", e.TakenOverBy, fmtTime(*e.TakenOverAt), e.RecoveryError),
 				Hint:    fmt.Sprintf("%s retries at every takeover sweep (a couple of seconds); if it persists, check that engine's log", e.TakenOverBy)})
-		case e.State == "taken-over":
-			what := fmt.Sprintf("%s taken over by %s at %s", e.ExecutorID, e.TakenOverBy, fmtTime(*e.TakenOverAt))
-			if e.RecoveredAt != nil {
-				what += fmt.Sprintf(" (%d workflow(s) recovered)", e.RecoveredWorkflows)
-			}
-			takenOver = append(takenOver, what)
-		case e.Heartbeat && e.PendingWorkflows > 0 && (e.State == "stopped" || e.HeartbeatAge > e.LeaseSeconds+takeoverGrace.Seconds()):
+		case e.State == stateTakenOver:
+			takenOver = append(takenOver, e.ExecutorID+" "+describeState(e))
+		case e.Heartbeat && e.PendingWorkflows > 0 && (e.State == stateStopped || e.HeartbeatAge > e.LeaseSeconds+takeoverGrace.Seconds()):
 			dead = append(dead, e.ExecutorID)
 			how := fmt.Sprintf("dead (last heartbeat %s ago, lease %s, pid %d on %s)", fmtAge(e.HeartbeatAge), fmtAge(e.LeaseSeconds), e.PID, e.Hostname)
-			if e.State == "stopped" {
+			if e.State == stateStopped {
 				how = fmt.Sprintf("stopped at %s (pid %d on %s)", fmtTime(*e.StoppedAt), e.PID, e.Hostname)
 			}
 			c.Problems = append(c.Problems, doctorProblem{Subject: e.ExecutorID,

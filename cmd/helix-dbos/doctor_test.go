@@ -171,6 +171,7 @@ func TestDoctorStuckSessions(t *testing.T) {
 	}
 	require.True(t, byID["alive"].Alive)
 	require.Equal(t, 2, byID["alive"].PendingWorkflows)
+	require.Equal(t, 2, byID["alive"].SessionsOwned, "overdue and waiting: doctor reads executors as `executors` does")
 	require.False(t, byID["gone"].Alive)
 	require.False(t, byID["stopped"].Alive)
 	require.Equal(t, "dead", byID["gone"].State)

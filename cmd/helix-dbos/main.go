@@ -13,6 +13,7 @@
 //	helix-dbos approve|deny <session> <toolCallId> [--reason R]
 //	helix-dbos submit <session> <toolCallId> (--result JSON | --result-file F | --error MSG)
 //	helix-dbos doctor [--json]
+//	helix-dbos executors [--json]
 //	helix-dbos config [--json]
 //	helix-dbos migrate up|status|down
 //	helix-dbos demo                          # no setup: provisions Postgres, runs an agent, crashes it, recovers
@@ -106,6 +107,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAbortCmd(g))
 	root.AddCommand(newRetryCmd(g))
 	root.AddCommand(newDoctorCmd(g))
+	root.AddCommand(newExecutorsCmd(g))
 	root.AddCommand(newServeCmd(g))
 	root.AddCommand(newConfigCmd(g))
 	return root

@@ -103,7 +103,7 @@ func TestCommandsNeedADatabase(t *testing.T) {
 		{"migrate", "up"}, {"sessions", "list"}, {"sessions", "show", "s"}, {"sessions", "messages", "s"},
 		{"sessions", "runs", "s"}, {"stream", "s"}, {"interrupt", "s"}, {"resume", "s"},
 		{"approve", "s", "c"}, {"deny", "s", "c"}, {"submit", "s", "c", "--error", "failed"}, {"submit", "s", "c", "--result", "{}"},
-		{"sessions", "checkpoints", "s"}, {"abort", "s"}, {"retry", "s"}, {"doctor"}, {"serve", "--allow-unauthenticated"},
+		{"sessions", "checkpoints", "s"}, {"abort", "s"}, {"retry", "s"}, {"doctor"}, {"executors"}, {"serve", "--allow-unauthenticated"},
 	} {
 		_, err := runCLI(t, args...)
 		require.ErrorContains(t, err, "--database-url", "%v", args)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +46,17 @@ func startPublisher(t *testing.T, base string, st *postgres.Store, sessionID str
 	return calls[0].ToolCallID
 }
 
+// newBinDatabase returns a fresh migrated database: options that run the
+// binary on it, and a store on it (closed at cleanup).
+func newBinDatabase(t *testing.T) (binOpts, *postgres.Store) {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	st, done, err := openStoreURL(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(done)
+	return binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}, st
+}
+
 // killServer sends SIGKILL to a server, which never gets to mark its executor
 // stopped, and waits until it is gone.
 func killServer(t *testing.T, p *bgProcess) {
@@ -63,11 +75,7 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 
 	t.Run("another server takes over", func(t *testing.T) {
 		t.Parallel()
-		url := pgtest.NewURL(t)
-		o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
-		st, done, err := openStoreURL(t.Context(), url)
-		require.NoError(t, err)
-		defer done()
+		o, st := newBinDatabase(t)
 
 		a := serveExecutor(t, o, "web-a")
 		callID := startPublisher(t, "http://"+serveAddr(t, a), st, "post-a")
@@ -95,11 +103,7 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 
 	t.Run("a restart with the same ID resumes at once", func(t *testing.T) {
 		t.Parallel()
-		url := pgtest.NewURL(t)
-		o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
-		st, done, err := openStoreURL(t.Context(), url)
-		require.NoError(t, err)
-		defer done()
+		o, st := newBinDatabase(t)
 
 		c := serveExecutor(t, o, "web-c")
 		callID := startPublisher(t, "http://"+serveAddr(t, c), st, "post-c")
@@ -121,5 +125,27 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 		doctor := mustBin(t, o, "doctor")
 		require.Regexp(t, `(?m)^✓ executors alive\s+1 alive: web-c \(pid `+regexp.QuoteMeta(strconv.Itoa(again.cmd.Process.Pid))+` on [^;]*$`, doctor,
 			"web-c recovered its own sessions: nobody took it over")
+	})
+	t.Run("a clean stop hands its sessions over", func(t *testing.T) {
+		t.Parallel()
+		o, st := newBinDatabase(t)
+
+		d := serveExecutor(t, o, "web-d")
+		callID := startPublisher(t, "http://"+serveAddr(t, d), st, "post-d")
+		require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
+		require.Equal(t, 0, d.wait(t), "%s\n%s", d.stdout, d.stderr)
+		var status string
+		var stopped bool
+		require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT w.status, x.stopped_at IS NOT NULL FROM dbos.workflow_status w, helix.executors x
+			WHERE w.workflow_uuid = 'post-d-turn-1' AND x.executor_id = 'web-d'`).Scan(&status, &stopped))
+		require.Equal(t, "PENDING", status, "the signal that stopped serve did not cancel the waiting session's workflow")
+		require.True(t, stopped, "the executor is marked stopped")
+
+		e := serveExecutor(t, o, "web-e")
+		serveAddr(t, e)
+		mustBin(t, o, "approve", "post-d", callID)
+		s, err := waitInactive(t.Context(), st, "post-d", time.Minute)
+		require.NoError(t, err, "web-e did not take over the stopped web-d's session\n--- stdout\n%s--- stderr\n%s", e.stdout, e.stderr)
+		require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
 	})
 }

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/helix-agents/helix-dbos/steps"
+)
+
+// fence is the engine's steps.Fence: the lease, plus what ties a ticket to
+// one execution of one workflow in this process.
+//
+//   - A newer execution of a workflow in this process supersedes the older
+//     one (DBOS dequeues a workflow again only after the older execution
+//     lost it): the older one's steps are refused.
+//   - An execution that had to wait for the lease at its start (a takeover
+//     or an outage was in progress) checks, once the lease is valid again,
+//     that its workflow is still pending under this executor: if a peer
+//     re-enqueued it meanwhile, it runs nothing.
+type fence struct {
+	lease *lease
+	pool  *pgxpool.Pool
+	id    string // this executor
+
+	mu      sync.Mutex
+	seq     uint64
+	current map[string]uint64 // workflow ID → the Seq of its newest execution here
+}
+
+func newFence(l *lease, pool *pgxpool.Pool, executorID string) *fence {
+	return &fence{lease: l, pool: pool, id: executorID, current: map[string]uint64{}}
+}
+
+var _ steps.Fence = (*fence)(nil)
+
+// Acquire implements steps.Fence.
+func (f *fence) Acquire(ctx context.Context, workflowID string) (steps.Ticket, error) {
+	f.mu.Lock()
+	f.seq++
+	t := steps.Ticket{WorkflowID: workflowID, Seq: f.seq}
+	f.current[workflowID] = t.Seq // at once, before any wait: the newest start wins
+	f.mu.Unlock()
+	epoch, waited, err := f.lease.Acquire(ctx)
+	if err == nil && waited {
+		err = f.stillOurs(ctx, workflowID)
+	}
+	if err != nil {
+		f.Release(t)
+		return steps.Ticket{}, err
+	}
+	t.Epoch = epoch
+	return t, nil
+}
+
+// stillOurs checks that the workflow is pending under this executor.
+func (f *fence) stillOurs(ctx context.Context, workflowID string) error {
+	var ours bool
+	err := f.pool.QueryRow(ctx, `SELECT status = 'PENDING' AND executor_id = $2 FROM dbos.workflow_status WHERE workflow_uuid = $1`,
+		workflowID, f.id).Scan(&ours)
+	if errors.Is(err, pgx.ErrNoRows) {
+		ours, err = false, nil
+	}
+	if err != nil {
+		return fmt.Errorf("engine: check that workflow %s is still this executor's: %w", workflowID, err)
+	}
+	if !ours {
+		return &TakenOverError{Reason: fmt.Sprintf("engine: workflow %s was taken over while this process waited for its executor lease: "+
+			"this execution runs nothing; the owner continues it", workflowID)}
+	}
+	return nil
+}
+
+// Check implements steps.Fence.
+func (f *fence) Check(ctx context.Context, t steps.Ticket) error {
+	if err := f.lease.Check(ctx, t.Epoch); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	newest := f.current[t.WorkflowID]
+	f.mu.Unlock()
+	if newest != t.Seq {
+		return &TakenOverError{Reason: fmt.Sprintf("engine: a newer execution of workflow %s runs in this process: this one was fenced "+
+			"and runs nothing more", t.WorkflowID)}
+	}
+	return nil
+}
+
+// Release implements steps.Fence.
+func (f *fence) Release(t steps.Ticket) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.current[t.WorkflowID] == t.Seq {
+		delete(f.current, t.WorkflowID)
+	}
+}
