@@ -183,14 +183,12 @@ func (c *chaos) pickBusy() (string, *crashChild) {
 func (c *chaos) request(ctx context.Context, n int, spread time.Duration) {
 	for i := range n {
 		kind := chaosKinds[i%len(chaosKinds)]
-		for {
+		// Postgres may be restarting: retried until it answers.
+		_ = retryReads(ctx, func() error {
 			_, err := c.pool.Exec(ctx, `INSERT INTO chaos_requests (session_id, kind) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 				fmt.Sprintf("%s-%03d", kind, i), kind)
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond) // Postgres restarting: not a test synchronisation
-		}
+			return err
+		})
 		select {
 		case <-ctx.Done():
 			return
@@ -330,26 +328,24 @@ func (c *chaos) kill(replace bool) func() {
 func (c *chaos) retry(statement func(ctx context.Context) error) {
 	ctx, cancel := context.WithTimeout(c.t.Context(), 20*time.Second)
 	defer cancel()
-	for {
-		err := statement(ctx)
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			c.event("havoc statement failed: %v", err)
-			return
-		}
-		time.Sleep(100 * time.Millisecond) // Postgres restarting: not a test synchronisation
+	if err := retryReads(ctx, func() error { return statement(ctx) }); err != nil {
+		c.event("havoc statement failed: %v", err)
 	}
 }
 
-// freeze SIGSTOPs the busiest worker for two and a half leases, then
-// resumes it: a zombie whose sessions were taken over meanwhile.
+// freeze SIGSTOPs the busiest worker until its last heartbeat is two and a
+// half leases old, then resumes it: a zombie whose sessions were taken over
+// meanwhile.
 func (c *chaos) freeze() {
 	id, w := c.pickBusy()
 	require.NoError(c.t, w.cmd.Process.Signal(syscall.SIGSTOP))
 	c.event("froze %s", id)
-	time.Sleep(chaosLease * 5 / 2) // the freeze itself
+	crashPoll(c.t, "the frozen worker's lease to be long expired", nil, func(ctx context.Context) (bool, error) {
+		var expired bool
+		err := c.pool.QueryRow(ctx, `SELECT heartbeat_at < now() - make_interval(secs => $2) FROM helix.executors WHERE executor_id = $1`,
+			id, (chaosLease * 5 / 2).Seconds()).Scan(&expired)
+		return expired, err
+	})
 	require.NoError(c.t, w.cmd.Process.Signal(syscall.SIGCONT))
 	c.mu.Lock()
 	c.frozen = append(c.frozen, w)
@@ -390,7 +386,10 @@ func (c *chaos) completed(int) int {
 // hooks and child workflows of the last sessions end just after them.
 func (c *chaos) awaitNoPendingWorkflows(ctx context.Context) {
 	t := c.t
-	deadline := time.Now().Add(30 * time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		var left []string
 		rows, err := c.pool.Query(ctx, `SELECT workflow_uuid || ' ' || status || ' on ' || coalesce(executor_id, '?')
@@ -408,10 +407,11 @@ func (c *chaos) awaitNoPendingWorkflows(ctx context.Context) {
 		if len(left) == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-ctx.Done():
 			t.Fatalf("workflows left unfinished: %v (%s)", left, c.events())
+		case <-tick.C:
 		}
-		time.Sleep(100 * time.Millisecond) // polling the database: not a test synchronisation
 	}
 }
 
@@ -725,15 +725,13 @@ func (p *chaosPostgres) restart(t *testing.T) {
 	require.Equal(t, p.url, url, "the server came back on its port")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for {
+	require.NoError(t, retryReads(ctx, func() error {
 		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
-			require.NoError(t, conn.Close(ctx))
-			return
+			err = conn.Close(ctx)
 		}
-		require.NoError(t, ctx.Err(), "Postgres accepts connections again: %v", err)
-		time.Sleep(50 * time.Millisecond) // polling the server: not a test synchronisation
-	}
+		return err
+	}), "Postgres accepts connections again")
 }
 
 func chaosEnvInt(t *testing.T, name string, def int) int {
