@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 export HELIX_CHAOS_SESSIONS=${SESSIONS:-600}
 export HELIX_CHAOS_DURATION=${DURATION:-10m}
 export HELIX_CHAOS_REPORT=${REPORT:-$PWD/soak-report.json}
+export HELIX_CHAOS_PG_RESTART=${PG_RESTART:-1}
 export HELIX_TEST_PACKAGES=./integration
 echo "soak: $HELIX_CHAOS_SESSIONS sessions over $HELIX_CHAOS_DURATION; report in $HELIX_CHAOS_REPORT" >&2
 exec scripts/test.sh -run '^TestChaos' -v -timeout 60m "$@"
