@@ -126,6 +126,7 @@ func newHarness(ctx context.Context, cfg Config, maxSteps int) (_ *harness, err 
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = int32(min(cfg.MaxConns, 1<<20))
 	}
+	engine.ConfigurePool(pc) // as the engine's own pool: the figures include its check
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("bench: open the database: %w", err)

@@ -58,7 +58,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	pool, owns := cfg.Pool, false
 	if pool == nil {
 		var err error
-		if pool, err = pgxpool.New(ctx, cfg.DatabaseURL); err != nil {
+		if pool, err = openPool(ctx, cfg.DatabaseURL); err != nil {
 			return nil, fmt.Errorf("engine: client: open database: %w (check ClientConfig.DatabaseURL)", err)
 		}
 		owns = true

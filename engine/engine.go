@@ -58,7 +58,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	pool := cfg.Pool
 	if pool == nil {
 		var err error
-		if pool, err = pgxpool.New(ctx, cfg.DatabaseURL); err != nil {
+		if pool, err = openPool(ctx, cfg.DatabaseURL); err != nil {
 			return nil, fmt.Errorf("engine: open database: %w (check Config.DatabaseURL)", err)
 		}
 	}
@@ -194,7 +194,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.hb = hb
 	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, &e.log)
 	if !e.cfg.DisableTakeover {
-		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, dbos: e.dbos, id: e.cfg.ExecutorID, app: e.cfg.AppName,
+		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, id: e.cfg.ExecutorID, app: e.cfg.AppName,
 			version: e.cfg.ApplicationVersion, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log})
 	}
 	if err := e.startOrphans(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/helix-agents/helix-dbos/engine"
 )
@@ -52,4 +53,25 @@ func ExampleTakenOverError() {
 	var taken *engine.TakenOverError
 	fmt.Println(errors.As(err, &taken), errors.Is(err, dbos.ErrConflictingWorkflowID))
 	// Output: true true
+}
+
+// A pool shared with your application (Config.Pool) gets the engine's
+// handling of database restarts and failovers from ConfigurePool.
+func ExampleConfigurePool() {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig("postgres://app@127.0.0.1:5432/app?pool_max_conns=20")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	engine.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg) // connects lazily
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	fmt.Println(pool.Config().MaxConns)
+	// eng, err := engine.New(ctx, engine.Config{Pool: pool})
+	// Output: 20
 }

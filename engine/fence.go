@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,8 +21,9 @@ import (
 //     lost it): the older one's steps are refused.
 //   - An execution that had to wait for the lease at its start (a takeover
 //     or an outage was in progress) checks, once the lease is valid again,
-//     that its workflow is still pending under this executor: if a peer
-//     re-enqueued it meanwhile, it runs nothing.
+//     that its workflow is still pending under this executor and owned by
+//     the same DBOS execution as when it started: if a peer re-enqueued it
+//     meanwhile (and whoever dequeued it since), it runs nothing.
 type fence struct {
 	lease *lease
 	pool  *pgxpool.Pool
@@ -45,9 +47,17 @@ func (f *fence) Acquire(ctx context.Context, workflowID string) (steps.Ticket, e
 	t := steps.Ticket{WorkflowID: workflowID, Seq: f.seq}
 	f.current[workflowID] = t.Seq // at once, before any wait: the newest start wins
 	f.mu.Unlock()
-	epoch, waited, err := f.lease.Acquire(ctx)
-	if err == nil && waited {
-		err = f.stillOurs(ctx, workflowID)
+	epoch, valid, _, err := f.lease.now()
+	if err == nil && !valid {
+		// A takeover or an outage may be under way: note which execution
+		// owns the workflow now (DBOS just gave it to this one), then wait
+		// for the lease and check that no other execution took it since.
+		var owner *string
+		if owner, err = f.owner(ctx, workflowID); err == nil {
+			if epoch, _, err = f.lease.Acquire(ctx); err == nil {
+				err = f.stillOurs(ctx, workflowID, owner)
+			}
+		}
 	}
 	if err != nil {
 		f.Release(t)
@@ -57,18 +67,39 @@ func (f *fence) Acquire(ctx context.Context, workflowID string) (steps.Ticket, e
 	return t, nil
 }
 
-// stillOurs checks that the workflow is pending under this executor.
-func (f *fence) stillOurs(ctx context.Context, workflowID string) error {
+// owner reads the workflow's DBOS owner token (its execution's), waiting
+// for the database during an outage.
+func (f *fence) owner(ctx context.Context, workflowID string) (*string, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		var owner *string
+		err := f.pool.QueryRow(ctx, `SELECT owner_xid FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&owner)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil
+		}
+		if err == nil {
+			return owner, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("engine: read the owner of workflow %s: %w (last error: %w)", workflowID, context.Cause(ctx), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// stillOurs checks that the workflow is pending under this executor, still
+// owned by the execution that read owner.
+func (f *fence) stillOurs(ctx context.Context, workflowID string, owner *string) error {
 	var ours bool
-	err := f.pool.QueryRow(ctx, `SELECT status = 'PENDING' AND executor_id = $2 FROM dbos.workflow_status WHERE workflow_uuid = $1`,
-		workflowID, f.id).Scan(&ours)
+	err := f.pool.QueryRow(ctx, `SELECT status = 'PENDING' AND executor_id = $2 AND owner_xid IS NOT DISTINCT FROM $3
+		FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID, f.id, owner).Scan(&ours)
 	if errors.Is(err, pgx.ErrNoRows) {
 		ours, err = false, nil
 	}
 	if err != nil {
 		return fmt.Errorf("engine: check that workflow %s is still this executor's: %w", workflowID, err)
 	}
-	if !ours {
+	if !ours || owner == nil {
 		return &TakenOverError{Reason: fmt.Sprintf("engine: workflow %s was taken over while this process waited for its executor lease: "+
 			"this execution runs nothing; the owner continues it", workflowID)}
 	}

@@ -87,12 +87,10 @@ func (l *lease) update(fn func()) {
 // had to.
 func (l *lease) Acquire(ctx context.Context) (epoch uint64, waited bool, err error) {
 	for {
-		l.mu.Lock()
-		epoch, valid, evicted, changed := l.epoch, time.Now().Before(l.until), l.evicted, l.changed
-		l.mu.Unlock()
+		epoch, valid, changed, err := l.now()
 		switch {
-		case evicted != nil:
-			return 0, waited, evicted
+		case err != nil:
+			return 0, waited, err
 		case valid:
 			return epoch, waited, nil
 		}
@@ -101,6 +99,18 @@ func (l *lease) Acquire(ctx context.Context) (epoch uint64, waited bool, err err
 			return 0, waited, err
 		}
 	}
+}
+
+// now reports the current epoch and whether the lease is known valid,
+// without waiting, with the channel closed at its next change, or the
+// eviction error.
+func (l *lease) now() (epoch uint64, valid bool, changed <-chan struct{}, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.evicted != nil {
+		return 0, false, nil, l.evicted
+	}
+	return l.epoch, time.Now().Before(l.until), l.changed, nil
 }
 
 // Check returns nil when an execution of epoch may act now, a fencing

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dbos-inc/dbos-transact-golang/dbos"
-	"github.com/dbos-inc/dbos-transact-golang/dbos/internals"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -32,7 +30,6 @@ const TakenOverRetention = 7 * 24 * time.Hour
 // the same application dequeues each one resumes it from its last step).
 type takeover struct {
 	pool    *pgxpool.Pool
-	dbos    dbos.Context
 	id      string
 	app     string
 	version string
@@ -137,12 +134,19 @@ func (t *takeover) sweep(ctx context.Context, adopt bool) error {
 	}
 	var errs []error
 	for _, c := range claims {
-		if err := t.recover(ctx, c.id); err != nil {
+		n, err := t.recover(ctx, c.id)
+		if errors.Is(err, errClaimLost) {
+			t.log.Info().Str("event", "executor.takeover_lost").Str("executorId", c.id).
+				Msg("another engine finished taking this executor over first: " + err.Error())
+			continue
+		}
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		t.log.Info().Str("event", "executor.took_over").Str("executorId", c.id).Bool("stopped", c.stopped).
-			Float64("silentSeconds", c.silent).Msg("took over an executor that stopped or died: its pending sessions resume in this cluster")
+			Float64("silentSeconds", c.silent).Int("workflows", n).
+			Msg("took over an executor that stopped or died: its pending sessions resume in this cluster")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("recover executors (retried at the next sweep): %w", errors.Join(errs...))
@@ -150,14 +154,59 @@ func (t *takeover) sweep(ctx context.Context, adopt bool) error {
 	return nil
 }
 
+// dbosRecoveryQueue is the queue DBOS re-enqueues recovered workflows on
+// when they were not on a queue of their own (DBOS's internal queue, which
+// every launched engine polls; models.InternalQueueName in DBOS Transact).
+const dbosRecoveryQueue = "_dbos_internal_queue"
+
+// recoverSQL re-enqueues a claimed executor's pending workflows and
+// records the takeover as recovered, in one statement and only while the
+// claim is still this engine's and not yet recovered. The re-enqueue is
+// DBOS's own (ReenqueueForRecovery in DBOS Transact v1.8.0: status
+// ENQUEUED, the owner token cleared, non-queued workflows on DBOS's
+// internal queue); doing it here rather than through
+// RecoverPendingWorkflows ties it to the claim. A recovery that ran late
+// (this engine stalled, or DBOS retried it through a database restart)
+// after another engine re-claimed the executor, recovered it, and the
+// executor rejoined the cluster, would otherwise re-enqueue workflows the
+// rejoined executor runs again legitimately: two executions of one
+// workflow. $1 the executor, $2 this engine, $3 the application version,
+// $4 the application name, $5 DBOS's recovery queue.
+const recoverSQL = `
+WITH pending AS (
+	SELECT w.workflow_uuid FROM dbos.workflow_status w
+	WHERE w.executor_id = $1 AND w.status = 'PENDING' AND w.application_version = $3
+	  AND (w.application_name = $4 OR w.application_name IS NULL)
+), claim AS (
+	UPDATE helix.executors SET recovered_at = now(), recovery_error = NULL,
+		recovered_workflows = (SELECT count(*) FROM pending)
+	WHERE executor_id = $1 AND taken_over_by = $2 AND recovered_at IS NULL
+	RETURNING executor_id
+), requeued AS (
+	UPDATE dbos.workflow_status w SET status = 'ENQUEUED', started_at_epoch_ms = NULL,
+		updated_at = (EXTRACT(EPOCH FROM now()) * 1000)::bigint, owner_xid = NULL,
+		queue_name = COALESCE(NULLIF(w.queue_name, ''), $5)
+	FROM claim
+	WHERE w.executor_id = claim.executor_id AND w.status = 'PENDING' AND w.application_version = $3
+	  AND (w.application_name = $4 OR w.application_name IS NULL)
+	RETURNING w.workflow_uuid
+)
+SELECT EXISTS (SELECT 1 FROM claim), (SELECT count(*) FROM requeued)`
+
+// errClaimLost reports a recovery that found its claim gone: another
+// engine re-claimed the executor (this one was too slow) or it was
+// already recovered. Nothing was re-enqueued.
+var errClaimLost = errors.New("the claim is no longer this engine's (another engine re-claimed the executor, or it was recovered): nothing re-enqueued")
+
 // recover re-enqueues dead's pending workflows and records the takeover as
-// complete; on failure it records the error and leaves the claim open, to
-// be retried.
-func (t *takeover) recover(ctx context.Context, dead string) error {
-	rt, err := internals.RuntimeOf(t.dbos)
-	var handles []dbos.WorkflowHandle[any]
-	if err == nil {
-		handles, err = rt.RecoverPendingWorkflows([]string{dead})
+// complete (recoverSQL); on failure it records the error and leaves the
+// claim open, to be retried.
+func (t *takeover) recover(ctx context.Context, dead string) (int, error) {
+	var held bool
+	var n int
+	err := t.pool.QueryRow(ctx, recoverSQL, dead, t.id, t.version, t.app, dbosRecoveryQueue).Scan(&held, &n)
+	if err == nil && !held {
+		return 0, errClaimLost
 	}
 	if err != nil {
 		err = fmt.Errorf("recover the pending workflows of executor %s: %w", dead, err)
@@ -165,13 +214,9 @@ func (t *takeover) recover(ctx context.Context, dead string) error {
 			dead, t.id, err.Error()); uerr != nil && ctx.Err() == nil {
 			t.log.Warn().Err(uerr).Str("executorId", dead).Msg("could not record a failed takeover")
 		}
-		return err
+		return 0, err
 	}
-	if _, err := t.pool.Exec(ctx, `UPDATE helix.executors SET recovered_at = now(), recovered_workflows = $3, recovery_error = NULL
-		WHERE executor_id = $1 AND taken_over_by = $2`, dead, t.id, len(handles)); err != nil {
-		return fmt.Errorf("record the takeover of executor %s: %w", dead, err)
-	}
-	return nil
+	return n, nil
 }
 
 // deadHere lists the executors whose process this one can see (same boot,

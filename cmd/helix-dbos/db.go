@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
@@ -164,6 +165,7 @@ func openStoreURL(ctx context.Context, url string) (*postgres.Store, func(), err
 		return nil, nil, errUnparsableURL
 	}
 	cfg.MaxConns = 4
+	engine.ConfigurePool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)

@@ -1,0 +1,324 @@
+package engine_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+)
+
+// cutProxy forwards 127.0.0.1 connections to a Postgres server and can cut
+// them all at once, the way a restart, a failover or a load balancer cuts
+// them: the client reads an end of stream, with no error message from the
+// server first.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	down    bool
+	refused int
+}
+
+// newCutProxy starts a proxy to the server of dbURL and returns it with
+// dbURL rewritten to go through it. It stops at the end of the test.
+func newCutProxy(t *testing.T, dbURL string) (*cutProxy, string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &cutProxy{ln: ln, target: u.Host, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+func (p *cutProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.refused++
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, s)
+		go p.pipe(s, c)
+	}
+}
+
+// pipe copies one direction; either side failing closes both.
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+// cut closes every connection (a FIN to the client, as from a stopped
+// server's proxy). New connections are accepted unless the proxy is down.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// setDown makes the proxy close new connections at once (the server is
+// unreachable) or accept them again.
+func (p *cutProxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+}
+
+// awaitBlocked waits until a backend of the database runs a statement
+// matching pattern (SQL LIKE) and waits for a lock.
+func awaitBlocked(t *testing.T, direct *pgx.Conn, pattern string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var waiting bool
+		err := direct.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1)`,
+			pattern).Scan(&waiting)
+		require.NoError(t, err)
+		if waiting {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no statement like %q waited for a lock; the database's backends:\n%s", pattern, backends(t, direct))
+		case <-tick.C:
+		}
+	}
+}
+
+// backends describes the other backends of the database, for a failure
+// message.
+func backends(t *testing.T, direct *pgx.Conn) string {
+	t.Helper()
+	rows, err := direct.Query(context.WithoutCancel(t.Context()), `SELECT pid || ' ' || state || ' ' || coalesce(wait_event_type, '-') || ' blocked by ' || pg_blocking_pids(pid)::text || ': ' || left(query, 300)
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
+}
+
+// connLossEngine starts an engine that reaches its database through a
+// cutting proxy, with its logs in buf.
+func connLossEngine(t *testing.T, dbURL string, buf *syncBuffer, agents ...*helix.Agent) (*engine.Engine, *cutProxy) {
+	t.Helper()
+	p, proxied := newCutProxy(t, dbURL)
+	log := zerolog.New(buf)
+	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: proxied, Logger: &log})
+	require.NoError(t, err)
+	require.NoError(t, e.Register(agents...))
+	require.NoError(t, e.Launch(t.Context()))
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e, p
+}
+
+// requireNoStepFailed checks no run was failed by the lost connection.
+func requireNoStepFailed(t *testing.T, buf *syncBuffer) {
+	t.Helper()
+	for line := range strings.SplitSeq(buf.String(), "\n") {
+		require.NotContains(t, line, `"run.step_failed"`, "a lost connection is not a step outcome")
+	}
+}
+
+// A connection cut while DBOS starts a sub-agent's child workflow (its
+// status insert in flight) is retried once the database answers: the
+// parent's run goes on and the child runs once.
+func TestConnectionCutWhileStartingAChildWorkflow(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	var buf syncBuffer
+	var mu sync.Mutex
+	var children []string
+	sum := summarizer(func(s string) { mu.Lock(); children = append(children, s); mu.Unlock() })
+	reached, proceed := make(chan struct{}), make(chan struct{})
+	parent := &helix.Agent{
+		Name:  "lead",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(sum, nil, nil)},
+		Model: script(
+			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+				reached <- struct{}{}
+				<-proceed
+				return calls(call("s1", "subagent__summarizer", `{"task":"alpha"}`))(req, cb)
+			},
+			text("summarized"),
+		),
+	}
+	e, p := connLossEngine(t, dbURL, &buf, parent, sum)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "summarize alpha"}, nil)
+	require.NoError(t, err)
+
+	direct, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer func() { _ = direct.Close(context.WithoutCancel(t.Context())) }()
+	<-reached
+	holder, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer func() { _ = holder.Close(context.WithoutCancel(t.Context())) }()
+	lock, err := holder.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = lock.Exec(t.Context(), `LOCK TABLE dbos.workflow_status IN SHARE MODE`) // holds back inserts
+	require.NoError(t, err)
+	close(proceed)
+	awaitBlocked(t, direct, `%INSERT INTO "dbos".workflow_status%`)
+	p.cut()
+	require.NoError(t, lock.Rollback(t.Context()))
+
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	msgs := allMessages(t, e, h.SessionID)
+	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(msgs))
+	require.JSONEq(t, `{"summary":"short alpha"}`, msgs[2].Content)
+	mu.Lock()
+	require.Equal(t, []string{"start:" + h.SessionID + "-sub-s1", "complete:" + h.SessionID + "-sub-s1"}, children,
+		"the child ran once")
+	mu.Unlock()
+	requireNoStepFailed(t, &buf)
+}
+
+// A connection cut while a recovering engine reads a step's recorded
+// output (the replay's check before a step) is retried: the session
+// replays, waits for its approval as before, and completes once approved.
+func TestConnectionCutWhileReplayingARecordedStep(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	var runs sync.Map
+	agent := &helix.Agent{
+		Name:  "payer",
+		Tools: []*helix.Tool{transferTool(&runs)},
+		Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)), text("paid")),
+	}
+	const id = "connloss-replayer"
+	first := newEngineWithID(t, dbURL, id, agent)
+	h, err := first.Execute(t.Context(), agent, engine.Input{Message: "pay"}, nil)
+	require.NoError(t, err)
+	first0 := result(t, h) // suspended for the approval
+	require.Equal(t, helix.AgentSuspendedClientTool, first0.Status)
+	require.NoError(t, first.Shutdown(t.Context()))
+
+	var buf syncBuffer
+	p, proxied := newCutProxy(t, dbURL)
+	log := zerolog.New(&buf)
+	second, err := engine.New(t.Context(), engine.Config{DatabaseURL: proxied, ExecutorID: id, Logger: &log})
+	require.NoError(t, err)
+	require.NoError(t, second.Register(agent))
+	t.Cleanup(func() { require.NoError(t, second.Shutdown(context.Background())) })
+
+	direct, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer func() { _ = direct.Close(context.WithoutCancel(t.Context())) }()
+	holder, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer func() { _ = holder.Close(context.WithoutCancel(t.Context())) }()
+	lock, err := holder.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = lock.Exec(t.Context(), `LOCK TABLE dbos.operation_outputs IN ACCESS EXCLUSIVE MODE`) // holds back reads
+	require.NoError(t, err)
+	launched := make(chan error, 1)
+	go func() { launched <- second.Launch(t.Context()) }()
+	awaitBlocked(t, direct, "%SELECT output, error, function_name, serialization%operation_outputs%")
+	p.cut()
+	require.NoError(t, lock.Rollback(t.Context()))
+	require.NoError(t, <-launched)
+
+	h2, err := second.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	submit(t, second, h.SessionID, helix.Approve("t1", "fine"))
+	res := result(t, h2)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	requireNoStepFailed(t, &buf)
+}
+
+// outage is how long TestSessionWaitsOutADatabaseOutage cuts the database
+// off: longer than a step's retries (steps.InfraRetries, with DBOS's
+// backoff about three seconds).
+const outage = 5 * time.Second
+
+// A database outage longer than a step's retries does not fail the
+// session: the outage starts inside the second model step (its
+// onStepStart hook), whose stream writes, checkpoint and commit wait for
+// the database; the session completes once it is back.
+func TestSessionWaitsOutADatabaseOutage(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	var buf syncBuffer
+	reached, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	agent := &helix.Agent{
+		Name:  "writer",
+		Tools: []*helix.Tool{noteTool(&executions{})},
+		Model: script(calls(call("n1", "note", `{"text":"x"}`)), text("written through the outage")),
+		Hooks: &helix.Hooks{OnStepStart: func(_ context.Context, hc helix.HookContext) error {
+			if hc.Step == 2 {
+				once.Do(func() { reached <- struct{}{}; <-proceed })
+			}
+			return nil
+		}},
+	}
+	e, p := connLossEngine(t, dbURL, &buf, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "write"}, nil)
+	require.NoError(t, err)
+	<-reached
+	p.setDown(true)
+	p.cut()
+	close(proceed)
+	<-time.After(outage) // the scenario's input, not a wait for a condition
+	p.setDown(false)
+
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)))
+	requireNoStepFailed(t, &buf)
+}
