@@ -175,8 +175,12 @@ func TestResumeAndRetryAgentFileAgents(t *testing.T) {
 // them when the command exits.
 func TestContinueLeavesServeExecutorAlone(t *testing.T) {
 	t.Parallel()
-	url, _, _ := completedSession(t) // research-1, which resume refuses after starting its engine
+	url, peer, _ := completedSession(t) // research-1, which resume refuses after starting its engine
 	ctx := t.Context()
+	// Stopped first: a live peer would take serve's stopped executor over
+	// at its next sweep (the cluster working as designed, not the resume
+	// command), and the check below is about the command alone.
+	require.NoError(t, peer.Shutdown(ctx))
 	agents, err := agentfile.Load(exampleAgents, nil)
 	require.NoError(t, err)
 	intake, _ := agents.Get("intake")
