@@ -265,12 +265,13 @@ func TestConnectionCutWhileReplayingARecordedStep(t *testing.T) {
 	require.NoError(t, err)
 	_, err = lock.Exec(t.Context(), `LOCK TABLE dbos.operation_outputs IN ACCESS EXCLUSIVE MODE`) // holds back reads
 	require.NoError(t, err)
-	launched := make(chan error, 1)
-	go func() { launched <- second.Launch(t.Context()) }()
+	// Launch re-enqueues the session's workflow and returns; the workflow's
+	// replay then waits on the lock, and only its connection is busy when
+	// the cut comes.
+	require.NoError(t, second.Launch(t.Context()))
 	awaitBlocked(t, direct, "%SELECT output, error, function_name, serialization%operation_outputs%")
 	p.cut()
 	require.NoError(t, lock.Rollback(t.Context()))
-	require.NoError(t, <-launched)
 
 	h2, err := second.Run(t.Context(), h.SessionID, h.RunID)
 	require.NoError(t, err)

@@ -381,6 +381,15 @@ func (c control) abortOne(ctx context.Context, st *store.SessionState, msg strin
 		}
 	}
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		// Two aborts racing (Abort, and an engine's sweep of workflows
+		// cancelled through DBOS) record one: the second finds it done.
+		var status helix.SessionStatus
+		if err := tx.QueryRow(ctx, `SELECT status FROM helix.sessions WHERE session_id = $1 FOR UPDATE`, sessionID).Scan(&status); err != nil {
+			return fmt.Errorf("engine: lock session %s: %w", sessionID, err)
+		}
+		if status != helix.SessionActive {
+			return nil
+		}
 		s := c.store.WithQuerier(postgres.PgxQuerier(tx))
 		if err := s.UpdateStatus(ctx, sessionID, helix.SessionFailed, &store.StatusUpdate{Error: msg}); err != nil {
 			return err

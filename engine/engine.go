@@ -42,6 +42,7 @@ type Engine struct {
 	closed   bool
 	hb       *heartbeat // set by Launch
 	wake     *loop      // the wake-up sweep, set by Launch
+	cancels  *loop      // the sweep of workflows cancelled through DBOS, set by Launch
 	sweep    *loop      // the takeover sweep, set by Launch
 }
 
@@ -193,6 +194,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	hb.start(ctx, &e.log)
 	e.hb = hb
 	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, &e.log)
+	e.cancels = startCancelSweep(ctx, e.pool, e.control, &e.log)
 	if !e.cfg.DisableTakeover {
 		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, id: e.cfg.ExecutorID, app: e.cfg.AppName,
 			version: e.cfg.ApplicationVersion, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log})
@@ -287,6 +289,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.sweep.stop()
 	e.wake.stop()
+	e.cancels.stop()
 	// The heartbeat goes on while DBOS drains: the running steps keep
 	// their lease until they stop, and no peer takes them over meanwhile.
 	e.hb.draining()

@@ -73,6 +73,9 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 		if res.AlreadyCompleted = rec.AlreadyCompleted; res.AlreadyCompleted {
 			return nil
 		}
+		if err := notCancelled(ctx, tx, rec.Call.OwnerSessionID, sub.ToolCallID, rec.Call.WorkflowID); err != nil {
+			return err
+		}
 		return recv.Send(c.dbos, tx, rec.Call.WorkflowID, sub.ToolCallID,
 			recv.Message{Kind: recv.KindSubmission, Submission: &sub, SubmittedAt: rec.Call.SubmittedAt}, recv.SubmissionKey(sub.ToolCallID))
 	})
@@ -194,4 +197,22 @@ func (h *Handle) suspension(ctx context.Context, status helix.RunStatus) (*helix
 		s.ToolCallIDs = append(s.ToolCallIDs, c.ToolCallID)
 	}
 	return s, nil
+}
+
+// notCancelled refuses a submission to a run whose workflow was cancelled
+// with DBOS's tools and not yet aborted by the engine's sweep: nothing would
+// ever take it.
+func notCancelled(ctx context.Context, tx pgx.Tx, sessionID, toolCallID, workflowID string) error {
+	var status string
+	err := tx.QueryRow(ctx, `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("engine: read the status of workflow %s: %w", workflowID, err)
+	case status == "CANCELLED":
+		return &helix.SubmissionError{Code: helix.SubmissionNotWaiting, SessionID: sessionID, ToolCallID: toolCallID,
+			Reason: fmt.Sprintf("session %s is being aborted: %s", sessionID, cancelledByDBOS(workflowID))}
+	}
+	return nil
 }

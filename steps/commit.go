@@ -45,6 +45,10 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			Resumed: isResumeWorkflow(st.SessionID, in.WorkflowID), Parent: parentLink(st),
 			Persistent: st.Mode == helix.SessionModePersistent,
 		}
+		if run.WorkflowID != "" && run.WorkflowID != in.WorkflowID {
+			info.Done = ForkRefused(in.WorkflowID, run.RunID, run.WorkflowID)
+			return info, nil
+		}
 		if run.Status.Final() {
 			info.Done = &Outcome{Status: run.Status, Error: run.Error, Output: st.Output, Steps: run.StepCount}
 			return info, nil
@@ -310,4 +314,14 @@ func (e *Env) FailRun(in EndInput) dbos.Txn[bool] {
 		}
 		return true, nil
 	}
+}
+
+// ForkRefused is the outcome of a workflow that is a copy of a run's
+// workflow made with DBOS's tools (ForkWorkflow, `dbos workflow fork`): it
+// runs nothing, and the session is left as it was.
+func ForkRefused(workflowID, runID, runWorkflowID string) *Outcome {
+	return &Outcome{Status: helix.RunFailed, Code: helix.CodeInternal, Error: fmt.Sprintf(
+		"workflow %s is a copy of workflow %s of run %s (a DBOS fork): it runs nothing and leaves the session as it was; "+
+			"to run a session again from a checkpoint use helix-dbos retry (or Engine.Retry, which can branch into a new session)",
+		workflowID, runWorkflowID, runID)}
 }

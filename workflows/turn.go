@@ -74,6 +74,11 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return steps.Outcome{}, err
 		}
 		defer env.Forget(run.SessionID)
+		if run.WorkflowID != wfID {
+			// A DBOS fork from a later step replays this step's record,
+			// made by the original workflow.
+			return *steps.ForkRefused(wfID, run.RunID, run.WorkflowID), nil
+		}
 		run.Ticket = ticket
 		persistent = run.Persistent
 		if run.Done != nil {

@@ -1,0 +1,123 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/steps"
+)
+
+// A session's workflow cancelled with DBOS's own client (what `dbos
+// workflow cancel` does) leaves the session in a true state: an answer sent
+// before the engine noticed is refused, not "delivered" to nobody; the
+// engine's sweep then aborts the session with the reason, and every later
+// answer is refused too. The tool never runs.
+func TestDBOSCancelAbortsTheSession(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var runs sync.Map
+	agent := &helix.Agent{
+		Name:  "payer",
+		Tools: []*helix.Tool{transferTool(&runs)},
+		Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)), text("paid")),
+	}
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
+
+	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	require.NoError(t, dbos.CancelWorkflow(client, h.WorkflowID))
+
+	refused := func(what string) {
+		t.Helper()
+		_, err := e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("t1", "fine"))
+		var se *helix.SubmissionError
+		require.ErrorAs(t, err, &se, what)
+		require.Equal(t, helix.SubmissionNotWaiting, se.Code, what)
+		require.Contains(t, se.Error(), "cancelled with DBOS's tools", what)
+	}
+	refused("an answer right after the cancel")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := e.Session(ctx, h.SessionID)
+		require.NoError(t, err)
+		if st.Status != helix.SessionActive {
+			require.Equal(t, helix.SessionFailed, st.Status)
+			require.Contains(t, st.Error, "aborted: its workflow "+h.WorkflowID+" was cancelled with DBOS's tools")
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the session stayed active after its workflow was cancelled through DBOS")
+		case <-tick.C:
+		}
+	}
+	runsOf, err := e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.RunFailed, runsOf[len(runsOf)-1].Status)
+	require.Equal(t, helix.CodeAborted, runsOf[len(runsOf)-1].ErrorCode)
+	refused("an answer after the abort")
+	require.Zero(t, executions2(&runs, "t1"), "the tool never ran")
+	res, err := h.Result(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentFailed, res.Status)
+}
+
+// A fork of a session's workflow made with DBOS's tools (ForkWorkflow,
+// `dbos workflow fork`), from its first step or a later one, runs nothing:
+// its outcome says why and names the helix way (retry, branch); the
+// session, its runs and its messages stay as they were.
+func TestDBOSForkRunsNothing(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var x executions
+	agent := &helix.Agent{
+		Name:  "noter",
+		Tools: []*helix.Tool{noteTool(&x)},
+		Model: script(calls(call("n1", "note", `{"text":"a"}`)), text("noted")),
+	}
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "note a"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	before := allMessages(t, e, h.SessionID)
+
+	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	for _, from := range []uint{0, 3} {
+		fork, err := dbos.ForkWorkflow[steps.Outcome](client, dbos.ForkWorkflowInput{OriginalWorkflowID: h.WorkflowID, StartStep: from})
+		require.NoError(t, err)
+		out, err := fork.GetResult(dbos.WithHandleTimeout(30 * time.Second))
+		require.NoError(t, err, "fork from step %d", from)
+		require.Equal(t, helix.RunFailed, out.Status, "fork from step %d", from)
+		require.Contains(t, out.Error, "(a DBOS fork): it runs nothing", "fork from step %d", from)
+	}
+	st, err := e.Session(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionCompleted, st.Status)
+	require.Equal(t, before, allMessages(t, e, h.SessionID))
+	runsOf, err := e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, runsOf, 1)
+	require.Equal(t, helix.RunCompleted, runsOf[0].Status)
+	require.Len(t, x.keys, 1)
+	for _, n := range x.keys {
+		require.Equal(t, 1, n, "the tool ran once, in the original")
+	}
+}
