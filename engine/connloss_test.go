@@ -234,11 +234,7 @@ func TestConnectionCutWhileReplayingARecordedStep(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewURL(t)
 	var runs sync.Map
-	agent := &helix.Agent{
-		Name:  "payer",
-		Tools: []*helix.Tool{transferTool(&runs)},
-		Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)), text("paid")),
-	}
+	agent := payer(&runs)
 	const id = "connloss-replayer"
 	first := newEngineWithID(t, dbURL, id, agent)
 	h, err := first.Execute(t.Context(), agent, engine.Input{Message: "pay"}, nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 )
@@ -39,22 +40,9 @@ func cancelledByDBOS(workflowID string) string {
 // startCancelSweep starts the sweep; stop the returned loop at Shutdown.
 func startCancelSweep(ctx context.Context, pool *pgxpool.Pool, c func() control, log *zerolog.Logger) *loop {
 	return every(ctx, CancelSweepInterval, func(ctx context.Context) {
-		type found struct{ session, workflow string }
-		var list []found
-		rows, err := pool.Query(ctx, cancelledSQL, time.Now().Add(-cancelGrace).UnixMilli())
-		if err == nil {
-			for rows.Next() {
-				var f found
-				if err = rows.Scan(&f.session, &f.workflow); err != nil {
-					break
-				}
-				list = append(list, f)
-			}
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-		}
+		type found struct{ Session, Workflow string }
+		rows, _ := pool.Query(ctx, cancelledSQL, time.Now().Add(-cancelGrace).UnixMilli())
+		list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[found])
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn().Err(err).Str("event", "engine.cancel_sweep_failed").Msg("could not look for sessions cancelled through DBOS; retrying")
@@ -62,18 +50,18 @@ func startCancelSweep(ctx context.Context, pool *pgxpool.Pool, c func() control,
 			return
 		}
 		for _, f := range list {
-			err := c().abort(ctx, f.session, cancelledByDBOS(f.workflow))
+			err := c().abort(ctx, f.Session, cancelledByDBOS(f.Workflow))
 			var r *RefusedError
 			switch {
 			case errors.As(err, &r) && r.Code == RefusedNotRunning:
 				// Aborted or finished meanwhile (another engine's sweep).
 			case err != nil:
 				if ctx.Err() == nil {
-					log.Warn().Err(err).Str("event", "engine.cancel_sweep_failed").Str("sessionId", f.session).
+					log.Warn().Err(err).Str("event", "engine.cancel_sweep_failed").Str("sessionId", f.Session).
 						Msg("could not abort a session whose workflow was cancelled through DBOS; retrying")
 				}
 			default:
-				log.Warn().Str("event", "session.cancelled_through_dbos").Str("sessionId", f.session).Str("workflowId", f.workflow).
+				log.Warn().Str("event", "session.cancelled_through_dbos").Str("sessionId", f.Session).Str("workflowId", f.Workflow).
 					Msg("a session's workflow was cancelled with DBOS's tools: the session is aborted")
 			}
 		}

@@ -24,11 +24,7 @@ func TestDBOSCancelAbortsTheSession(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	var runs sync.Map
-	agent := &helix.Agent{
-		Name:  "payer",
-		Tools: []*helix.Tool{transferTool(&runs)},
-		Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)), text("paid")),
-	}
+	agent := payer(&runs)
 	e := newEngineOn(t, url, agent)
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
 	require.NoError(t, err)

@@ -49,6 +49,15 @@ func transferTool(runs *sync.Map, opts ...helix.ToolOption) *helix.Tool {
 	}, append([]helix.ToolOption{helix.RequireApproval()}, opts...)...)
 }
 
+// payer asks for approval of one transfer (call t1), then answers "paid".
+func payer(runs *sync.Map) *helix.Agent {
+	return &helix.Agent{
+		Name:  "payer",
+		Tools: []*helix.Tool{transferTool(runs)},
+		Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)), text("paid")),
+	}
+}
+
 func executions2(runs *sync.Map, id string) int32 {
 	n, ok := runs.Load(id)
 	if !ok {
