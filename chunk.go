@@ -39,6 +39,7 @@ const (
 	ChunkRunResumed           ChunkType = "run_resumed"
 	ChunkRunPaused            ChunkType = "run_paused"
 	ChunkExecutorSuperseded   ChunkType = "executor_superseded"
+	ChunkRunQueued            ChunkType = "run_queued"
 	ChunkCheckpointCreated    ChunkType = "checkpoint_created"
 	ChunkStepCommitted        ChunkType = "step_committed"
 	ChunkStepDiscarded        ChunkType = "step_discarded"
@@ -300,6 +301,17 @@ type RunPausedChunk struct {
 	PendingToolCallID string `json:"pendingToolCallId,omitempty"`
 }
 
+// RunQueuedChunk is emitted when a run is admitted through its engine's
+// queue (engine.Config.Queue): it waits for a slot before its first step,
+// which its step_start marks. A helix-dbos addition.
+type RunQueuedChunk struct {
+	Base
+	RunID string `json:"runId"`
+	// Queue names the queue; PartitionKey the run's partition (its tenant).
+	Queue        string `json:"queue"`
+	PartitionKey string `json:"partitionKey,omitempty"`
+}
+
 // ExecutorSupersededChunk is emitted when another executor took over the session.
 type ExecutorSupersededChunk struct {
 	Base
@@ -403,6 +415,7 @@ var chunkKinds = map[ChunkType]chunkKind{
 	ChunkRunResumed:           {func() Chunk { return new(RunResumedChunk) }, []string{"runId", "fromCheckpointId", "fromStepCount", "mode"}},
 	ChunkRunPaused:            {func() Chunk { return new(RunPausedChunk) }, []string{"runId", "reason"}},
 	ChunkExecutorSuperseded:   {func() Chunk { return new(ExecutorSupersededChunk) }, nil},
+	ChunkRunQueued:            {func() Chunk { return new(RunQueuedChunk) }, []string{"runId", "queue"}},
 	ChunkCheckpointCreated:    {func() Chunk { return new(CheckpointCreatedChunk) }, []string{"runId", "checkpointId", "stepCount"}},
 	ChunkStepCommitted:        {func() Chunk { return new(StepCommittedChunk) }, []string{"runId", "stepId", "checkpointId"}},
 	ChunkStepDiscarded:        {func() Chunk { return new(StepDiscardedChunk) }, []string{"runId", "stepId", "reason"}},

@@ -227,6 +227,15 @@ func (c RunPausedChunk) MarshalJSON() ([]byte, error) {
 	return marshalTyped(ChunkRunPaused, plain(c))
 }
 
+// ChunkType returns ChunkRunQueued.
+func (*RunQueuedChunk) ChunkType() ChunkType { return ChunkRunQueued }
+
+// MarshalJSON adds the "type" discriminator.
+func (c RunQueuedChunk) MarshalJSON() ([]byte, error) {
+	type plain RunQueuedChunk
+	return marshalTyped(ChunkRunQueued, plain(c))
+}
+
 // ChunkType returns ChunkExecutorSuperseded.
 func (*ExecutorSupersededChunk) ChunkType() ChunkType { return ChunkExecutorSuperseded }
 

@@ -106,6 +106,7 @@ func TestUnmarshalChunkRequiresEveryRequiredField(t *testing.T) {
 		"error": true, "errorCode": true, "providerExecuted": true, "isAutomatic": true, "reason": true,
 		"partialInput": true, "code": true, "errorDetail": true, "title": true, "filename": true, "stepId": true,
 		"usage": true, "finishReason": true, "pendingToolName": true, "pendingToolCallId": true, "finalOutput": true,
+		"partitionKey": true,
 	}
 	required := map[string]map[string]bool{ // exceptions: optional elsewhere, required here
 		"tool_input_error":  {"error": true},

@@ -81,13 +81,16 @@ const (
 	AgentSuspendedClientTool       AgentStatus = "suspended_client_tool"
 	AgentSuspendedAwaitingChildren AgentStatus = "suspended_awaiting_children"
 	AgentSuspendedStepPartial      AgentStatus = "suspended_step_partial"
+	// AgentQueued is a run that waits in its engine's queue for a slot
+	// (a helix-dbos addition: engine.Config.Queue). Its session is active.
+	AgentQueued AgentStatus = "queued"
 )
 
 // Valid reports whether s is a known agent status.
 func (s AgentStatus) Valid() bool {
 	switch s {
 	case AgentRunning, AgentCompleted, AgentFailed, AgentPaused, AgentWaitingTool, AgentInterrupted,
-		AgentSuspendedClientTool, AgentSuspendedAwaitingChildren, AgentSuspendedStepPartial:
+		AgentSuspendedClientTool, AgentSuspendedAwaitingChildren, AgentSuspendedStepPartial, AgentQueued:
 		return true
 	}
 	return false

@@ -78,6 +78,11 @@ type Config struct {
 	StoreOptions []postgres.Option
 	// ShutdownTimeout bounds Shutdown; default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// Queue, when set, admits the runs Execute, Resume and Retry start
+	// through a durable DBOS queue with these limits (see QueueConfig);
+	// ExecuteOptions.Direct runs one outside it. nil (the default) runs
+	// every run at once, in the calling process.
+	Queue *QueueConfig
 }
 
 func (c *Config) withDefaults() error {
@@ -90,6 +95,13 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("engine: Config.ExecutorLease must be at least %s (0 means the default %s), got %s", MinExecutorLease, DefaultExecutorLease, c.ExecutorLease)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("engine: Config.ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
+	}
+	if c.Queue != nil {
+		q := *c.Queue // the caller's value stays as given
+		if err := q.withDefaults(); err != nil {
+			return err
+		}
+		c.Queue = &q
 	}
 	if c.AppName == "" {
 		c.AppName = DefaultAppName

@@ -11,6 +11,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
+	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 // Interrupt asks a running session to stop: it writes the durable interrupt
@@ -79,11 +80,14 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 	}
 	var runID, workflowID string
 	var waiting *store.Run
+	var adm *workflows.Admission
 	err := e.inTx(ctx, func(s *postgres.Store) error {
 		st, err := s.LoadState(ctx, sessionID)
 		if err != nil {
 			return err
 		}
+		// Sub-agent and companion sessions run in their parent's slot.
+		adm = e.admission("", st.UserID, 0, st.ParentSessionID != "")
 		if _, err := e.env.Agent(st.AgentType); err != nil {
 			return err
 		}
@@ -142,7 +146,7 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "resume", prev.RunID, msgs, func(runID string) helix.Chunk {
 			return &helix.RunResumedChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
 				RunID: runID, FromCheckpointID: cp, FromStepCount: st.StepCount, Mode: mode}
-		})
+		}, adm)
 		if err != nil || len(st.SuspendedStep) == 0 {
 			return err
 		}
@@ -159,7 +163,7 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 	if waiting != nil {
 		return &Handle{SessionID: sessionID, RunID: waiting.RunID, WorkflowID: waiting.WorkflowID, e: e}, nil
 	}
-	return e.launchRun(sessionID, runID, workflowID)
+	return e.launchRun(sessionID, runID, workflowID, adm)
 }
 
 // Retry modes.
@@ -199,11 +203,14 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 		return nil, fmt.Errorf("engine: unknown retry mode %q (want %q or %q)", opts.Mode, RetryFromCheckpoint, RetryFromStart)
 	}
 	var runID, workflowID string
+	var adm *workflows.Admission
 	err := e.inTx(ctx, func(s *postgres.Store) error {
 		st, err := s.LoadState(ctx, sessionID)
 		if err != nil {
 			return err
 		}
+		// Sub-agent and companion sessions run in their parent's slot.
+		adm = e.admission("", st.UserID, 0, st.ParentSessionID != "")
 		def, err := e.env.Agent(st.AgentType)
 		if err != nil {
 			return err
@@ -299,13 +306,13 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 			return &helix.StreamResyncChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
 				CheckpointID: cpID, StepCount: st.StepCount, MessageCount: keep + len(msgs), FromSequence: res.MinSequence,
 				Reason: helix.ResyncRetry}
-		})
+		}, adm)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return e.launchRun(sessionID, runID, workflowID)
+	return e.launchRun(sessionID, runID, workflowID, adm)
 }
 
 // messagesBeforeFirstAnswer counts the messages before the first assistant
@@ -368,6 +375,26 @@ func (c control) abort(ctx context.Context, sessionID, reason string) error {
 	return nil
 }
 
+// cancelSegments cancels the segments of a queued run whose driver is
+// driverID that are still queued or running: a queued run leaves the queue
+// at once.
+func (c control) cancelSegments(ctx context.Context, driverID string) error {
+	rows, _ := c.pool.Query(ctx, `SELECT workflow_uuid FROM dbos.workflow_status
+		WHERE parent_workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING', 'DELAYED') AND starts_with(workflow_uuid, $2)`,
+		driverID, workflows.SegmentPrefix(driverID))
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("engine: list the queued segments of workflow %s: %w", driverID, err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := dbos.CancelWorkflows(c.dbos, ids); err != nil {
+		return fmt.Errorf("engine: cancel the segments %v of workflow %s: %w", ids, driverID, err)
+	}
+	return nil
+}
+
 // abortOne cancels a session's current run and fails the session and run.
 func (c control) abortOne(ctx context.Context, st *store.SessionState, msg string) error {
 	sessionID := st.SessionID
@@ -378,6 +405,9 @@ func (c control) abortOne(ctx context.Context, st *store.SessionState, msg strin
 	if run.WorkflowID != "" {
 		if err := dbos.CancelWorkflow(c.dbos, run.WorkflowID); err != nil {
 			return fmt.Errorf("engine: cancel workflow %s: %w", run.WorkflowID, err)
+		}
+		if err := c.cancelSegments(ctx, run.WorkflowID); err != nil {
+			return err
 		}
 	}
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 // CancelSweepInterval is how often a launched engine looks for sessions
@@ -22,12 +24,14 @@ const CancelSweepInterval = 2 * time.Second
 // records the abort with its own reason a moment later.
 const cancelGrace = 2 * time.Second
 
-// cancelledSQL lists the active sessions whose current run's workflow DBOS
-// holds as cancelled since more than $1 ms (Unix).
-const cancelledSQL = `
-SELECT s.session_id, r.workflow_id FROM helix.sessions s
+// cancelledSQL lists the active sessions whose current run's workflow, or
+// one of its segments (a queued run), DBOS holds as cancelled since more
+// than $1 ms (Unix), with the cancelled workflow's ID.
+var cancelledSQL = `
+SELECT s.session_id, w.workflow_uuid FROM helix.sessions s
 JOIN LATERAL (SELECT workflow_id FROM helix.runs WHERE session_id = s.session_id ORDER BY turn DESC LIMIT 1) r ON true
 JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
+	OR (w.parent_workflow_id = r.workflow_id AND starts_with(w.workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `'))
 WHERE s.status = 'active' AND w.status = 'CANCELLED' AND w.updated_at < $1`
 
 // cancelledByDBOS is the reason of a session aborted because its workflow

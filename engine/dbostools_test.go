@@ -97,13 +97,28 @@ func TestDBOSForkRunsNothing(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
 	for _, from := range []uint{0, 3} {
-		fork, err := dbos.ForkWorkflow[steps.Outcome](client, dbos.ForkWorkflowInput{OriginalWorkflowID: h.WorkflowID, StartStep: from})
-		require.NoError(t, err)
-		out, err := fork.GetResult(dbos.WithHandleTimeout(30 * time.Second))
-		require.NoError(t, err, "fork from step %d", from)
-		require.Equal(t, helix.RunFailed, out.Status, "fork from step %d", from)
-		require.Contains(t, out.Error, "(a DBOS fork): it runs nothing", "fork from step %d", from)
+		requireForkRunsNothing(t, client, h.WorkflowID, from)
 	}
+	requireForkedSessionUntouched(t, e, h, before, &x)
+}
+
+// requireForkRunsNothing forks workflow id from step from with DBOS's
+// client and requires the copy's outcome to say it ran nothing.
+func requireForkRunsNothing(t *testing.T, client dbos.Client, id string, from uint) {
+	t.Helper()
+	fork, err := dbos.ForkWorkflow[steps.Outcome](client, dbos.ForkWorkflowInput{OriginalWorkflowID: id, StartStep: from})
+	require.NoError(t, err)
+	out, err := fork.GetResult(dbos.WithHandleTimeout(30 * time.Second))
+	require.NoError(t, err, "fork of %s from step %d", id, from)
+	require.Equal(t, helix.RunFailed, out.Status, "fork of %s from step %d", id, from)
+	require.Contains(t, out.Error, "(a DBOS fork): it runs nothing", "fork of %s from step %d", id, from)
+}
+
+// requireForkedSessionUntouched requires the session of h, whose one run
+// completed after its note tool ran once, to be as it was (messages
+// before) after forks of its workflows.
+func requireForkedSessionUntouched(t *testing.T, e *engine.Engine, h *engine.Handle, before []helix.Message, x *executions) {
+	t.Helper()
 	st, err := e.Session(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	require.Equal(t, helix.SessionCompleted, st.Status)

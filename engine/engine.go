@@ -186,6 +186,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 		}
 		return fmt.Errorf("engine: record executor %s in helix.executors: %w", e.cfg.ExecutorID, err)
 	}
+	if err := e.registerQueue(ctx); err != nil {
+		return err
+	}
 	if err := dbos.Launch(e.dbos); err != nil {
 		return fmt.Errorf("engine: launch DBOS: %w", err)
 	}
@@ -212,17 +215,20 @@ func (e *Engine) Launch(ctx context.Context) error {
 // starts a workflow ID once.
 func (e *Engine) startOrphans(ctx context.Context) error {
 	rows, err := e.pool.Query(ctx, `
-SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type FROM helix.runs r JOIN helix.sessions s USING (session_id)
+SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(s.user_id, ''), s.parent_session_id IS NOT NULL FROM helix.runs r JOIN helix.sessions s USING (session_id)
 WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
   AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`)
 	if err != nil {
 		return err
 	}
-	type orphan struct{ session, run, wf, agent string }
+	type orphan struct {
+		session, run, wf, agent, user string
+		child                         bool
+	}
 	var orphans []orphan
 	for rows.Next() {
 		var o orphan
-		if err := rows.Scan(&o.session, &o.run, &o.wf, &o.agent); err != nil {
+		if err := rows.Scan(&o.session, &o.run, &o.wf, &o.agent, &o.user, &o.child); err != nil {
 			rows.Close()
 			return err
 		}
@@ -242,16 +248,23 @@ WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
 		}
 		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.session).Str("runId", o.run).
 			Msg("starting a recorded run whose workflow was never started")
-		if err := e.start(o.session, o.run, o.wf); err != nil {
+		// Sub-agent and companion runs (which have a parent) run in their
+		// parent's slot: never through the queue.
+		if err := e.start(o.session, o.run, o.wf, e.admission("", o.user, 0, o.child)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// start starts (or joins, when it exists) a run's workflow.
-func (e *Engine) start(sessionID, runID, workflowID string) error {
-	_, err := dbos.RunWorkflow(e.dbos, e.turn, workflows.TurnInput{SessionID: sessionID, RunID: runID}, dbos.WithWorkflowID(workflowID))
+// start starts (or joins, when it exists) a run's workflow: through the
+// queue with adm, or at once without.
+func (e *Engine) start(sessionID, runID, workflowID string, adm *workflows.Admission) error {
+	in := workflows.TurnInput{SessionID: sessionID, RunID: runID, Queue: adm}
+	if adm != nil {
+		in.Driver = workflowID
+	}
+	_, err := dbos.RunWorkflow(e.dbos, e.turn, in, dbos.WithWorkflowID(workflowID))
 	if err != nil {
 		return fmt.Errorf("engine: start workflow %s: %w", workflowID, err)
 	}

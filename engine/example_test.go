@@ -75,3 +75,42 @@ func ExampleConfigurePool() {
 	// eng, err := engine.New(ctx, engine.Config{Pool: pool})
 	// Output: 20
 }
+
+// A replica that admits its sessions through a durable queue: at most 32
+// run at once in this process, 200 in the cluster, 24 per tenant here, and
+// the model provider sees at most 600 segment starts a minute. Sessions
+// waiting for people hold no slot.
+func ExampleQueueConfig() {
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{
+		DatabaseURL: os.Getenv("HELIX_DATABASE_URL"),
+		Queue: &engine.QueueConfig{
+			WorkerConcurrency:          32,
+			GlobalConcurrency:          200,
+			PartitionWorkerConcurrency: 24,
+			RateLimit:                  600,
+			RatePeriod:                 time.Minute,
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	// After eng.Register and eng.Launch, a run of tenant "acme" at normal
+	// priority (lower runs first):
+	//
+	//	h, err := eng.Execute(ctx, agent, engine.Input{Message: "hi"},
+	//		&engine.ExecuteOptions{UserID: "u-1", PartitionKey: "acme", Priority: 10})
+	//	state, err := eng.Queued(ctx, h.SessionID) // nil once it runs
+}
+
+// A queue's limits are checked before anything connects.
+func ExampleQueueConfig_invalid() {
+	_, err := engine.New(context.Background(), engine.Config{
+		DatabaseURL: "postgres://127.0.0.1:1/none",
+		Queue:       &engine.QueueConfig{WorkerConcurrency: 16, GlobalConcurrency: 8},
+	})
+	fmt.Println(err)
+	// Output: engine: Config.Queue: GlobalConcurrency (8) must be at least WorkerConcurrency (16)
+}

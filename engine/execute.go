@@ -13,6 +13,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
+	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 // Input is what a run starts from: a user message and/or, for a new
@@ -51,6 +52,14 @@ type ExecuteOptions struct {
 	UserID   string
 	Tags     []string
 	Metadata map[string]string
+	// Direct runs this run at once, outside the engine's queue
+	// (Config.Queue); without a queue every run is direct.
+	Direct bool
+	// PartitionKey is the run's partition of the queue (its tenant);
+	// default the session's user ID, else DefaultPartitionKey.
+	PartitionKey string
+	// Priority orders the queue: lower first; 0, the default, first of all.
+	Priority uint
 }
 
 // Branch names the checkpoint a new session starts from.
@@ -96,7 +105,9 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 		return nil, err
 	}
 	var runID, workflowID string
+	var adm *workflows.Admission
 	err := e.inTx(ctx, func(s *postgres.Store) error {
+		userID := opts.UserID
 		st, err := s.LoadState(ctx, sessionID)
 		switch {
 		case errors.Is(err, helix.ErrNotFound):
@@ -115,14 +126,16 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 			if err := e.continueSession(ctx, s, agent, in, st, len(msgs)); err != nil {
 				return err
 			}
+			userID = st.UserID
 		}
-		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "turn", "", msgs, nil)
+		adm = e.admission(opts.PartitionKey, userID, opts.Priority, opts.Direct)
+		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "turn", "", msgs, nil, adm)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return e.launchRun(sessionID, runID, workflowID)
+	return e.launchRun(sessionID, runID, workflowID, adm)
 }
 
 // checkDerivable refuses a session ID that another session's sub-agent or
@@ -223,8 +236,10 @@ func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *
 }
 
 // beginRun records a run (kind: turn, resume or retry) with its
-// deterministic workflow ID and appends the input messages.
-func (e *Engine) beginRun(ctx context.Context, s *postgres.Store, sessionID, kind, previousRunID string, msgs []helix.Message, first func(runID string) helix.Chunk) (runID, workflowID string, err error) {
+// deterministic workflow ID and appends the input messages, then first's
+// chunk and, for a run admitted through the queue (adm), its run_queued.
+func (e *Engine) beginRun(ctx context.Context, s *postgres.Store, sessionID, kind, previousRunID string, msgs []helix.Message,
+	first func(runID string) helix.Chunk, adm *workflows.Admission) (runID, workflowID string, err error) {
 	st, err := s.LoadState(ctx, sessionID)
 	if err != nil {
 		return "", "", err
@@ -256,16 +271,25 @@ func (e *Engine) beginRun(ctx context.Context, s *postgres.Store, sessionID, kin
 			return "", "", err
 		}
 	}
+	var chunks []store.ChunkWrite
 	if first != nil {
-		if _, err := s.Append(ctx, st.StreamID, []store.ChunkWrite{{RunID: runID, Chunk: first(runID)}}); err != nil {
+		chunks = append(chunks, store.ChunkWrite{RunID: runID, Chunk: first(runID)})
+	}
+	if adm != nil {
+		chunks = append(chunks, store.ChunkWrite{RunID: runID, Chunk: &helix.RunQueuedChunk{
+			Base:  helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
+			RunID: runID, Queue: adm.Queue, PartitionKey: adm.PartitionKey}})
+	}
+	if len(chunks) > 0 {
+		if _, err := s.Append(ctx, st.StreamID, chunks); err != nil {
 			return "", "", err
 		}
 	}
 	return runID, workflowID, nil
 }
 
-func (e *Engine) launchRun(sessionID, runID, workflowID string) (*Handle, error) {
-	if err := e.start(sessionID, runID, workflowID); err != nil {
+func (e *Engine) launchRun(sessionID, runID, workflowID string, adm *workflows.Admission) (*Handle, error) {
+	if err := e.start(sessionID, runID, workflowID, adm); err != nil {
 		// The run is recorded: the next Launch (here or elsewhere) starts it.
 		return nil, fmt.Errorf("%w (the run is recorded and starts at the next Launch)", err)
 	}

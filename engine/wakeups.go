@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/helix-agents/helix-dbos/recv"
+	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 // WakeSweepInterval is how often a launched engine re-sends the wake-up of
@@ -22,8 +23,11 @@ const WakeSweepInterval = time.Second
 
 // wakeSweepSQL notifies, once per call, the waits of this executor's
 // pending workflows that have an unconsumed answer older than $3 (Unix ms),
-// or whose session has an interrupt request. The wait re-reads its messages
-// when woken, so an extra wake-up is harmless.
+// or whose session has an interrupt request; and the drivers of queued runs
+// (of this executor) whose segment ended in the minute before $3 and whose
+// outcome message is not taken (older ones find it at their next check,
+// workflows.SegmentCheckInterval). The wait re-reads its messages when
+// woken, so an extra wake-up is harmless.
 const wakeSweepSQL = `
 SELECT count(pg_notify($1, w.payload)) FROM (
 	SELECT DISTINCT (p.val->>'workflowId') || '::' || $2 || (p.val->>'toolCallId') AS payload
@@ -34,6 +38,13 @@ SELECT count(pg_notify($1, w.payload)) FROM (
 	  AND ws.status = 'PENDING' AND ws.executor_id = $4
 	  AND ((p.val ? 'submission' AND NOT p.val ? 'consumedAt' AND (p.val->>'submittedAt')::bigint < $3)
 	       OR s.interrupt_requested)
+	UNION
+	SELECT n.destination_uuid || '::' || n.topic
+	FROM dbos.workflow_status seg
+	JOIN dbos.workflow_status d ON d.workflow_uuid = seg.parent_workflow_id
+	JOIN dbos.notifications n ON n.destination_uuid = d.workflow_uuid AND starts_with(n.topic, $5)
+	WHERE seg.completed_at BETWEEN $3 - 60000 AND $3 AND seg.queue_name IS NOT NULL
+	  AND d.status = 'PENDING' AND d.executor_id = $4 AND NOT n.consumed
 ) w`
 
 // startWakeups starts the sweep for executorID's workflows; stop the
@@ -42,7 +53,7 @@ func startWakeups(ctx context.Context, pool *pgxpool.Pool, executorID string, lo
 	return every(ctx, WakeSweepInterval, func(ctx context.Context) {
 		var n int
 		before := time.Now().Add(-WakeSweepInterval).UnixMilli()
-		err := pool.QueryRow(ctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID).Scan(&n)
+		err := pool.QueryRow(ctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID, workflows.SegmentTopicPrefix).Scan(&n)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Warn().Err(err).Str("event", "engine.wake_sweep_failed").Msg("could not re-send the wake-ups of waiting runs; retrying")

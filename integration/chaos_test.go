@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/recv"
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
@@ -43,6 +45,9 @@ const (
 	// default).
 	chaosEnvPGRestart = "HELIX_CHAOS_PG_RESTART"
 )
+
+// chaosEnvQueued=1 makes a worker admit its sessions through a queue.
+const chaosEnvQueued = "HELIX_CHAOS_QUEUED"
 
 // chaosLease is every worker's executor lease.
 const chaosLease = 2 * time.Second
@@ -144,10 +149,18 @@ func (c *chaos) events() string {
 // spawn starts a worker with a new executor ID.
 func (c *chaos) spawn() {
 	c.mu.Lock()
-	id := fmt.Sprintf("chaos-w%d", c.next)
+	n := c.next
+	id := fmt.Sprintf("chaos-w%d", n)
 	c.next++
 	c.mu.Unlock()
-	w := startCrashChild(c.t, c.url, chaosModeWorker, "", 0, crashEnvExecutor+"="+id, crashEnvLease+"="+chaosLease.String())
+	env := []string{crashEnvExecutor + "=" + id, crashEnvLease + "=" + chaosLease.String()}
+	if n%2 == 1 {
+		// Every other worker admits the sessions it starts through the
+		// queue (and every worker runs queued segments): the cluster
+		// mixes both modes.
+		env = append(env, chaosEnvQueued+"=1")
+	}
+	w := startCrashChild(c.t, c.url, chaosModeWorker, "", 0, env...)
 	c.mu.Lock()
 	c.workers[id] = w
 	c.mu.Unlock()
@@ -445,12 +458,13 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	}
 	rows.Close()
 	require.Len(t, kinds, n)
-	resyncs := 0
+	resyncs, queuedChunks := 0, 0
 	for sid, kind := range kinds {
 		got := chaosProjection(t, d, sid)
 		require.Equal(t, ref[kind].messages, got.messages, "session %s: the transcript of an uninterrupted run", sid)
 		require.Equal(t, ref[kind].stream, got.stream, "session %s: the stream of an uninterrupted run, besides resyncs", sid)
 		resyncs += got.resyncs
+		queuedChunks += got.queued
 	}
 
 	// Tool executions: none began after its step was checkpointed; every
@@ -506,14 +520,23 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	// Answers: one message per call, consumed once.
 	var messages, consumed, distinct int
 	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE consumed),
-		count(DISTINCT (destination_uuid, topic)) FROM dbos.notifications`).Scan(&messages, &consumed, &distinct))
+		count(DISTINCT (destination_uuid, topic)) FROM dbos.notifications WHERE starts_with(topic, $1)`, recv.TopicPrefix).
+		Scan(&messages, &consumed, &distinct))
 	require.Equal(t, 2*chaosHITLSessions(n), messages, "two answers per HITL session")
 	require.Equal(t, messages, distinct, "one message per call")
 	require.Equal(t, messages, consumed, "each consumed once")
 
+	// Runs admitted through the queue (by the queued workers): their
+	// segments' parents.
+	var queued int
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(DISTINCT parent_workflow_id) FROM dbos.workflow_status WHERE queue_name = $1`,
+		engine.DefaultQueueName).Scan(&queued))
+	require.Positive(t, queued, "the queued workers admit their sessions through the queue")
+	require.Equal(t, queued, queuedChunks, "each queued run says so in its stream, once")
+
 	c.mu.Lock()
-	c.log = append(c.log, fmt.Sprintf("%d tool calls, %d run more than once (a kill landed before their checkpoint); %d stream resyncs",
-		len(byKey), repeated, resyncs))
+	c.log = append(c.log, fmt.Sprintf("%d tool calls, %d run more than once (a kill landed before their checkpoint); %d stream resyncs; %d runs queued",
+		len(byKey), repeated, resyncs, queued))
 	c.mu.Unlock()
 }
 
@@ -590,6 +613,7 @@ type chaosRef struct {
 	messages []string
 	stream   []string // sorted: parallel tools finish in any order
 	resyncs  int
+	queued   int // run_queued chunks
 }
 
 // chaosReference runs one session of each kind without interruption, in
@@ -651,8 +675,13 @@ func chaosProjection(t *testing.T, d *crashDB, sid string) chaosRef {
 		if i > 0 {
 			require.Greater(t, c.Sequence, chunks[i-1].Sequence)
 		}
-		if c.Chunk.ChunkType() == helix.ChunkStreamResync {
+		switch c.Chunk.ChunkType() {
+		case helix.ChunkStreamResync:
 			r.resyncs++
+			continue
+		case helix.ChunkRunQueued:
+			// A queued worker's session: otherwise the same stream.
+			r.queued++
 			continue
 		}
 		r.stream = append(r.stream, norm(crashProjection(c)))
@@ -660,6 +689,10 @@ func chaosProjection(t *testing.T, d *crashDB, sid string) chaosRef {
 	slices.Sort(r.stream)
 	return r
 }
+
+// segmentSuffix ends the workflow ID of a queued run's segment
+// (workflows.SegmentID).
+var segmentSuffix = regexp.MustCompile(`-seg-[0-9]+$`)
 
 // chaosCommittedTools maps each checkpointed tool step's idempotency key
 // (workflow ID / tool call ID) to the time it was checkpointed.
@@ -683,7 +716,9 @@ func chaosCommittedTools(t *testing.T, pool *pgxpool.Pool) map[string]time.Time 
 		}
 		var r steps.ToolResult
 		require.NoError(t, json.Unmarshal(raw, &r))
-		key := wf + "/" + r.ToolCallID
+		// A queued run's segment records its tools; the key names the
+		// run's workflow, its driver.
+		key := segmentSuffix.ReplaceAllString(wf, "") + "/" + r.ToolCallID
 		_, dup := out[key]
 		require.False(t, dup, "tool step %s checkpointed twice", key)
 		out[key] = time.UnixMilli(at)

@@ -98,6 +98,20 @@ func Wait(ctx dbos.Context, toolCallID string, deadlineAt int64) (msg Message, t
 	return msg, false, nil
 }
 
+// Take takes a message already waiting on the call's topic, without
+// waiting for one (it waits a millisecond); ok reports whether there was
+// one. Call it from a workflow body, never from a step.
+func Take(ctx dbos.Context, toolCallID string) (ok bool, err error) {
+	_, err = dbos.Recv[Message](ctx, Topic(toolCallID), time.Millisecond)
+	switch {
+	case errors.Is(err, dbos.ErrTimeout):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("recv: take the message of tool call %s: %w", toolCallID, err)
+	}
+	return true, nil
+}
+
 // Send delivers m to the workflow waiting for the call, exactly once per
 // key. With tx (a pgx.Tx on the DBOS system database) the message commits
 // with the caller's transaction; nil sends on its own. ctx is a launched

@@ -207,6 +207,11 @@
 //	helix_pending_tool_calls{kind}                          gauge: calls waiting for a submission now
 //	helix_tool_submissions_total                            counter: suspended calls answered
 //	helix_tool_submission_wait_seconds_total                counter: their total wait
+//	helix_queue_depth{queue}                                gauge: workflows waiting in a DBOS queue for a slot
+//	helix_queue_running{queue}                              gauge: workflows holding a slot of a DBOS queue
+//	helix_queue_oldest_wait_seconds{queue}                  gauge: the wait of the oldest one waiting
+//	helix_queue_started_last_minute{queue}                  gauge: workflows a queue started in the last minute
+//	helix_queue_wait_seconds_last_minute{queue}             gauge: their mean wait for a slot
 //
 // The database counts shrink when sessions are deleted; Prometheus treats
 // that as a counter reset.

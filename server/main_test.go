@@ -110,10 +110,17 @@ func newHarness(t *testing.T, db, executorID string, cfg server.Config) *harness
 // handler chat builds over the harness's engine (an aisdk handler).
 func newHarnessWith(t *testing.T, db, executorID string, cfg server.Config, chat func(*engine.Engine) http.Handler) *harness {
 	t.Helper()
+	return newHarnessQueued(t, db, executorID, cfg, chat, nil)
+}
+
+// newHarnessQueued is newHarnessWith with an engine that admits its runs
+// through queue (nil: none).
+func newHarnessQueued(t *testing.T, db, executorID string, cfg server.Config, chat func(*engine.Engine) http.Handler, queue *engine.QueueConfig) *harness {
+	t.Helper()
 	if db == "" {
 		db = pgtest.NewURL(t)
 	}
-	eng, err := engine.New(t.Context(), engine.Config{DatabaseURL: db, ExecutorID: executorID, ShutdownTimeout: 2 * time.Second})
+	eng, err := engine.New(t.Context(), engine.Config{DatabaseURL: db, ExecutorID: executorID, ShutdownTimeout: 2 * time.Second, Queue: queue})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, eng.Shutdown(context.Background())) })
 	if cfg.Authenticate == nil && !cfg.AllowUnauthenticated {

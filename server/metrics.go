@@ -131,12 +131,22 @@ var (
 		"Total time suspended tool calls waited for their submission.", nil, nil)
 	descPending = prometheus.NewDesc("helix_pending_tool_calls",
 		"Tool calls waiting for a submission now (suspensions), by kind (client-tool-result or approval-response).", []string{"kind"}, nil)
+	descQueueDepth = prometheus.NewDesc("helix_queue_depth",
+		"Workflows waiting in a DBOS queue for a slot, by queue (a queued run's segments on the server's queue; _dbos_internal_queue holds recovered workflows).", []string{"queue"}, nil)
+	descQueueRunning = prometheus.NewDesc("helix_queue_running",
+		"Workflows taken from a DBOS queue and running (holding a slot), by queue.", []string{"queue"}, nil)
+	descQueueOldest = prometheus.NewDesc("helix_queue_oldest_wait_seconds",
+		"How long the oldest workflow waiting in a DBOS queue has waited, by queue (0 when none waits).", []string{"queue"}, nil)
+	descQueueStarted = prometheus.NewDesc("helix_queue_started_last_minute",
+		"Workflows a DBOS queue started in the last minute, by queue.", []string{"queue"}, nil)
+	descQueueWait = prometheus.NewDesc("helix_queue_wait_seconds_last_minute",
+		"Mean time the workflows a DBOS queue started in the last minute waited for their slot, by queue.", []string{"queue"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descRuns, descSessions, descSteps, descModelCalls, descToolCalls,
-		descSubmissions, descWait, descPending} {
+		descSubmissions, descWait, descPending, descQueueDepth, descQueueRunning, descQueueOldest, descQueueStarted, descQueueWait} {
 		ch <- d
 	}
 }
@@ -208,6 +218,14 @@ const (
 		FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
 		WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT (p.value ? 'submission') AND NOT (p.value ? 'timedOutAt')
 		GROUP BY 1`
+	// The queues, from DBOS's workflow_status (its in-flight index and its
+	// (queue_name, status, started_at) index).
+	queryQueues = `SELECT queue_name, count(*) FILTER (WHERE status = 'ENQUEUED'), count(*) FILTER (WHERE status = 'PENDING'),
+		coalesce((extract(epoch FROM now()) * 1000 - min(created_at) FILTER (WHERE status = 'ENQUEUED')) / 1000.0, 0)::float8
+		FROM dbos.workflow_status WHERE status IN ('ENQUEUED', 'PENDING') AND queue_name IS NOT NULL GROUP BY queue_name`
+	queryQueueWaits = `SELECT queue_name, count(*), coalesce(avg(started_at_epoch_ms - created_at) / 1000.0, 0)::float8
+		FROM dbos.workflow_status WHERE queue_name IS NOT NULL AND status IN ('PENDING', 'SUCCESS', 'ERROR', 'CANCELLED')
+		AND started_at_epoch_ms > extract(epoch FROM now()) * 1000 - 60000 GROUP BY queue_name`
 )
 
 // queryDatabase reads the database figures in one round trip.
@@ -254,6 +272,33 @@ func queryDatabase(ctx context.Context, pool *pgxpool.Pool) ([]prometheus.Metric
 		return nil
 	})
 	b.Queue(queryPending).Query(func(rows pgx.Rows) error { return collectCounts(rows, descPending, &out) })
+	b.Queue(queryQueues).Query(func(rows pgx.Rows) error {
+		var (
+			queue           string
+			queued, running int64
+			oldest          float64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&queue, &queued, &running, &oldest}, func() error {
+			out = append(out, prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(queued), queue),
+				prometheus.MustNewConstMetric(descQueueRunning, prometheus.GaugeValue, float64(running), queue),
+				prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, oldest, queue))
+			return nil
+		})
+		return err
+	})
+	b.Queue(queryQueueWaits).Query(func(rows pgx.Rows) error {
+		var (
+			queue string
+			n     int64
+			wait  float64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&queue, &n, &wait}, func() error {
+			out = append(out, prometheus.MustNewConstMetric(descQueueStarted, prometheus.GaugeValue, float64(n), queue),
+				prometheus.MustNewConstMetric(descQueueWait, prometheus.GaugeValue, wait, queue))
+			return nil
+		})
+		return err
+	})
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}

@@ -93,7 +93,8 @@ type StatusResponse struct {
 	AgentType       string `json:"agentType"`
 	ParentSessionID string `json:"parentSessionId,omitempty"`
 	RootSessionID   string `json:"rootSessionId"`
-	// Status is the runtime status: running, completed, failed,
+	// Status is the runtime status: queued (waiting for a slot of the
+	// server's queue; see Queue), running, completed, failed,
 	// interrupted, paused, or suspended_client_tool /
 	// suspended_awaiting_children / suspended_step_partial while the
 	// current run waits for human input (see PendingToolCalls).
@@ -113,6 +114,9 @@ type StatusResponse struct {
 	// session and its sub-agents (submit them on the root session); empty
 	// when nothing waits.
 	PendingToolCalls []PendingToolCall `json:"pendingToolCalls"`
+	// Queue, with Status queued, says where the current run waits in the
+	// server's queue (serve --queue).
+	Queue *engine.QueueState `json:"queue,omitempty"`
 	// Runs are the session's runs by turn, with ?runs=true.
 	Runs      []RunInfo `json:"runs,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -348,6 +352,15 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 		res.CurrentRunID = run.RunID
 		if st.Status == helix.SessionActive && run.Status.Suspended() {
 			res.Status = helix.RunStatusToAgentStatus(run.Status)
+		}
+		if st.Status == helix.SessionActive && run.Status == helix.RunRunning {
+			q, err := s.eng.Queued(ctx, id)
+			if err != nil {
+				return internalError(err)
+			}
+			if q != nil {
+				res.Status, res.Queue = helix.AgentQueued, q
+			}
 		}
 		if run.Status == helix.RunFailed {
 			res.ErrorCode = run.ErrorCode

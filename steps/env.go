@@ -47,6 +47,7 @@ type Env struct {
 	Fence Fence
 
 	mu     sync.RWMutex
+	queues map[string]dbos.Queue
 	agents map[string]*AgentDef
 	cache  messageCache
 }
@@ -197,6 +198,23 @@ type Outcome struct {
 	Error  string          `json:"error,omitempty"`
 	Code   string          `json:"code,omitempty"`
 	Steps  int             `json:"steps"`
+	// Await, set only on the outcome of a run's segment (a run admitted
+	// through a queue), names the call the run waits for: the run's
+	// driver waits for it, holding no queue slot, then starts the next
+	// segment. Status is then RunSuspendedClientTool.
+	Await *AwaitCall `json:"await,omitempty"`
+}
+
+// AwaitCall is a pending tool call a queued run's driver waits for.
+type AwaitCall struct {
+	ToolCallID string `json:"toolCallId"`
+	// DeadlineAt is the call's deadline (Unix ms), 0 for none.
+	DeadlineAt int64 `json:"deadlineAt,omitempty"`
+	// Then are the step's later calls that wait too, in order: once the
+	// call's message arrived, the driver takes those of theirs that are
+	// already there, so the next segment resolves them all at once and
+	// every message is taken once.
+	Then []string `json:"then,omitempty"`
 }
 
 // Failure is a classified error carried as step output.
@@ -248,3 +266,33 @@ func (e *Env) InTx(tx dbos.Tx) *postgres.Store { return e.Store.WithQuerier(txQu
 // skillsFragment is the agent's skills catalog (and preloaded skill bodies)
 // for the system prompt: deterministic data of the definition.
 func (d *AgentDef) skillsFragment() string { return d.Agent.SkillsPromptFragment() }
+
+// SetQueue makes q the handle Queue returns for its name (the engine's
+// admission queue, registered at Launch).
+func (e *Env) SetQueue(q dbos.Queue) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.queues == nil {
+		e.queues = map[string]dbos.Queue{}
+	}
+	e.queues[q.GetName()] = q
+}
+
+// Queue returns the handle of the DBOS queue name, which a queued run's
+// driver enqueues its segments on: the one SetQueue gave, or else the
+// queue's configuration read from DBOS's system database (a run admitted
+// through a queue this process was not configured with, recovered here).
+func (e *Env) Queue(ctx dbos.Context, name string) (dbos.Queue, error) {
+	e.mu.RLock()
+	q, ok := e.queues[name]
+	e.mu.RUnlock()
+	if ok {
+		return q, nil
+	}
+	q, err := dbos.RetrieveQueue(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("queue %q of a queued run: %w (a run admitted through a queue needs it registered: start an engine with that queue, or remove the run's workflows)", name, err)
+	}
+	e.SetQueue(q)
+	return q, nil
+}

@@ -115,6 +115,9 @@ type PendingClientToolCall struct {
 	// so a fresh resume finds answers given before it).
 	Submission  *helix.ToolSubmission `json:"submission,omitempty"`
 	SubmittedAt int64                 `json:"submittedAt,omitempty"`
+	// SentTo is the workflow the submission's message was addressed to
+	// (WorkflowID when it was recorded; a later resume moves WorkflowID).
+	SentTo string `json:"sentTo,omitempty"`
 	// TimedOutAt is set when the deadline passed before an answer.
 	TimedOutAt int64 `json:"timedOutAt,omitempty"`
 	// ConsumedAt is set when the waiting run took the outcome (its chunks

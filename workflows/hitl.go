@@ -122,13 +122,27 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 	if len(results) < len(calls) {
 		results = append(results, make([]steps.ToolResult, len(calls)-len(results))...)
 	}
-	for _, c := range pending {
+	for i, c := range pending {
 		if c.Index >= 0 && c.Index < len(results) && results[c.Index].ToolCallID != "" {
 			continue // its result is known (an approved tool that ran before an interrupt)
 		}
 		for c.ConsumedAt == 0 {
 			timedOut := false
-			if !c.Resolved() {
+			switch {
+			case t.segment > 0 && t.timedOut == c.ToolCallID:
+				timedOut, t.timedOut = true, ""
+			case t.segment > 0 && slices.Contains(t.received, c.ToolCallID):
+				// Its driver took its message: resolve it, once.
+				t.received = slices.DeleteFunc(t.received, func(id string) bool { return id == c.ToolCallID })
+			case t.segment > 0 && c.Resolved() && (c.Submission == nil || c.SentTo != t.run.WorkflowID):
+				// No message for the driver to take: answered before a
+				// resume (to the interrupted run's workflow), or timed out.
+			case t.segment > 0:
+				// Its driver waits (holding no queue slot), even for an
+				// answer already recorded: it takes every message once.
+				return awaitOutcome(step-1, c.ToolCallID, c.DeadlineAt, waitingAfter(pending[i+1:], results)), true, nil
+			case c.Resolved():
+			default:
 				var err error
 				if _, timedOut, err = recv.Wait(t.ctx, c.ToolCallID, c.DeadlineAt); err != nil {
 					return steps.Outcome{}, true, err
@@ -173,6 +187,18 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		}
 	}
 	return t.finish(step, rec.Model, results, rec.RunID, true)
+}
+
+// waitingAfter lists the calls of pending that still wait: not consumed,
+// and their results not known.
+func waitingAfter(pending []store.PendingClientToolCall, results []steps.ToolResult) []string {
+	var ids []string
+	for _, c := range pending {
+		if c.ConsumedAt == 0 && (c.Index < 0 || c.Index >= len(results) || results[c.Index].ToolCallID == "") {
+			ids = append(ids, c.ToolCallID)
+		}
+	}
+	return ids
 }
 
 func argsOrEmpty(call helix.ToolCall) []byte {

@@ -32,6 +32,21 @@ var retries = dbos.WithStepMaxRetries(steps.InfraRetries)
 type TurnInput struct {
 	SessionID string `json:"sessionId"`
 	RunID     string `json:"runId"`
+	// Queue, on a run admitted through a queue, makes this workflow the
+	// run's driver: it runs none of the run's steps itself but enqueues
+	// them as segments (see drive). nil runs the run in this workflow.
+	Queue *Admission `json:"queue,omitempty"`
+	// Segment numbers a segment (1, 2, …) of the run whose driver's
+	// workflow ID is Driver; 0 for a driver or a run without a queue.
+	// A driver's own Driver is its workflow ID: a copy of it (a DBOS
+	// fork, under another ID) runs nothing.
+	Segment int    `json:"segment,omitempty"`
+	Driver  string `json:"driver,omitempty"`
+	// TimedOut names the call whose wait the driver ended at its deadline;
+	// Received the calls whose messages (answers, or wake-ups) the driver
+	// took since the last segment.
+	TimedOut string   `json:"timedOut,omitempty"`
+	Received []string `json:"received,omitempty"`
 }
 
 // Register registers the workflows on a DBOS context (before Launch).
@@ -57,6 +72,23 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if err != nil {
 			return steps.Outcome{}, err
 		}
+		if in.Queue != nil && in.Segment == 0 {
+			return drive(ctx, env, self, in, wfID)
+		}
+		// The run's workflow: this one, or a segment's driver.
+		runWF := wfID
+		if in.Segment > 0 {
+			if want := SegmentID(in.Driver, in.Segment); wfID != want {
+				// A DBOS fork of a segment.
+				return *steps.ForkRefused(wfID, in.RunID, want), nil
+			}
+			runWF = in.Driver
+			defer func() {
+				if resultErr == nil {
+					resultErr = report(ctx, in, result)
+				}
+			}()
+		}
 		// The fencing ticket of this execution: its step bodies act only
 		// while this process still owns the session (not workflow state:
 		// it changes no step and is never recorded).
@@ -68,16 +100,16 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			defer env.Fence.Release(ticket)
 		}
 		run, err := dbos.RunAsTransaction(ctx, env.DataSource,
-			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: wfID}),
+			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF}),
 			dbos.WithStepName(steps.NameBeginRun))
 		if err != nil {
 			return steps.Outcome{}, err
 		}
 		defer env.Forget(run.SessionID)
-		if run.WorkflowID != wfID {
+		if run.WorkflowID != runWF {
 			// A DBOS fork from a later step replays this step's record,
 			// made by the original workflow.
-			return *steps.ForkRefused(wfID, run.RunID, run.WorkflowID), nil
+			return *steps.ForkRefused(runWF, run.RunID, run.WorkflowID), nil
 		}
 		run.Ticket = ticket
 		persistent = run.Persistent
@@ -86,7 +118,8 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		}
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
-		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType), self: self}
+		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType), self: self,
+			segment: in.Segment, timedOut: in.TimedOut, received: in.Received}
 		if run.Interrupted {
 			return t.interrupted(run.StartStep, "interrupted before the first step")
 		}
@@ -95,10 +128,15 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return t.fail(run.StartStep, steps.Failure{Message: err.Error(), Code: helix.CodeInternal})
 		}
 		t.def = def
-		if err := t.fire(run.StartStep, steps.HookEvent{Kind: steps.HookAgentStart}); err != nil {
-			return steps.Outcome{}, err
+		// A run's later segments continue it: its start hooks fired in
+		// the first.
+		first := in.Segment <= 1
+		if first {
+			if err := t.fire(run.StartStep, steps.HookEvent{Kind: steps.HookAgentStart}); err != nil {
+				return steps.Outcome{}, err
+			}
 		}
-		if run.Resumed {
+		if first && run.Resumed {
 			if err := t.fire(run.StartStep, steps.HookEvent{Kind: steps.HookAgentResumed, PreviousRunID: run.PreviousRunID}); err != nil {
 				return steps.Outcome{}, err
 			}
@@ -119,7 +157,10 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			if len(children) > 0 {
 				out, done, err = t.resumeStopped(*susp, children)
 			} else {
-				out, done, err = t.await(*susp, own, false)
+				// A later segment continues in place a suspension of its
+				// own run (its driver waited for the answer); a resume run
+				// fired OnAgentResumed at its start.
+				out, done, err = t.await(*susp, own, !first && susp.RunID == run.RunID)
 			}
 			if err != nil {
 				return t.infraFailure(susp.Step-1, err)
@@ -157,6 +198,15 @@ type turn struct {
 	hooks bool
 	// self is the turn workflow, which sub-agents run as child workflows.
 	self dbos.Workflow[TurnInput, steps.Outcome]
+	// segment numbers this execution when it is a segment of a queued run
+	// (0 otherwise): a call it would wait for ends it, with the call in
+	// its outcome, for its driver to wait for.
+	segment int
+	// timedOut names the call whose wait the driver ended at its deadline;
+	// received the calls whose messages the driver took (each is resolved
+	// once on its account).
+	timedOut string
+	received []string
 }
 
 // step runs one agent step; done reports that the run ended.

@@ -48,6 +48,7 @@ const (
 	kindBool
 	kindList // several values: a repeated flag, a YAML list, comma-separated in the environment
 	kindDuration
+	kindInt
 )
 
 // setting is one configuration key.
@@ -75,6 +76,15 @@ var settings = []setting{
 	{name: "allow-unauthenticated", kind: kindBool, help: "serve: accept requests without a token (development only)"},
 	{name: "skip-migrations", kind: kindBool, help: "serve: do not run the helix migrations at start"},
 	{name: "shutdown-timeout", kind: kindDuration, help: "serve: how long a graceful shutdown may take"},
+	{name: "queue", check: checkQueueName, help: "serve: the DBOS queue that admits sessions (" + queueOff + ": run each at once)"},
+	{name: "queue-concurrency", kind: kindInt, check: checkNonNegative, help: "serve: queued sessions one process runs at once"},
+	{name: "queue-global-concurrency", kind: kindInt, check: checkNonNegative, help: "serve: queued sessions the cluster runs at once (0: no cap)"},
+	{name: "queue-partition-concurrency", kind: kindInt, check: checkNonNegative,
+		help: "serve: sessions of one principal the cluster runs at once (0: no cap)"},
+	{name: "queue-partition-worker-concurrency", kind: kindInt, check: checkNonNegative,
+		help: "serve: sessions of one principal one process runs at once (0: queue-concurrency)"},
+	{name: "queue-rate-limit", check: checkRateLimit, help: "serve: at most N segment starts per period, as N/PERIOD (60/1m): a model provider's limit"},
+	{name: "queue-polling-interval", kind: kindDuration, help: "serve: how often each process polls the queue"},
 }
 
 // config is the merged configuration of a command.
@@ -89,6 +99,14 @@ type config struct {
 	AllowUnauthenticated bool          `koanf:"allow-unauthenticated"`
 	SkipMigrations       bool          `koanf:"skip-migrations"`
 	ShutdownTimeout      time.Duration `koanf:"shutdown-timeout"`
+
+	Queue                           string        `koanf:"queue"`
+	QueueConcurrency                int           `koanf:"queue-concurrency"`
+	QueueGlobalConcurrency          int           `koanf:"queue-global-concurrency"`
+	QueuePartitionConcurrency       int           `koanf:"queue-partition-concurrency"`
+	QueuePartitionWorkerConcurrency int           `koanf:"queue-partition-worker-concurrency"`
+	QueueRateLimit                  string        `koanf:"queue-rate-limit"`
+	QueuePollingInterval            time.Duration `koanf:"queue-polling-interval"`
 }
 
 // checkExecutorLease accepts a lease of at least engine.MinExecutorLease,
@@ -225,7 +243,7 @@ func (g *globals) loadConfig(cmd *cobra.Command) error {
 			src = configSource{Kind: sourceEnv, Where: envName(s.name)}
 		case fileK.Exists(s.name):
 			src = configSource{Kind: sourceFile, Where: path}
-		case f != nil && !slices.Contains([]string{"", "[]", "0s"}, f.DefValue):
+		case f != nil && !slices.Contains([]string{"", "[]", "0s", "0"}, f.DefValue):
 			src = configSource{Kind: sourceDefault}
 		}
 		g.sources[s.name] = src
@@ -322,6 +340,18 @@ func fileValue(s setting, v any) (any, error) {
 			return out, nil
 		}
 		return nil, fmt.Errorf("want a string or a list of strings, got %v", v)
+	case kindInt:
+		switch n := v.(type) {
+		case int:
+			return n, nil
+		case int64:
+			return int(n), nil
+		case float64:
+			if n == float64(int(n)) {
+				return int(n), nil
+			}
+		}
+		return nil, fmt.Errorf("want a whole number, got %v", v)
 	case kindDuration:
 		str, ok := v.(string)
 		if !ok {
@@ -366,6 +396,12 @@ func parseEnvValue(s setting, v string) (any, error) {
 			return nil, fmt.Errorf("want a duration such as \"15s\": %w", err)
 		}
 		return d, nil
+	case kindInt:
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("want a whole number, got %q", v)
+		}
+		return n, nil
 	}
 	return v, nil
 }
@@ -419,6 +455,7 @@ func newConfigCmd(g *globals) *cobra.Command {
 	f.Bool("allow-unauthenticated", false, "")
 	f.Bool("skip-migrations", false, "")
 	f.Duration("shutdown-timeout", 0, "")
+	addQueueFlags(f, true)
 	for _, s := range settings {
 		if fl := f.Lookup(s.name); fl != nil {
 			fl.Usage = s.help
@@ -465,6 +502,23 @@ func (g *globals) shownValue(s setting) any {
 			return ""
 		}
 		return c.ShutdownTimeout.String()
+	case "queue":
+		return c.Queue
+	case "queue-concurrency":
+		return c.QueueConcurrency
+	case "queue-global-concurrency":
+		return c.QueueGlobalConcurrency
+	case "queue-partition-concurrency":
+		return c.QueuePartitionConcurrency
+	case "queue-partition-worker-concurrency":
+		return c.QueuePartitionWorkerConcurrency
+	case "queue-rate-limit":
+		return c.QueueRateLimit
+	case "queue-polling-interval":
+		if c.QueuePollingInterval == 0 {
+			return ""
+		}
+		return c.QueuePollingInterval.String()
 	}
 	return nil
 }

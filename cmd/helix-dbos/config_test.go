@@ -151,7 +151,7 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		{name: "unknown key", file: "databse-url: x\n",
-			want: `helix-dbos: config file helix-dbos.yaml: unknown key "databse-url" (known keys: database-url, verbose, executor-id, executor-lease, agents, addr, auth-token, allow-unauthenticated, skip-migrations, shutdown-timeout)`},
+			want: `helix-dbos: config file helix-dbos.yaml: unknown key "databse-url" (known keys: database-url, verbose, executor-id, executor-lease, agents, addr, auth-token, allow-unauthenticated, skip-migrations, shutdown-timeout, queue, queue-concurrency, queue-global-concurrency, queue-partition-concurrency, queue-partition-worker-concurrency, queue-rate-limit, queue-polling-interval)`},
 		{name: "nested key", file: "serve:\n  addr: x\n", want: `unknown key "serve.addr"`},
 		{name: "config in the file", file: "config: other.yaml\n", want: `"config" cannot be set in a config file (use --config or HELIX_CONFIG)`},
 		{name: "bool", file: "verbose: yes please\n", want: `config file helix-dbos.yaml: verbose: want true or false, got yes please`},
@@ -168,6 +168,12 @@ func TestConfigErrors(t *testing.T) {
 		{name: "env bool", env: []string{"HELIX_VERBOSE=sometimes"}, want: `environment variable HELIX_VERBOSE: want true or false (or 1/0), got "sometimes"`},
 		{name: "missing file", args: []string{"--config", "nope.yaml"}, want: `config file nope.yaml (from --config) does not exist`},
 		{name: "missing env file", env: []string{"HELIX_CONFIG=nope.yaml"}, want: `config file nope.yaml (from HELIX_CONFIG) does not exist`},
+		{name: "int", file: "queue-concurrency: many\n", want: `config file helix-dbos.yaml: queue-concurrency: want a whole number, got many`},
+		{name: "negative int", env: []string{"HELIX_QUEUE_CONCURRENCY=-1"}, want: `environment variable HELIX_QUEUE_CONCURRENCY: want 0 or more, got -1`},
+		{name: "rate limit", cmd: []string{"serve"}, args: []string{"--queue-rate-limit", "60 per minute"},
+			want: `helix-dbos: --queue-rate-limit: want N/PERIOD with N a positive number, such as 60/1m, got "60 per minute"`},
+		{name: "rate period", file: "queue-rate-limit: 60/soon\n",
+			want: `config file helix-dbos.yaml: queue-rate-limit: want N/PERIOD with PERIOD a positive duration, such as 60/1m, got "60/soon"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -113,6 +113,8 @@ type engineOpts struct {
 	// beforeLaunch runs after the agents are registered, before Launch
 	// (serve builds its HTTP server there: it registers its agents too).
 	beforeLaunch func(e *engine.Engine) error
+	// queue admits the engine's runs (nil: each at once).
+	queue *engine.QueueConfig
 }
 
 // startEngine builds, prepares and launches an engine: migrations (unless
@@ -131,7 +133,7 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 		return nil, err
 	}
 	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, ExecutorLease: o.lease, SkipMigrations: true,
-		Logger: g.logger(), DisableTakeover: o.oneShot})
+		Logger: g.logger(), DisableTakeover: o.oneShot, Queue: o.queue})
 	if err != nil {
 		return nil, err
 	}

@@ -218,6 +218,8 @@ func (p *chunkPrinter) detail(c helix.Chunk) string {
 		return fmt.Sprintf("run %s resumes after step %d (%s)", shortID(v.RunID), v.FromStepCount, v.Mode)
 	case *helix.RunPausedChunk:
 		return fmt.Sprintf("run %s paused: %s", shortID(v.RunID), v.Reason)
+	case *helix.RunQueuedChunk:
+		return fmt.Sprintf("run %s queued on %s%s", shortID(v.RunID), v.Queue, paren("partition "+v.PartitionKey))
 	case *helix.ExecutorSupersededChunk:
 		return v.Reason
 	case *helix.CheckpointCreatedChunk:

@@ -98,6 +98,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	f.Bool("allow-unauthenticated", false, "serve every caller without a token, as one principal (development only; env HELIX_ALLOW_UNAUTHENTICATED)")
 	f.Bool("skip-migrations", false, "do not run the helix migrations at start (env HELIX_SKIP_MIGRATIONS)")
 	f.Duration("shutdown-timeout", defaultShutdownTimeout, "how long a graceful shutdown may take (env HELIX_SHUTDOWN_TIMEOUT)")
+	addQueueFlags(f, false)
 	return cmd
 }
 
@@ -217,8 +218,18 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	if cfg.AllowUnauthenticated {
 		auth.Authenticate = nil
 	}
+	queue, err := cfg.queueConfig()
+	if err != nil {
+		return err
+	}
+	if queue == nil {
+		say("no queue (--queue %s): every session runs at once, in the process that receives it", queueOff)
+	} else {
+		say("sessions admitted through queue %s: %s", queue.Name, describeQueue(queue))
+	}
 	var srv *server.Server
 	c, err := g.startEngine(ctx, url, engineOpts{
+		queue:          queue,
 		executorID:     cfg.ExecutorID,
 		lease:          cfg.ExecutorLease,
 		agents:         &cliAgentSet{all: file.All, file: file},

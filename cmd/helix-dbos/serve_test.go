@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,6 +74,7 @@ func TestServe(t *testing.T) {
 	require.Contains(t, out, "• applied migration 00001_initial.sql\n")
 	require.Regexp(t, `(?m)^assistant\s+scripted scripts/agents.yaml\s+ask_user, subagent__researcher$`, out)
 	require.Contains(t, out, "authentication: bearer tokens for tester\n")
+	require.Contains(t, out, "• sessions admitted through queue helix-sessions: 32 at once in this process\n", "serve is queued by default")
 	require.NotContains(t, out, secret)
 
 	require.Equal(t, http.StatusUnauthorized, statusOf(t, http.MethodPost, base+"/start", "", `{"agentType":"assistant","message":"Hello"}`), "no token")
@@ -115,6 +117,7 @@ func TestServe(t *testing.T) {
 	require.Contains(t, types, "subagent_start")
 	require.Contains(t, types, "subagent_end")
 	require.Equal(t, "output", types[len(types)-1], "then stream_end, sent as the end event")
+	require.Equal(t, "run_queued", types[0], "the session went through the queue")
 
 	// While it serves, doctor sees its executor alive; another process
 	// cannot take its executor ID.
@@ -169,11 +172,14 @@ func TestServeAuthenticationChoices(t *testing.T) {
 		VALUES ('web-a', 'v', $1, $2, $3)`, host, dead.ProcessState.Pid(), process.Namespace())
 	require.NoError(t, err)
 
-	// Settings from the environment, --allow-unauthenticated included.
+	// Settings from the environment, --allow-unauthenticated and the
+	// queue's included.
 	p := startBin(t, binOpts{env: append(env, "HELIX_AGENTS="+exampleAgents, "HELIX_ALLOW_UNAUTHENTICATED=true",
-		"HELIX_ADDR=127.0.0.1:0", "HELIX_EXECUTOR_ID=web-a")}, "serve")
+		"HELIX_ADDR=127.0.0.1:0", "HELIX_EXECUTOR_ID=web-a", "HELIX_QUEUE=web-queue", "HELIX_QUEUE_CONCURRENCY=4",
+		"HELIX_QUEUE_PARTITION_WORKER_CONCURRENCY=2", "HELIX_QUEUE_RATE_LIMIT=100/1m")}, "serve")
 	base := "http://" + serveAddr(t, p)
 	require.Contains(t, p.stderr.String(), "WARNING: --allow-unauthenticated")
+	require.Contains(t, p.stdout.String(), "• sessions admitted through queue web-queue: 4 at once in this process, 2 per principal in this process, at most 100 starts per 1m0s\n")
 	require.Contains(t, p.stdout.String(), "(executor web-a)")
 	require.Equal(t, http.StatusAccepted, statusOf(t, http.MethodPost, base+"/start", "", `{"agentType":"intake","message":"Hi","sessionId":"intake-web"}`))
 	require.Eventually(t, func() bool { // the run waits for its client tool
@@ -220,7 +226,7 @@ func TestServeUnauthenticatedAddress(t *testing.T) {
 		{binOpts{env: env}, []string{"--addr", ":0"}, true},
 		{binOpts{env: append(env, "HELIX_ADDR=0.0.0.0:0")}, nil, true},
 		{binOpts{env: env}, []string{"--addr", "127.0.0.1:0"}, false},
-		{binOpts{env: env}, []string{"--addr", "localhost:0"}, false},
+		{binOpts{env: env}, []string{"--addr", "localhost:0", "--queue", "off"}, false},
 	} {
 		r := runBin(t, tc.o, append([]string{"serve", "--allow-unauthenticated"}, tc.args...)...)
 		require.Equal(t, 1, r.code, "%v: %s", tc.args, r)
@@ -230,6 +236,9 @@ func TestServeUnauthenticatedAddress(t *testing.T) {
 			require.Regexp(t, `WARNING: --allow-unauthenticated with --addr \S*:0: anyone who can reach this address controls every session\.\n`, r.stderr, "%v", tc.args)
 		} else {
 			require.NotContains(t, r.stderr, "anyone who can reach this address", "%v", tc.args)
+		}
+		if slices.Contains(tc.args, "off") {
+			require.Contains(t, r.stdout, "• no queue (--queue off): every session runs at once, in the process that receives it\n")
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
@@ -103,6 +104,9 @@ type sessionDetail struct {
 	// PendingToolCalls are the tool calls the session waits for, answered
 	// or not, with those of its sub-agents for a root session.
 	PendingToolCalls []store.PendingClientToolCall `json:"pendingToolCalls,omitempty"`
+	// Queue, set while the current run waits in a queue for a slot, says
+	// where.
+	Queue *engine.QueueState `json:"queue,omitempty"`
 }
 
 func loadDetail(ctx context.Context, st *postgres.Store, sessionID string) (*sessionDetail, error) {
@@ -124,6 +128,11 @@ func loadDetail(ctx context.Context, st *postgres.Store, sessionID string) (*ses
 	}
 	if d.PendingToolCalls, err = pendingCalls(ctx, st, s); err != nil {
 		return nil, err
+	}
+	if s.Status == helix.SessionActive && d.CurrentRun != nil && d.CurrentRun.Status == helix.RunRunning {
+		if d.Queue, err = engine.ReadQueueState(ctx, st.Pool(), sessionID); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }
@@ -177,6 +186,9 @@ func printDetail(out io.Writer, d *sessionDetail) {
 	}
 	if r := d.CurrentRun; r != nil {
 		row("current run", "turn %d · %s · %s · %d steps · workflow %s", r.Turn, r.RunID, r.Status, r.StepCount, r.WorkflowID)
+	}
+	if q := d.Queue; q != nil {
+		row("queued", "on %s, partition %s, since %s, %d ahead of it in its partition", q.Queue, q.PartitionKey, fmtTime(q.Since), q.Ahead)
 	}
 	if d.Stream != nil {
 		row("stream", "%s · %d chunks · latest sequence %d", d.Stream.Status, d.Stream.ChunkCount, d.Stream.LatestSequence)

@@ -354,7 +354,7 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		}
 		now := time.Now().UnixMilli()
 		stored := sub
-		call.Submission, call.SubmittedAt = &stored, now
+		call.Submission, call.SubmittedAt, call.SentTo = &stored, now, call.WorkflowID
 		owner.PendingClientToolCalls[sub.ToolCallID] = call
 		res.Call = call
 		if err := setPending(ctx, q, owner.SessionID, owner.PendingClientToolCalls); err != nil {

@@ -216,7 +216,9 @@ var suspensionCases = map[string]func(t *testing.T, s Store){
 	},
 	"SubmissionIsValidatedAndRecordedOnce": func(t *testing.T, s Store) {
 		ctx := t.Context()
-		st, run := suspended(t, s, "submit", clientCall("c1", 0), approvalCall("a1", 1))
+		c1call := clientCall("c1", 0)
+		c1call.WorkflowID = "wf-submit"
+		st, run := suspended(t, s, "submit", c1call, approvalCall("a1", 1))
 		base := load(t, s, st.SessionID)
 
 		_, err := s.RecordSubmission(ctx, st.SessionID, clientResult("nope", `{"n":1}`))
@@ -244,6 +246,8 @@ var suspensionCases = map[string]func(t *testing.T, s Store){
 		got = load(t, s, st.SessionID)
 		c1 := got.PendingClientToolCalls["c1"]
 		require.NotNil(t, c1.Submission, "the submission is durable on the call")
+		require.Equal(t, "wf-submit", c1.SentTo, "the submission records the workflow its message goes to")
+		require.Equal(t, "wf-submit", rec.Call.SentTo)
 		require.Equal(t, c1.SubmittedAt, got.CompletedClientToolCalls["c1"])
 		require.Positive(t, got.CompletedClientToolCalls["c1"])
 		usage := usageOf(t, s, st.SessionID)

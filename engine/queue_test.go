@@ -1,0 +1,318 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/workflows"
+)
+
+// newQueuedEngineOn returns a launched engine on url that admits its runs
+// through a queue configured by q.
+func newQueuedEngineOn(t *testing.T, url string, q engine.QueueConfig, agents ...*helix.Agent) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, Queue: &q})
+	require.NoError(t, err)
+	require.NoError(t, e.Register(agents...))
+	require.NoError(t, e.Launch(t.Context()))
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e
+}
+
+// gate is a model that records which sessions called it, in order, and
+// holds each call until the session is let go.
+type gate struct {
+	mu      sync.Mutex
+	started []string
+	enter   chan string
+	release map[string]chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{enter: make(chan string, 100), release: map[string]chan struct{}{}}
+}
+
+func (g *gate) ch(session string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.release[session]
+	if !ok {
+		c = make(chan struct{})
+		g.release[session] = c
+	}
+	return c
+}
+
+// let lets session's model call (and any later one) return.
+func (g *gate) let(session string) { close(g.ch(session)) }
+
+func (g *gate) model() helix.Model {
+	return helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, _ helix.StreamCallbacks) (helix.StepResult, error) {
+		g.mu.Lock()
+		g.started = append(g.started, req.AgentID)
+		g.mu.Unlock()
+		g.enter <- req.AgentID
+		select {
+		case <-g.ch(req.AgentID):
+		case <-ctx.Done():
+			return helix.StepResult{}, ctx.Err()
+		}
+		return helix.StepResult{Type: helix.StepText, Content: "done", StopReason: helix.StopEndTurn}, nil
+	})
+}
+
+// entered waits for the next session to call the model.
+func (g *gate) entered(t *testing.T) string {
+	t.Helper()
+	select {
+	case s := <-g.enter:
+		return s
+	case <-time.After(30 * time.Second):
+		t.Fatal("no session called the model within 30 s")
+		return ""
+	}
+}
+
+// segmentStatuses returns the DBOS statuses of the segments of the run
+// whose workflow is workflowID, in order.
+func segmentStatuses(t *testing.T, pool *pgxpool.Pool, workflowID string) []string {
+	t.Helper()
+	rows, _ := pool.Query(t.Context(), `SELECT status FROM dbos.workflow_status WHERE parent_workflow_id = $1
+		AND starts_with(workflow_uuid, $1 || '-seg-') ORDER BY created_at`, workflowID)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return out
+}
+
+func testPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// A queued run that waits for a person holds no slot: with one slot, a
+// session waiting for an approval lets another session run to its end;
+// the approval then queues the run's next segment, which finishes it, the
+// approved tool run once.
+func TestQueuedRunWaitsForAPersonWithoutASlot(t *testing.T) {
+	t.Parallel()
+	var runs sync.Map
+	pay := payer(&runs)
+	chat := &helix.Agent{Name: "chat", Model: script(text("hello"))}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, pay, chat)
+	pool := testPool(t, url)
+
+	waiting, err := e.Execute(t.Context(), pay, engine.Input{Message: "pay bob"}, &engine.ExecuteOptions{SessionID: "waiting"})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, waiting).Status)
+
+	other, err := e.Execute(t.Context(), chat, engine.Input{Message: "hi"}, &engine.ExecuteOptions{SessionID: "other"})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, waitFor(t, other, helix.AgentCompleted).Status)
+	require.Equal(t, []string{"SUCCESS"}, segmentStatuses(t, pool, waiting.WorkflowID), "the waiting run's first segment ended at the wait")
+
+	require.False(t, submit(t, e, "waiting", helix.Approve("t1", "ok")).AlreadyCompleted)
+	res := waitFor(t, waiting, helix.AgentCompleted)
+	require.JSONEq(t, `"paid"`, string(res.Output))
+	require.EqualValues(t, 1, executions2(&runs, "t1"), "the approved tool ran once")
+	require.Equal(t, []string{"SUCCESS", "SUCCESS"}, segmentStatuses(t, pool, waiting.WorkflowID), "the answer queued a second segment")
+	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, "waiting")))
+}
+
+// The partition limit keeps a tenant with a backlog from taking every
+// slot: with two slots and at most one per partition, a small tenant's
+// session starts while the large tenant's first session still runs and
+// its others wait.
+func TestQueuePartitionsKeepATenantFromStarvingAnother(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	agent := &helix.Agent{Name: "tenant", Model: g.model()}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 2, PartitionWorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, agent)
+
+	var big []*engine.Handle
+	for i := range 6 {
+		h, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: fmt.Sprintf("big-%d", i), UserID: "big"})
+		require.NoError(t, err)
+		big = append(big, h)
+	}
+	first := g.entered(t)
+	require.Contains(t, first, "big-")
+	small, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "small-0", UserID: "small"})
+	require.NoError(t, err)
+	require.Equal(t, "small-0", g.entered(t), "the small tenant's session takes the second slot, not the large tenant's next")
+	g.let("small-0")
+	waitFor(t, small, helix.AgentCompleted)
+
+	for _, h := range big {
+		g.let(h.SessionID)
+	}
+	for _, h := range big {
+		waitFor(t, h, helix.AgentCompleted)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Len(t, g.started, 7, "every session called the model once")
+}
+
+// The queue's rate limit caps the segments it starts per period, across
+// the cluster (two engines here): DBOS's own start times show no window of
+// one period with more starts than the limit.
+func TestQueueRateLimit(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "limited", Model: script(text("ok"))}
+	url := pgtest.NewURL(t)
+	q := engine.QueueConfig{RateLimit: 2, RatePeriod: 500 * time.Millisecond, PollingInterval: 20 * time.Millisecond}
+	engines := []*engine.Engine{newQueuedEngineOn(t, url, q, agent), newQueuedEngineOn(t, url, q, agent)}
+	pool := testPool(t, url)
+	var hs []*engine.Handle
+	for i := range 8 {
+		h, err := engines[i%2].Execute(t.Context(), agent, engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: fmt.Sprintf("limited-%d", i)})
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		waitFor(t, h, helix.AgentCompleted)
+	}
+	rows, _ := pool.Query(t.Context(), `SELECT started_at_epoch_ms FROM dbos.workflow_status
+		WHERE queue_name = $1 ORDER BY started_at_epoch_ms`, engine.DefaultQueueName)
+	starts, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, starts, 8)
+	for i := 0; i+q.RateLimit < len(starts); i++ {
+		require.GreaterOrEqual(t, starts[i+q.RateLimit]-starts[i], q.RatePeriod.Milliseconds(),
+			"starts %d and %d are less than a period apart: %v", i, i+q.RateLimit, starts)
+	}
+}
+
+// A session aborted while it waits in the queue leaves it at once and
+// never runs: its segment is cancelled, its model never called.
+func TestAbortWhileQueued(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	agent := &helix.Agent{Name: "queued", Model: g.model()}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, agent)
+	pool := testPool(t, url)
+
+	busy, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "busy"})
+	require.NoError(t, err)
+	require.Equal(t, "busy", g.entered(t))
+	queued, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "queued"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.Equal(segmentStatuses(t, pool, queued.WorkflowID), []string{"ENQUEUED"})
+	}, 10*time.Second, 10*time.Millisecond)
+	q, err := e.Queued(t.Context(), "queued")
+	require.NoError(t, err)
+	require.NotNil(t, q, "the session waits in the queue")
+	require.Equal(t, engine.DefaultQueueName, q.Queue)
+	require.Equal(t, engine.DefaultPartitionKey, q.PartitionKey, "no user, no partition key: the default partition")
+	require.Zero(t, q.Ahead)
+	q, err = e.Queued(t.Context(), "busy")
+	require.NoError(t, err)
+	require.Nil(t, q, "a running session is not queued")
+
+	require.NoError(t, e.Abort(t.Context(), "queued", "changed my mind"))
+	res := waitFor(t, queued, helix.AgentFailed)
+	require.Contains(t, res.Error, "changed my mind")
+	require.Equal(t, []string{"CANCELLED"}, segmentStatuses(t, pool, queued.WorkflowID), "the abort took the run off the queue")
+
+	g.let("busy")
+	waitFor(t, busy, helix.AgentCompleted)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Equal(t, []string{"busy"}, g.started, "the aborted session never called its model")
+	q, err = e.Queued(t.Context(), "queued")
+	require.NoError(t, err)
+	require.Nil(t, q)
+	chunks := streamChunks(t, queued)
+	require.NotEmpty(t, chunks)
+	rq, ok := chunks[0].(*helix.RunQueuedChunk)
+	require.True(t, ok, "a queued run's stream says so first, got %T", chunks[0])
+	require.Equal(t, queued.RunID, rq.RunID)
+	require.Equal(t, engine.DefaultQueueName, rq.Queue)
+}
+
+// A fork of a queued run's workflow or of one of its segments, made with
+// DBOS's tools, runs nothing: a driver's copy would replay the original's
+// segments, a segment's copy would run its steps again.
+func TestDBOSForkOfAQueuedRunRunsNothing(t *testing.T) {
+	t.Parallel()
+	var x executions
+	agent := &helix.Agent{
+		Name:  "noter",
+		Tools: []*helix.Tool{noteTool(&x)},
+		Model: script(calls(call("n1", "note", `{"text":"a"}`)), text("noted")),
+	}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{PollingInterval: 20 * time.Millisecond}, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "note a"}, nil)
+	require.NoError(t, err)
+	waitFor(t, h, helix.AgentCompleted)
+	before := allMessages(t, e, h.SessionID)
+
+	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	for _, f := range []struct {
+		id   string
+		from uint
+	}{{h.WorkflowID, 0}, {h.WorkflowID, 2}, {workflows.SegmentID(h.WorkflowID, 1), 0}, {workflows.SegmentID(h.WorkflowID, 1), 3}} {
+		requireForkRunsNothing(t, client, f.id, f.from)
+	}
+	requireForkedSessionUntouched(t, e, h, before, &x)
+}
+
+// Execute twice with one session ID, at once: one run, one model call.
+// A retried start of a queued session is refused as running, and the
+// session runs once.
+func TestQueuedStartIsIdempotent(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	agent := &helix.Agent{Name: "once", Model: g.model()}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{PollingInterval: 20 * time.Millisecond}, agent)
+	const tries = 4
+	errs := make([]error, tries)
+	handles := make([]*engine.Handle, tries)
+	var wg sync.WaitGroup
+	for i := range tries {
+		wg.Go(func() {
+			handles[i], errs[i] = e.Execute(t.Context(), agent, engine.Input{Message: "once"}, &engine.ExecuteOptions{SessionID: "once"})
+		})
+	}
+	wg.Wait()
+	var won *engine.Handle
+	for i, err := range errs {
+		if err == nil {
+			require.Nil(t, won, "two starts won")
+			won = handles[i]
+			continue
+		}
+		var running *helix.AgentAlreadyRunningError
+		require.ErrorAs(t, err, &running)
+	}
+	require.NotNil(t, won)
+	require.Equal(t, "once", g.entered(t))
+	g.let("once")
+	waitFor(t, won, helix.AgentCompleted)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Equal(t, []string{"once"}, g.started)
+}
