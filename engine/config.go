@@ -63,9 +63,19 @@ type Config struct {
 	// (see docs/operations.md, zombies). Default DefaultExecutorLease;
 	// at least MinExecutorLease.
 	ExecutorLease time.Duration
-	// ApplicationVersion tags workflows; only workflows of the same version
-	// are recovered. Default DefaultApplicationVersion.
+	// ApplicationVersion tags workflows: DBOS recovers and dequeues a
+	// workflow only in an engine of its version, and an engine takes over
+	// only executors of its version. Default DefaultApplicationVersion, a
+	// constant: keep it across deploys (see docs/operations.md, rolling
+	// deploys), and change it only to keep two incompatible deployments of
+	// one application apart.
 	ApplicationVersion string
+	// AdoptVersions are earlier application versions whose sessions this
+	// engine continues: it takes over their stopped and dead executors,
+	// and their queued workflows become its version's. List the version
+	// you deploy over when you changed ApplicationVersion; helix's loop is
+	// compatible across versions (docs/operations.md says what is).
+	AdoptVersions []string
 	// DisableTakeover keeps this engine from taking over the sessions of
 	// executors that stopped or died (peers still take over its own). For
 	// short-lived engines of tools and scripts; a replica leaves it false.
@@ -117,6 +127,14 @@ func (c *Config) withDefaults() error {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	for i, v := range c.AdoptVersions {
+		switch {
+		case v == "":
+			return fmt.Errorf("engine: Config.AdoptVersions[%d] is empty: name an application version", i)
+		case v == c.ApplicationVersion:
+			return fmt.Errorf("engine: Config.AdoptVersions[%d] is this engine's own version %q: list earlier versions only", i, v)
+		}
 	}
 	return nil
 }

@@ -200,7 +200,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.cancels = startCancelSweep(ctx, e.pool, e.control, &e.log)
 	if !e.cfg.DisableTakeover {
 		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, id: e.cfg.ExecutorID, app: e.cfg.AppName,
-			version: e.cfg.ApplicationVersion, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log})
+			version: e.cfg.ApplicationVersion, adopt: e.cfg.AdoptVersions, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log})
 	}
 	if err := e.startOrphans(ctx); err != nil {
 		return fmt.Errorf("engine: start recorded runs: %w", err)

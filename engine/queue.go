@@ -81,10 +81,10 @@ func (q *QueueConfig) withDefaults() error {
 		return fmt.Errorf("engine: Config.Queue: "+format, args...)
 	}
 	switch {
+	case q.Name == dbosRecoveryQueue:
+		return bad("Name %q is DBOS's own queue: choose another", q.Name)
 	case !queueNameRE.MatchString(q.Name):
 		return bad("Name %q is not a queue name (1–100 of letters, digits and ._:-, starting with a letter or digit)", q.Name)
-	case q.Name == "_dbos_internal_queue":
-		return bad("Name %q is DBOS's own queue: choose another", q.Name)
 	case q.WorkerConcurrency < 0, q.GlobalConcurrency < 0, q.PartitionConcurrency < 0, q.PartitionWorkerConcurrency < 0, q.RateLimit < 0:
 		return bad("concurrency limits and RateLimit must not be negative (0 means the default, or no limit)")
 	case q.GlobalConcurrency > 0 && q.GlobalConcurrency < q.WorkerConcurrency:

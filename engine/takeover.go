@@ -33,9 +33,12 @@ type takeover struct {
 	id      string
 	app     string
 	version string
-	ns      string // process.Namespace: whose pids this process can check
-	lease   time.Duration
-	log     *zerolog.Logger
+	// adopt are the earlier versions whose executors and queued workflows
+	// this engine takes (Config.AdoptVersions).
+	adopt []string
+	ns    string // process.Namespace: whose pids this process can check
+	lease time.Duration
+	log   *zerolog.Logger
 }
 
 // claimSQL claims, in one statement, every executor of this application
@@ -49,7 +52,7 @@ type takeover struct {
 // each row after the first commits and skips it: one wins.
 const claimSQL = `
 UPDATE helix.executors x SET taken_over_by = $1, taken_over_at = now(), recovered_at = NULL, recovered_workflows = NULL
-WHERE x.executor_id <> $1 AND x.application_version = $2 AND COALESCE(x.app_name, $3) = $3
+WHERE x.executor_id <> $1 AND x.application_version = ANY($2::text[]) AND COALESCE(x.app_name, $3) = $3
   AND CASE WHEN x.taken_over_by IS NULL
       THEN x.stopped_at IS NOT NULL OR x.heartbeat_at < now() - x.lease_ms * interval '1 millisecond' OR x.executor_id = ANY($5)
       WHEN x.recovered_at IS NULL
@@ -57,7 +60,7 @@ WHERE x.executor_id <> $1 AND x.application_version = $2 AND COALESCE(x.app_name
       ELSE x.recovered_at < now() - make_interval(secs => $4)
       END
   AND EXISTS (SELECT 1 FROM dbos.workflow_status w
-              WHERE w.executor_id = x.executor_id AND w.status = 'PENDING' AND w.application_version = $2)
+              WHERE w.executor_id = x.executor_id AND w.status = 'PENDING' AND w.application_version = ANY($2::text[]))
 RETURNING x.executor_id, x.stopped_at IS NOT NULL, extract(epoch FROM now() - x.heartbeat_at)::float8`
 
 // adoptSQL claims the executor IDs that own pending workflows of this
@@ -73,6 +76,17 @@ WHERE w.status = 'PENDING' AND w.application_version = $2 AND (w.application_nam
   AND NOT EXISTS (SELECT 1 FROM helix.executors x WHERE x.executor_id = w.executor_id)
 ON CONFLICT (executor_id) DO NOTHING
 RETURNING executor_id, true, 0::float8`
+
+// adoptQueuedSQL makes the queued workflows of the adopted versions ($2)
+// of this application ($3) this engine's version's ($1): DBOS dequeues a
+// workflow only in an engine of its version.
+const adoptQueuedSQL = `
+UPDATE dbos.workflow_status SET application_version = $1
+WHERE status IN ('ENQUEUED', 'DELAYED') AND application_version = ANY($2::text[]) AND (application_name = $3 OR application_name IS NULL)`
+
+// versions are the application versions this engine takes over: its own,
+// then those it adopts.
+func (t *takeover) versions() []string { return append([]string{t.version}, t.adopt...) }
 
 // startTakeover starts the sweep; stop the returned loop at Shutdown.
 func startTakeover(ctx context.Context, t *takeover) *loop {
@@ -118,8 +132,18 @@ func (t *takeover) sweep(ctx context.Context, adopt bool) error {
 		}
 		return rows.Err()
 	}
-	if err := read(claimSQL, t.id, t.version, t.app, t.lease.Seconds(), dead); err != nil {
+	if err := read(claimSQL, t.id, t.versions(), t.app, t.lease.Seconds(), dead); err != nil {
 		return fmt.Errorf("claim executors: %w", err)
+	}
+	if len(t.adopt) > 0 {
+		tag, err := t.pool.Exec(ctx, adoptQueuedSQL, t.version, t.adopt, t.app)
+		if err != nil {
+			return fmt.Errorf("adopt the queued workflows of versions %v: %w", t.adopt, err)
+		}
+		if n := tag.RowsAffected(); n > 0 {
+			t.log.Info().Str("event", "version.adopted_queued").Strs("versions", t.adopt).Int64("workflows", n).
+				Msg("queued workflows of an earlier application version become this version's: engines of this version run them")
+		}
 	}
 	if adopt {
 		if err := read(adoptSQL, t.id, t.version, t.app); err != nil {
@@ -171,11 +195,13 @@ const dbosRecoveryQueue = "_dbos_internal_queue"
 // executor rejoined the cluster, would otherwise re-enqueue workflows the
 // rejoined executor runs again legitimately: two executions of one
 // workflow. $1 the executor, $2 this engine, $3 the application version,
-// $4 the application name, $5 DBOS's recovery queue.
+// $4 the application name, $5 DBOS's recovery queue, $6 the versions it
+// takes (its own first, then those it adopts): the workflows become its
+// own version's.
 const recoverSQL = `
 WITH pending AS (
 	SELECT w.workflow_uuid FROM dbos.workflow_status w
-	WHERE w.executor_id = $1 AND w.status = 'PENDING' AND w.application_version = $3
+	WHERE w.executor_id = $1 AND w.status = 'PENDING' AND w.application_version = ANY($6::text[])
 	  AND (w.application_name = $4 OR w.application_name IS NULL)
 ), claim AS (
 	UPDATE helix.executors SET recovered_at = now(), recovery_error = NULL,
@@ -185,9 +211,9 @@ WITH pending AS (
 ), requeued AS (
 	UPDATE dbos.workflow_status w SET status = 'ENQUEUED', started_at_epoch_ms = NULL,
 		updated_at = (EXTRACT(EPOCH FROM now()) * 1000)::bigint, owner_xid = NULL,
-		queue_name = COALESCE(NULLIF(w.queue_name, ''), $5)
+		queue_name = COALESCE(NULLIF(w.queue_name, ''), $5), application_version = $3
 	FROM claim
-	WHERE w.executor_id = claim.executor_id AND w.status = 'PENDING' AND w.application_version = $3
+	WHERE w.executor_id = claim.executor_id AND w.status = 'PENDING' AND w.application_version = ANY($6::text[])
 	  AND (w.application_name = $4 OR w.application_name IS NULL)
 	RETURNING w.workflow_uuid
 )
@@ -204,7 +230,7 @@ var errClaimLost = errors.New("the claim is no longer this engine's (another eng
 func (t *takeover) recover(ctx context.Context, dead string) (int, error) {
 	var held bool
 	var n int
-	err := t.pool.QueryRow(ctx, recoverSQL, dead, t.id, t.version, t.app, dbosRecoveryQueue).Scan(&held, &n)
+	err := t.pool.QueryRow(ctx, recoverSQL, dead, t.id, t.version, t.app, dbosRecoveryQueue, t.versions()).Scan(&held, &n)
 	if err == nil && !held {
 		return 0, errClaimLost
 	}

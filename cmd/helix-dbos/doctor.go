@@ -336,8 +336,8 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 			}
 			c.Problems = append(c.Problems, doctorProblem{Subject: e.ExecutorID,
 				Problem: fmt.Sprintf("%s with %d pending workflow(s), not taken over", how, e.PendingWorkflows),
-				Hint: fmt.Sprintf("a live engine of application version %s takes its sessions over within seconds: start one "+
-					"(`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID %s",
+				Hint: fmt.Sprintf("a live engine of application version %s (or one that adopts it: engine.Config.AdoptVersions) takes its sessions "+
+					"over within seconds: start one (`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID %s",
 					e.ApplicationVersion, e.ExecutorID)})
 		case !e.Heartbeat && e.PendingWorkflows > 0:
 			silent = append(silent, fmt.Sprintf("%s (%d pending workflow(s))", cmp.Or(e.ExecutorID, `""`), e.PendingWorkflows))

@@ -146,7 +146,7 @@ func TestDoctorStuckSessions(t *testing.T) {
 	require.Regexp(t, `    failing: claimed by alive at 2026-01-02 \S+, but recovering its workflows failed: recover: connection refused\n`+
 		`      → alive retries at every takeover sweep \(a couple of seconds\); if it persists, check that engine's log\n`, out)
 	require.Contains(t, out, "    gone: dead (last heartbeat 5m ago, lease 30s, pid 22 on h2) with 1 pending workflow(s), not taken over\n"+
-		"      → a live engine of application version v takes its sessions over within seconds: start one (`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID gone\n")
+		"      → a live engine of application version v (or one that adopts it: engine.Config.AdoptVersions) takes its sessions over within seconds: start one (`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID gone\n")
 	require.Contains(t, out, "✗ stuck sessions       5 stuck of 6 active\n")
 	require.Contains(t, out, "    orphan: its run run-orphan was recorded but its workflow wf-orphan never started (a process died in between)\n"+
 		"      → the next engine that launches starts it: start a process that defines agent billing (`helix-dbos serve --agents FILE`)\n")
