@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 // A session's workflow cancelled with DBOS's own client (what `dbos
@@ -131,4 +133,127 @@ func requireForkedSessionUntouched(t *testing.T, e *engine.Engine, h *engine.Han
 	for _, n := range x.keys {
 		require.Equal(t, 1, n, "the tool ran once, in the original")
 	}
+}
+
+// A session aborted because its workflow was cancelled with DBOS's tools
+// runs again when that workflow is resumed with them (`dbos workflow
+// resume`, ResumeWorkflow through a DBOS client): the session is active, its
+// run waits for its approval again (announced anew in the stream), the
+// answer is taken and the approved tool runs once. Direct, and through a
+// queue.
+func TestDBOSResumeRevivesTheSession(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		queue  *engine.QueueConfig
+		resume func(h *engine.Handle) string
+	}{
+		{name: "direct", resume: func(h *engine.Handle) string { return h.WorkflowID }},
+		{name: "queued, resuming the run's workflow", queue: &engine.QueueConfig{PollingInterval: 20 * time.Millisecond},
+			resume: func(h *engine.Handle) string { return h.WorkflowID }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewURL(t)
+			var runs sync.Map
+			agent := payer(&runs)
+			e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, Queue: tc.queue})
+			require.NoError(t, err)
+			require.NoError(t, e.Register(agent))
+			require.NoError(t, e.Launch(t.Context()))
+			t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+			h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+			require.NoError(t, err)
+			require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
+
+			client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+			require.NoError(t, dbos.CancelWorkflow(client, h.WorkflowID))
+			require.Eventually(t, func() bool {
+				st, err := e.Session(t.Context(), h.SessionID)
+				require.NoError(t, err)
+				return st.Status == helix.SessionFailed
+			}, 30*time.Second, 20*time.Millisecond, "the cancel sweep aborts the session")
+
+			_, err = dbos.ResumeWorkflow[steps.Outcome](client, tc.resume(h))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				st, err := e.Session(t.Context(), h.SessionID)
+				require.NoError(t, err)
+				return st.Status == helix.SessionActive
+			}, 30*time.Second, 20*time.Millisecond, "the resumed workflow revives its session")
+			runsOf, err := e.Runs(t.Context(), h.SessionID)
+			require.NoError(t, err)
+			require.Len(t, runsOf, 1, "the same run goes on")
+			require.Equal(t, helix.RunSuspendedClientTool, runsOf[0].Status)
+			require.Empty(t, runsOf[0].ErrorCode)
+
+			res, err := e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("t1", "fine"))
+			require.NoError(t, err, "the revived run takes its answer")
+			require.False(t, res.AlreadyCompleted)
+			out := waitFor(t, h, helix.AgentCompleted)
+			require.JSONEq(t, `"paid"`, string(out.Output))
+			require.EqualValues(t, 1, executions2(&runs, "t1"), "the approved tool ran once")
+
+			var requests []string
+			chunks, err := e.Store().ReadChunks(t.Context(), h.SessionID, 0, 1000)
+			require.NoError(t, err)
+			for _, sc := range chunks {
+				switch c := sc.Chunk.(type) {
+				case *helix.ToolApprovalRequestChunk:
+					requests = append(requests, "request "+c.ToolCallID)
+				case *helix.ToolEndChunk:
+					requests = append(requests, "end "+c.ToolCallID+" "+c.ErrorCode)
+				}
+			}
+			require.Equal(t, []string{"request t1", "end t1 aborted", "request t1", "end t1 "}, requests,
+				"the abort ended the call, the revival asked for it again, the approved tool ended it")
+		})
+	}
+}
+
+// A queued session whose workflow was cancelled with DBOS's tools while it
+// waited in the queue (its segment cancelled with it by the abort) runs
+// once its segment is resumed with them: the revival resumes its driver
+// too, and it runs when the slot frees.
+func TestDBOSResumeOfAQueuedSegment(t *testing.T) {
+	t.Parallel()
+	g := newGate()
+	agent := &helix.Agent{Name: "queued", Model: g.model()}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, agent)
+	pool := testPool(t, url)
+	busy, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "busy"})
+	require.NoError(t, err)
+	require.Equal(t, "busy", g.entered(t))
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "later"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.Equal(segmentStatuses(t, pool, h.WorkflowID), []string{"ENQUEUED"})
+	}, 10*time.Second, 10*time.Millisecond)
+
+	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	require.NoError(t, dbos.CancelWorkflow(client, h.WorkflowID))
+	require.Eventually(t, func() bool {
+		st, err := e.Session(t.Context(), "later")
+		require.NoError(t, err)
+		return st.Status == helix.SessionFailed
+	}, 30*time.Second, 20*time.Millisecond, "the cancel sweep aborts the session")
+	require.Equal(t, []string{"CANCELLED"}, segmentStatuses(t, pool, h.WorkflowID), "the abort cancelled the queued segment")
+
+	_, err = dbos.ResumeWorkflow[steps.Outcome](client, workflows.SegmentID(h.WorkflowID, 1), dbos.WithResumeQueue(engine.DefaultQueueName))
+	require.NoError(t, err)
+	g.let("busy")
+	waitFor(t, busy, helix.AgentCompleted)
+	require.Equal(t, "later", g.entered(t), "the resumed segment runs once the slot frees")
+	g.let("later")
+	h2, err := e.Run(t.Context(), "later", h.RunID)
+	require.NoError(t, err)
+	waitFor(t, h2, helix.AgentCompleted)
+	var driver string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, h.WorkflowID).Scan(&driver))
+	require.Equal(t, "SUCCESS", driver, "the revival resumed the driver, which took the segment's outcome")
 }

@@ -106,6 +106,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	l := newLease(cfg.ExecutorLease)
 	env.DataSource, env.DBOS, env.Fence = ds, dctx, newFence(l, pool, cfg.ExecutorID)
 	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l}
+	env.Revive = e.revive
 	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))
 	return e, nil
 }

@@ -45,6 +45,11 @@ type Env struct {
 	// Fence, when set, fences the step bodies of workflow executions (see
 	// Fence); nil runs them unfenced.
 	Fence Fence
+	// Revive, when set, is called at the start of every execution of a
+	// run's workflow (runWorkflowID; for a segment, its driver's), before
+	// any step and unrecorded: it brings back a session whose aborted run's
+	// workflow was resumed with DBOS's tools.
+	Revive func(ctx context.Context, sessionID, runID, runWorkflowID string) error
 
 	mu     sync.RWMutex
 	queues map[string]dbos.Queue

@@ -72,9 +72,6 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if err != nil {
 			return steps.Outcome{}, err
 		}
-		if in.Queue != nil && in.Segment == 0 {
-			return drive(ctx, env, self, in, wfID)
-		}
 		// The run's workflow: this one, or a segment's driver.
 		runWF := wfID
 		if in.Segment > 0 {
@@ -83,6 +80,18 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 				return *steps.ForkRefused(wfID, in.RunID, want), nil
 			}
 			runWF = in.Driver
+		}
+		if env.Revive != nil {
+			// A workflow resumed with DBOS's tools after its session was
+			// aborted runs its session again (a fork's copy does not).
+			if err := env.Revive(ctx, in.SessionID, in.RunID, runWF); err != nil {
+				return steps.Outcome{}, err
+			}
+		}
+		if in.Queue != nil && in.Segment == 0 {
+			return drive(ctx, env, self, in, wfID)
+		}
+		if in.Segment > 0 {
 			defer func() {
 				if resultErr == nil {
 					resultErr = report(ctx, in, result)
