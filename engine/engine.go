@@ -216,20 +216,21 @@ func (e *Engine) Launch(ctx context.Context) error {
 // starts a workflow ID once.
 func (e *Engine) startOrphans(ctx context.Context) error {
 	rows, err := e.pool.Query(ctx, `
-SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(s.user_id, ''), s.parent_session_id IS NOT NULL FROM helix.runs r JOIN helix.sessions s USING (session_id)
+SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
+	coalesce(r.queue_priority, 0) FROM helix.runs r JOIN helix.sessions s USING (session_id)
 WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
   AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`)
 	if err != nil {
 		return err
 	}
 	type orphan struct {
-		session, run, wf, agent, user string
-		child                         bool
+		session, run, wf, agent, queue, partition string
+		priority                                  int
 	}
 	var orphans []orphan
 	for rows.Next() {
 		var o orphan
-		if err := rows.Scan(&o.session, &o.run, &o.wf, &o.agent, &o.user, &o.child); err != nil {
+		if err := rows.Scan(&o.session, &o.run, &o.wf, &o.agent, &o.queue, &o.partition, &o.priority); err != nil {
 			rows.Close()
 			return err
 		}
@@ -249,9 +250,12 @@ WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
 		}
 		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.session).Str("runId", o.run).
 			Msg("starting a recorded run whose workflow was never started")
-		// Sub-agent and companion runs (which have a parent) run in their
-		// parent's slot: never through the queue.
-		if err := e.start(o.session, o.run, o.wf, e.admission("", o.user, 0, o.child)); err != nil {
+		// Admitted as recorded with the run, whatever this engine's queue.
+		var adm *workflows.Admission
+		if o.queue != "" {
+			adm = &workflows.Admission{Queue: o.queue, PartitionKey: o.partition, Priority: uint(max(o.priority, 0))}
+		}
+		if err := e.start(o.session, o.run, o.wf, adm); err != nil {
 			return err
 		}
 	}

@@ -262,8 +262,12 @@ func (e *Engine) beginRun(ctx context.Context, s *postgres.Store, sessionID, kin
 	}
 	runID = uuid.Must(uuid.NewV7()).String()
 	workflowID = fmt.Sprintf("%s-%s-%d", sessionID, kind, n)
+	var recorded *store.Admission
+	if adm != nil {
+		recorded = &store.Admission{Queue: adm.Queue, PartitionKey: adm.PartitionKey, Priority: int(adm.Priority)}
+	}
 	if _, err := s.CreateRun(ctx, store.CreateRunParams{RunID: runID, SessionID: sessionID, Turn: turn,
-		StartSequence: latest, WorkflowID: workflowID, PreviousRunID: previousRunID}); err != nil {
+		StartSequence: latest, WorkflowID: workflowID, PreviousRunID: previousRunID, Admission: recorded}); err != nil {
 		return "", "", err
 	}
 	if len(msgs) > 0 {

@@ -16,6 +16,8 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 	"github.com/helix-agents/helix-dbos/workflows"
 )
 
@@ -315,4 +317,72 @@ func TestQueuedStartIsIdempotent(t *testing.T) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	require.Equal(t, []string{"once"}, g.started)
+}
+
+// Sub-agents run in their parent's slot: with one slot, a parent that
+// delegates to two sub-agents at once finishes (a parent never waits for
+// a slot its children need), and a second session waits its turn.
+func TestQueuedSubAgentsRunInTheirParentsSlot(t *testing.T) {
+	t.Parallel()
+	sum := summarizer(func(string) {})
+	parent := &helix.Agent{
+		Name:  "lead",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(sum, nil, nil)},
+		Model: script(
+			calls(call("s1", "subagent__summarizer", `{"task":"alpha"}`), call("s2", "subagent__summarizer", `{"task":"beta"}`)),
+			text("both summarized"),
+		),
+	}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, parent)
+	pool := testPool(t, url)
+	var hs []*engine.Handle
+	for i := range 2 {
+		h, err := e.Execute(t.Context(), parent, engine.Input{Message: "summarize"}, &engine.ExecuteOptions{SessionID: fmt.Sprintf("lead-%d", i)})
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		res := waitFor(t, h, helix.AgentCompleted)
+		require.JSONEq(t, `"both summarized"`, string(res.Output))
+		msgs := allMessages(t, e, h.SessionID)
+		require.JSONEq(t, `{"summary":"short alpha"}`, msgs[2].Content)
+		require.JSONEq(t, `{"summary":"short beta"}`, msgs[3].Content)
+	}
+	var queued int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dbos.workflow_status WHERE queue_name = $1`,
+		engine.DefaultQueueName).Scan(&queued))
+	require.Equal(t, 2, queued, "one segment per session; the sub-agents took no slot of their own")
+}
+
+// A run recorded as admitted through a queue, whose process died before
+// starting it, is started through that queue by whichever engine finds
+// it, even one configured without a queue: its admission is recorded with
+// it.
+func TestQueuedOrphanKeepsItsAdmission(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "orphaned", Model: script(text("finally"))}
+	url := pgtest.NewURL(t)
+	// The queue exists in DBOS's database, as a queued engine leaves it.
+	newQueuedEngineOn(t, url, engine.QueueConfig{Name: "tenants", PollingInterval: 20 * time.Millisecond}, agent)
+	pool := testPool(t, url)
+	st, err := postgres.New(pool)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	_, err = st.CreateSession(t.Context(), store.CreateSessionParams{SessionID: "orphan-q", AgentType: "orphaned"})
+	require.NoError(t, err)
+	_, err = st.AppendMessages(t.Context(), "orphan-q", []helix.Message{helix.UserMessage("hi")})
+	require.NoError(t, err)
+	_, err = st.CreateRun(t.Context(), store.CreateRunParams{RunID: "r-orphan-q", SessionID: "orphan-q", WorkflowID: "orphan-q-turn-1",
+		Admission: &store.Admission{Queue: "tenants", PartitionKey: "acme"}})
+	require.NoError(t, err)
+
+	direct := newEngineOn(t, url, agent) // no queue of its own; starts orphans at Launch
+	h, err := direct.Run(t.Context(), "orphan-q", "r-orphan-q")
+	require.NoError(t, err)
+	waitFor(t, h, helix.AgentCompleted)
+	var queue, partition string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT queue_name, queue_partition_key FROM dbos.workflow_status WHERE workflow_uuid = $1`,
+		workflows.SegmentID("orphan-q-turn-1", 1)).Scan(&queue, &partition))
+	require.Equal(t, []string{"tenants", "acme"}, []string{queue, partition}, "admitted as recorded")
 }

@@ -229,10 +229,21 @@ type Run struct {
 	Error         string          `json:"error,omitempty"`
 	// ErrorCode classifies the failure of a failed run (a helix.Code*
 	// value such as max_steps_exceeded or aborted); empty otherwise.
-	ErrorCode   string     `json:"errorCode,omitempty"`
+	ErrorCode string `json:"errorCode,omitempty"`
+	// Admission is how the run is admitted through a queue; nil for a run
+	// that starts at once.
+	Admission   *Admission `json:"admission,omitempty"`
 	StartedAt   time.Time  `json:"startedAt"`
 	CompletedAt *time.Time `json:"completedAt,omitempty"`
 	UpdatedAt   time.Time  `json:"updatedAt"`
+}
+
+// Admission is how a run is admitted through a queue (engine.Config.Queue):
+// the DBOS queue, the run's partition and its priority.
+type Admission struct {
+	Queue        string `json:"queue"`
+	PartitionKey string `json:"partitionKey,omitempty"`
+	Priority     int    `json:"priority,omitempty"`
 }
 
 // CreateRunParams describes a new run. Turn 0 means "the next turn" (one more
@@ -245,6 +256,8 @@ type CreateRunParams struct {
 	StartSequence int64
 	WorkflowID    string
 	PreviousRunID string
+	// Admission is recorded with the run (nil: none).
+	Admission *Admission
 }
 
 // RunUpdate carries optional fields written with a run status.

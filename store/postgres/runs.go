@@ -10,16 +10,23 @@ import (
 )
 
 const runColumns = `run_id, session_id, turn, status, step_count, start_sequence, COALESCE(workflow_id, ''),
-	COALESCE(previous_run_id, ''), COALESCE(error, ''), COALESCE(error_code, ''), started_at, completed_at, updated_at`
+	COALESCE(previous_run_id, ''), COALESCE(error, ''), COALESCE(error_code, ''), queue, COALESCE(queue_partition_key, ''),
+	COALESCE(queue_priority, 0), started_at, completed_at, updated_at`
 
 func scanRun(row Row) (*store.Run, error) {
 	var r store.Run
 	var status string
+	var queue *string
+	var adm store.Admission
 	if err := row.Scan(&r.RunID, &r.SessionID, &r.Turn, &status, &r.StepCount, &r.StartSequence, &r.WorkflowID,
-		&r.PreviousRunID, &r.Error, &r.ErrorCode, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt); err != nil {
+		&r.PreviousRunID, &r.Error, &r.ErrorCode, &queue, &adm.PartitionKey, &adm.Priority, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt); err != nil {
 		return nil, err
 	}
 	r.Status = helix.RunStatus(status)
+	if queue != nil {
+		adm.Queue = *queue
+		r.Admission = &adm
+	}
 	return &r, nil
 }
 
@@ -46,14 +53,19 @@ func (s *Store) CreateRun(ctx context.Context, p store.CreateRunParams) (*store.
 		if err != nil {
 			return err
 		}
+		var queue, partition, priority any
+		if a := p.Admission; a != nil {
+			queue, partition, priority = a.Queue, nullIfEmpty(a.PartitionKey), a.Priority
+		}
 		r, err := scanRun(q.QueryRow(ctx, `INSERT INTO helix.runs
-			(run_id, session_id, turn, status, start_sequence, workflow_id, previous_run_id)
+			(run_id, session_id, turn, status, start_sequence, workflow_id, previous_run_id, queue, queue_partition_key, queue_priority)
 			VALUES ($1, $2,
 				CASE WHEN $3 > 0 THEN $3 ELSE (SELECT COALESCE(max(turn), 0) + 1 FROM helix.runs WHERE session_id = $2) END,
-				$4, $5, $6, $7)
+				$4, $5, $6, $7, $8, $9, $10)
 			ON CONFLICT (run_id) DO NOTHING
 			RETURNING `+runColumns,
-			p.RunID, p.SessionID, p.Turn, string(status), p.StartSequence, nullIfEmpty(p.WorkflowID), nullIfEmpty(p.PreviousRunID)))
+			p.RunID, p.SessionID, p.Turn, string(status), p.StartSequence, nullIfEmpty(p.WorkflowID), nullIfEmpty(p.PreviousRunID),
+			queue, partition, priority))
 		if isNoRows(err) {
 			// Retry after a lost acknowledgement: return what was stored.
 			r, err = scanRun(q.QueryRow(ctx, `SELECT `+runColumns+` FROM helix.runs WHERE run_id = $1`, p.RunID))
