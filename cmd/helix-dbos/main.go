@@ -17,6 +17,8 @@
 //	helix-dbos config [--json]
 //	helix-dbos migrate up|status|down
 //	helix-dbos demo                          # no setup: provisions Postgres, runs an agent, crashes it, recovers
+//	helix-dbos bench [--json]                # the engine's overhead per step, beside the DBOS and commit floors
+//	helix-dbos loadtest [--json]             # serve replicas under load, on 127.0.0.1
 //
 // Settings come from flags, HELIX_* environment variables and a YAML config
 // file (--config, HELIX_CONFIG, ./helix-dbos.yaml), in that precedence, with
@@ -104,6 +106,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newDenyCmd(g))
 	root.AddCommand(newSubmitCmd(g))
 	root.AddCommand(newBenchCmd(g))
+	root.AddCommand(newLoadtestCmd(g))
 	root.AddCommand(newAbortCmd(g))
 	root.AddCommand(newRetryCmd(g))
 	root.AddCommand(newDoctorCmd(g))
