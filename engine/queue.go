@@ -164,17 +164,28 @@ type QueueState struct {
 	Ahead int `json:"ahead"`
 }
 
-// queuedSQL finds the queued segment of a session's current run with the
-// number of segments of its partition ahead of it.
+// queuedSQL finds where a session's current run waits in its queue: its
+// queued segment, with the segments of its partition ahead of it; or, for a
+// run admitted through a queue whose driver has not enqueued its first
+// segment yet (the milliseconds after Execute), the run itself, behind every
+// segment of its partition queued at its priority or before.
 var queuedSQL = `
+WITH r AS (SELECT workflow_id, status, queue, queue_partition_key, coalesce(queue_priority, 0) AS prio, started_at
+	FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1)
 SELECT w.queue_name, coalesce(w.queue_partition_key, ''), coalesce(w.priority, 0), w.created_at,
 	(SELECT count(*) FROM dbos.workflow_status o WHERE o.queue_name = w.queue_name AND o.status = 'ENQUEUED'
 		AND coalesce(o.queue_partition_key, '') = coalesce(w.queue_partition_key, '')
 		AND (coalesce(o.priority, 0), o.created_at) < (coalesce(w.priority, 0), w.created_at))
-FROM (SELECT workflow_id FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1) r
-JOIN dbos.workflow_status w ON w.parent_workflow_id = r.workflow_id AND starts_with(w.workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `')
+FROM r JOIN dbos.workflow_status w ON w.parent_workflow_id = r.workflow_id AND starts_with(w.workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `')
 WHERE w.status = 'ENQUEUED'
-ORDER BY w.created_at DESC LIMIT 1`
+UNION ALL
+SELECT r.queue, coalesce(r.queue_partition_key, ''), r.prio, (extract(epoch FROM r.started_at) * 1000)::bigint,
+	(SELECT count(*) FROM dbos.workflow_status o WHERE o.queue_name = r.queue AND o.status = 'ENQUEUED'
+		AND coalesce(o.queue_partition_key, '') = coalesce(r.queue_partition_key, '') AND coalesce(o.priority, 0) <= r.prio)
+FROM r WHERE r.queue IS NOT NULL AND r.status = 'running'
+	AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status s
+		WHERE s.parent_workflow_id = r.workflow_id AND starts_with(s.workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `'))
+LIMIT 1`
 
 // Queued reports where the session's current run waits in a queue (a run
 // admitted through Config.Queue waiting for a slot, at its start or after an
