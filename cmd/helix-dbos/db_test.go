@@ -157,8 +157,8 @@ func TestDoctorQueryTimesOut(t *testing.T) {
 	rep, r := doctorJSON(t, binOpts{env: []string{"HELIX_DATABASE_URL=" + url}})
 	require.Less(t, time.Since(start), queryTimeout+20*time.Second)
 	require.Equal(t, 1, r.code, "%s", r)
-	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkFail, "sessions": checkSkipped},
-		statuses(rep))
+	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkFail,
+		"queues": checkSkipped, "sessions": checkSkipped}, statuses(rep))
 	require.Contains(t, rep.Checks[3].Problems[0].Problem, "read helix.executors: the database did not answer within 10s: "+
 		"it may be overloaded, or a lock may block the query (look for blocked queries in pg_stat_activity)")
 	require.Equal(t, "the database connection was lost (see above)", rep.Checks[4].Summary)

@@ -36,7 +36,7 @@ type doctorReport struct {
 }
 
 type doctorCheck struct {
-	Name    string `json:"name"` // database, migrations, dbos, executors, sessions
+	Name    string `json:"name"` // database, migrations, dbos, executors, queues, sessions
 	Title   string `json:"title"`
 	Status  string `json:"status"` // ok, warn, fail, skipped
 	Summary string `json:"summary"`
@@ -139,7 +139,7 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 	if err != nil {
 		add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: describeDatabase(url),
 			Problems: []doctorProblem{{Problem: err.Error(), Hint: "check --database-url / HELIX_DATABASE_URL, and that Postgres runs and accepts connections from here"}}})
-		skipRest("no database", "migrations", "dbos", "executors", "sessions")
+		skipRest("no database", "migrations", "dbos", "executors", "queues", "sessions")
 		return rep
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
@@ -154,7 +154,7 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 		if err != nil {
 			add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: describeDatabase(url),
 				Problems: []doctorProblem{{Problem: queryError(ctx, "read the server version", err).Error()}}})
-			skipRest("no database", "migrations", "dbos", "executors", "sessions")
+			skipRest("no database", "migrations", "dbos", "executors", "queues", "sessions")
 			return rep
 		}
 		rtt = min(rtt, time.Since(t))
@@ -173,7 +173,7 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 		return false
 	}
 	helixOK := checkMigrations(ctx, conn, add)
-	if lost("dbos", "executors", "sessions") {
+	if lost("dbos", "executors", "queues", "sessions") {
 		return rep
 	}
 	var dbosOK bool
@@ -190,12 +190,16 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 				Hint: "start an engine on this database (`helix-dbos serve --agents FILE`, or your process); if one runs, check --database-url: it must be the database your engines use"}}})
 	}
 	if !helixOK || !dbosOK {
-		skipRest("needs the helix and dbos schemas", "executors", "sessions")
+		skipRest("needs the helix and dbos schemas", "executors", "queues", "sessions")
 		return rep
 	}
 	execs, c := checkExecutors(ctx, conn)
 	rep.Executors = execs
 	add(c)
+	if lost("queues", "sessions") {
+		return rep
+	}
+	add(checkQueues(ctx, conn, execs))
 	if lost("sessions") {
 		return rep
 	}
@@ -210,7 +214,66 @@ var checkTitles = map[string]string{
 	"migrations": "migrations current",
 	"dbos":       "DBOS schema present",
 	"executors":  "executors alive",
+	"queues":     "queues served",
 	"sessions":   "no stuck sessions",
+}
+
+// queueGrace is how old a queued workflow of a version no live engine runs
+// may be before doctor reports it: an engine that adopts the version
+// (engine.Config.AdoptVersions) makes it its own at its next sweep.
+const queueGrace = 10 * time.Second
+
+// checkQueues reports what waits in DBOS's queues, per queue and
+// application version: a workflow waits for an engine of its version, so
+// one whose version no live engine runs waits forever.
+func checkQueues(ctx context.Context, conn *pgx.Conn, execs []executorInfo) doctorCheck {
+	c := doctorCheck{Name: "queues", Title: checkTitles["queues"], Status: checkOK}
+	qctx, cancel := queryContext(ctx)
+	defer cancel()
+	rows, err := conn.Query(qctx, `SELECT queue_name, coalesce(application_version, ''), count(*),
+		(extract(epoch FROM now()) * 1000 - min(created_at)) / 1000.0
+		FROM dbos.workflow_status WHERE status IN ('ENQUEUED', 'DELAYED') AND queue_name IS NOT NULL
+		GROUP BY 1, 2 ORDER BY 1, 2`)
+	if err != nil {
+		c.Status = checkFail
+		c.Problems = []doctorProblem{{Problem: queryError(ctx, "count the queued workflows in dbos.workflow_status", err).Error()}}
+		return c
+	}
+	type group struct {
+		Queue, Version string
+		N              int
+		Oldest         float64
+	}
+	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[group])
+	if err != nil {
+		c.Status = checkFail
+		c.Problems = []doctorProblem{{Problem: queryError(ctx, "count the queued workflows in dbos.workflow_status", err).Error()}}
+		return c
+	}
+	served := map[string]bool{}
+	for _, e := range execs {
+		if e.Alive {
+			served[e.ApplicationVersion] = true
+		}
+	}
+	var parts []string
+	for _, g := range groups {
+		parts = append(parts, fmt.Sprintf("%s: %d queued of version %s (oldest %s)", g.Queue, g.N, cmp.Or(g.Version, "-"), fmtAge(g.Oldest)))
+		if (g.Version == "" && len(served) > 0) || served[g.Version] || g.Oldest < queueGrace.Seconds() {
+			continue
+		}
+		c.Status = checkFail
+		c.Problems = append(c.Problems, doctorProblem{Subject: g.Queue,
+			Problem: fmt.Sprintf("%d workflow(s) of application version %q wait in queue %s (the oldest for %s), and no live engine runs that version",
+				g.N, g.Version, g.Queue, fmtAge(g.Oldest)),
+			Hint: fmt.Sprintf("start an engine of application version %q, or give your engines of the new version "+
+				"engine.Config.AdoptVersions listing %q (docs/operations.md, rolling deploys)", g.Version, g.Version)})
+	}
+	c.Summary = "nothing queued"
+	if len(parts) > 0 {
+		c.Summary = strings.Join(parts, "; ")
+	}
+	return c
 }
 
 // fmtAge formats an age in seconds: 7s, 5m, 2h13m.

@@ -44,12 +44,14 @@ func TestDoctorHealthy(t *testing.T) {
 	require.Regexp(t, fmt.Sprintf(`(?m)^✓ migrations current\s+%d of %d applied$`, n, n), out)
 	require.Regexp(t, `(?m)^✓ DBOS schema present\s+schema dbos$`, out)
 	require.Regexp(t, fmt.Sprintf(`(?m)^✓ executors alive\s+1 alive: \S+ \(pid %d on `, os.Getpid()), out)
+	require.Regexp(t, `(?m)^✓ queues served\s+nothing queued$`, out)
 	require.Regexp(t, `(?m)^✓ no stuck sessions\s+0 active$`, out)
 
 	rep, r := doctorJSON(t, o)
 	require.Equal(t, 0, r.code)
 	require.True(t, rep.OK)
-	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkOK, "sessions": checkOK}, statuses(rep))
+	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkOK,
+		"queues": checkOK, "sessions": checkOK}, statuses(rep))
 	require.Empty(t, rep.Stuck)
 }
 
@@ -62,7 +64,7 @@ func TestDoctorProblems(t *testing.T) {
 		require.Equal(t, 1, r.code)
 		require.False(t, rep.OK)
 		require.Equal(t, map[string]string{"database": checkFail, "migrations": checkSkipped, "dbos": checkSkipped,
-			"executors": checkSkipped, "sessions": checkSkipped}, statuses(rep))
+			"executors": checkSkipped, "queues": checkSkipped, "sessions": checkSkipped}, statuses(rep))
 		require.Contains(t, rep.Checks[0].Problems[0].Hint, "check --database-url")
 		require.Equal(t, "helix-dbos: doctor: 1 check(s) failed\n", r.stderr)
 		require.NotContains(t, r.stdout, "secret", "the password is redacted")
@@ -137,6 +139,13 @@ func TestDoctorStuckSessions(t *testing.T) {
 	session("waiting", "wf-waiting", helix.RunSuspendedClientTool) // waits, within its deadline: fine
 	workflow("wf-waiting", "PENDING", "alive")
 	session("norun", "", "")
+	// Queued workflows: of the live engine's version, and of a version no
+	// live engine runs (a deploy changed ApplicationVersion without
+	// AdoptVersions).
+	exec(`INSERT INTO dbos.workflow_status (workflow_uuid, status, name, queue_name, application_version, created_at) VALUES
+		('q-served', 'ENQUEUED', 'helix.turn', 'helix-sessions', 'v', (extract(epoch FROM now()) * 1000 - 5000)::bigint),
+		('q-old-1', 'ENQUEUED', 'helix.turn', 'helix-sessions', 'v0', (extract(epoch FROM now()) * 1000 - 600000)::bigint),
+		('q-old-2', 'ENQUEUED', 'helix.turn', 'helix-sessions', 'v0', (extract(epoch FROM now()) * 1000 - 60000)::bigint)`)
 
 	o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
 	r := runBin(t, o, "doctor", "--grace", "0s")
@@ -147,6 +156,9 @@ func TestDoctorStuckSessions(t *testing.T) {
 		`      → alive retries at every takeover sweep \(a couple of seconds\); if it persists, check that engine's log\n`, out)
 	require.Contains(t, out, "    gone: dead (last heartbeat 5m ago, lease 30s, pid 22 on h2) with 1 pending workflow(s), not taken over\n"+
 		"      → a live engine of application version v (or one that adopts it: engine.Config.AdoptVersions) takes its sessions over within seconds: start one (`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID gone\n")
+	require.Contains(t, out, "✗ queues served        helix-sessions: 1 queued of version v (oldest 5s); helix-sessions: 2 queued of version v0 (oldest 10m)\n"+
+		"    helix-sessions: 2 workflow(s) of application version \"v0\" wait in queue helix-sessions (the oldest for 10m), and no live engine runs that version\n"+
+		"      → start an engine of application version \"v0\", or give your engines of the new version engine.Config.AdoptVersions listing \"v0\" (docs/operations.md, rolling deploys)\n")
 	require.Contains(t, out, "✗ stuck sessions       5 stuck of 6 active\n")
 	require.Contains(t, out, "    orphan: its run run-orphan was recorded but its workflow wf-orphan never started (a process died in between)\n"+
 		"      → the next engine that launches starts it: start a process that defines agent billing (`helix-dbos serve --agents FILE`)\n")
