@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -148,4 +149,43 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 		require.NoError(t, err, "web-e did not take over the stopped web-d's session\n--- stdout\n%s--- stderr\n%s", e.stdout, e.stderr)
 		require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
 	})
+}
+
+// A session waiting in the queue when its server is killed is run by
+// another server. web-f admits one session an hour (--queue-rate-limit
+// 1/1h): the first runs, the second stays queued (GET /status says so)
+// until web-f dies; web-g, with the default limits, runs it once it took
+// web-f's executor over.
+func TestServeQueuedSessionSurvivesAKill(t *testing.T) {
+	t.Parallel()
+	o, st := newBinDatabase(t)
+	f := startBin(t, o, "serve", "--executor-id", "web-f", "--executor-lease", takeoverLease, "--allow-unauthenticated",
+		"--addr", "127.0.0.1:0", "--agents", exampleAgents, "--queue-rate-limit", "1/1h")
+	base := "http://" + serveAddr(t, f)
+	start := func(id string) {
+		t.Helper()
+		require.Equal(t, http.StatusAccepted, statusOf(t, http.MethodPost, base+"/start", "",
+			`{"agentType":"assistant","message":"Hello","sessionId":"`+id+`"}`))
+	}
+	start("first")
+	s, err := waitInactive(t.Context(), st, "first", time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
+	start("second")
+	require.Eventually(t, func() bool {
+		resp := request(t, http.MethodGet, base+"/status?sessionId=second", "", "")
+		defer resp.Body.Close()
+		var body struct{ Status string }
+		return json.NewDecoder(resp.Body).Decode(&body) == nil && body.Status == "queued"
+	}, time.Minute, 20*time.Millisecond, "the second session waits in the queue")
+	killServer(t, f)
+
+	g := serveExecutor(t, o, "web-g")
+	serveAddr(t, g)
+	s, err = waitInactive(t.Context(), st, "second", time.Minute)
+	require.NoError(t, err, "web-g did not run the queued session\n--- web-g stdout\n%s--- web-g stderr\n%s", g.stdout, g.stderr)
+	require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
+	var by string
+	require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT coalesce(taken_over_by, '') FROM helix.executors WHERE executor_id = 'web-f'`).Scan(&by))
+	require.Equal(t, "web-g", by, "the queued run's driver was web-f's: web-g took it over")
 }
