@@ -24,7 +24,7 @@ const (
 	// DefaultQueuePollingInterval is how often each process polls the
 	// queue for runs to start. DBOS's own default is a second; a queue
 	// that admits chat sessions needs a shorter start delay.
-	DefaultQueuePollingInterval = 200 * time.Millisecond
+	DefaultQueuePollingInterval = 100 * time.Millisecond
 	// DefaultPartitionKey is the partition of a run with no partition key
 	// and no user.
 	DefaultPartitionKey = "default"
