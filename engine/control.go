@@ -86,7 +86,8 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		if err != nil {
 			return err
 		}
-		// Sub-agent and companion sessions run in their parent's slot.
+		// A sub-agent's or companion's session is run by its parent's
+		// workflow, which admits it.
 		adm = e.admission("", st.UserID, 0, st.ParentSessionID != "")
 		if _, err := e.env.Agent(st.AgentType); err != nil {
 			return err
@@ -209,7 +210,8 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 		if err != nil {
 			return err
 		}
-		// Sub-agent and companion sessions run in their parent's slot.
+		// A sub-agent's or companion's session is run by its parent's
+		// workflow, which admits it.
 		adm = e.admission("", st.UserID, 0, st.ParentSessionID != "")
 		def, err := e.env.Agent(st.AgentType)
 		if err != nil {

@@ -35,8 +35,10 @@ const (
 // A queued run holds a slot of the queue only while it works: its active
 // stretches (segments) wait on the queue for a slot; its waits for people
 // (approvals, client tools) hold none, and its answer queues the next
-// segment. Sub-agents and companions run in their parent's slot (a parent
-// never waits for a slot its child needs). The queue's limits live in
+// segment. Sub-agents are queued runs of their own, and a parent's segment
+// ends while they run, so a parent never holds a slot its child needs (a
+// step that also calls a companion runs its sub-agents and companions in its
+// slot). The queue's limits live in
 // DBOS's system database and apply to every engine of the application;
 // the latest application version's engine writes them at Launch.
 //

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -319,10 +320,12 @@ func TestQueuedStartIsIdempotent(t *testing.T) {
 	require.Equal(t, []string{"once"}, g.started)
 }
 
-// Sub-agents run in their parent's slot: with one slot, a parent that
-// delegates to two sub-agents at once finishes (a parent never waits for
-// a slot its children need), and a second session waits its turn.
-func TestQueuedSubAgentsRunInTheirParentsSlot(t *testing.T) {
+// Sub-agents are queued runs of their own, and a parent never holds a slot
+// while it waits for them: with one slot, two parents that each delegate
+// to two sub-agents at once finish. Each parent runs two segments (its
+// step up to the dispatch, then the step's end with the children's
+// outcomes) and each child one.
+func TestQueuedSubAgentsNeverDeadlock(t *testing.T) {
 	t.Parallel()
 	sum := summarizer(func(string) {})
 	parent := &helix.Agent{
@@ -352,7 +355,7 @@ func TestQueuedSubAgentsRunInTheirParentsSlot(t *testing.T) {
 	var queued int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dbos.workflow_status WHERE queue_name = $1`,
 		engine.DefaultQueueName).Scan(&queued))
-	require.Equal(t, 2, queued, "one segment per session; the sub-agents took no slot of their own")
+	require.Equal(t, 2*(2+2), queued, "per parent: two segments of its own, one per child")
 }
 
 // A run recorded as admitted through a queue, whose process died before
@@ -385,4 +388,55 @@ func TestQueuedOrphanKeepsItsAdmission(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT queue_name, queue_partition_key FROM dbos.workflow_status WHERE workflow_uuid = $1`,
 		workflows.SegmentID("orphan-q-turn-1", 1)).Scan(&queue, &partition))
 	require.Equal(t, []string{"tenants", "acme"}, []string{queue, partition}, "admitted as recorded")
+}
+
+// A sub-agent that waits for a person holds no slot either: its run is a
+// queued run of its own, and its parent's segment ended once the step's
+// tools ran. With one slot, another session runs to its end while the
+// sub-agent waits; the answer finishes the child, then the parent.
+func TestQueuedSubAgentWaitsForAPersonWithoutASlot(t *testing.T) {
+	t.Parallel()
+	researcher := &helix.Agent{
+		Name: "researcher", OutputSchema: json.RawMessage(summarySchema),
+		Tools: []*helix.Tool{askUser()},
+		Model: script(
+			calls(call("ask1", "ask_user", `{"question":"which topic?"}`)),
+			func(req helix.ModelRequest, _ helix.StreamCallbacks) (helix.StepResult, error) {
+				out, _ := json.Marshal(map[string]string{"summary": "about " + req.Messages[len(req.Messages)-1].Content})
+				return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
+					ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: out}}}, nil
+			},
+		),
+	}
+	var x executions
+	boss := &helix.Agent{
+		Name:  "boss",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(researcher, nil, nil), noteTool(&x)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`), call("n1", "note", `{"text":"x"}`)), text("done")),
+	}
+	chat := &helix.Agent{Name: "chat", Model: script(text("hello"))}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, boss, chat)
+	h, err := e.Execute(t.Context(), boss, engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: "boss"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		calls, err := e.PendingToolCalls(t.Context(), "boss")
+		require.NoError(t, err)
+		return len(calls) == 1
+	}, 30*time.Second, 10*time.Millisecond, "the sub-agent waits for its user")
+
+	other, err := e.Execute(t.Context(), chat, engine.Input{Message: "hi"}, &engine.ExecuteOptions{SessionID: "other"})
+	require.NoError(t, err)
+	waitFor(t, other, helix.AgentCompleted)
+
+	submit(t, e, "boss", clientResult(t, "ask1", answer{Answer: "durability"}))
+	res := waitFor(t, h, helix.AgentCompleted)
+	require.JSONEq(t, `"done"`, string(res.Output))
+	msgs := allMessages(t, e, "boss")
+	require.Equal(t, []string{"user", "assistant", "tool", "tool", "assistant"}, roles(msgs))
+	require.JSONEq(t, `{"summary":"about {\"answer\":\"durability\"}"}`, msgs[2].Content)
+	require.Len(t, x.keys, 1)
+	for _, n := range x.keys {
+		require.Equal(t, 1, n, "the parent's tool ran once")
+	}
 }

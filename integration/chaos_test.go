@@ -526,10 +526,13 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	require.Equal(t, messages, distinct, "one message per call")
 	require.Equal(t, messages, consumed, "each consumed once")
 
-	// Runs admitted through the queue (by the queued workers): their
-	// segments' parents.
+	// Sessions' runs admitted through the queue (by the queued workers):
+	// their segments' parents, sub-agents' runs aside (their parent's
+	// stream says subagent_start instead of run_queued).
 	var queued int
-	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(DISTINCT parent_workflow_id) FROM dbos.workflow_status WHERE queue_name = $1`,
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(DISTINCT w.parent_workflow_id) FROM dbos.workflow_status w
+		WHERE w.queue_name = $1 AND NOT EXISTS (SELECT 1 FROM helix.runs r JOIN helix.sessions s USING (session_id)
+			WHERE r.workflow_id = w.parent_workflow_id AND s.parent_session_id IS NOT NULL)`,
 		engine.DefaultQueueName).Scan(&queued))
 	require.Positive(t, queued, "the queued workers admit their sessions through the queue")
 	require.Equal(t, queued, queuedChunks, "each queued run says so in its stream, once")

@@ -16,6 +16,7 @@ import (
 const (
 	NameInterruptForChildren = "helix.interrupt_for_children"
 	NameResumeChild          = "helix.resume_child"
+	NameSaveChildWait        = "helix.save_child_wait"
 )
 
 // ChildWaitInput is a parent step stopped by an interrupt while sub-agents
@@ -59,6 +60,25 @@ func (e *Env) InterruptForChildren(in ChildWaitInput) dbos.Txn[ChildWaitOutput] 
 				Int("children", len(children)).Msg("the parent stopped with sub-agents in flight; they are re-spawned when it resumes")
 		}
 		return ChildWaitOutput{Interrupted: res.Interrupted, Reason: res.InterruptReason}, nil
+	}
+}
+
+// SaveChildWait returns the transaction that records a step of a queued
+// run whose segment ends while the step's sub-agents run (they are queued
+// runs of their own): the step's record and the children it waits for, for
+// the run's next segment to finish the step with their outcomes.
+func (e *Env) SaveChildWait(in ChildWaitInput) dbos.Txn[bool] {
+	return func(ctx context.Context, tx dbos.Tx) (bool, error) {
+		rec, err := json.Marshal(in.Record)
+		if err != nil {
+			return false, err
+		}
+		children := make(map[string]store.SuspendedChildWait, len(in.Children))
+		for _, c := range in.Children {
+			children[c.ParentToolCallID] = c
+		}
+		return true, e.InTx(tx).SaveChildWait(ctx, store.SaveChildWaitParams{SessionID: in.Run.SessionID,
+			StepID: StepID(in.Record.RunID, in.Record.Step), Record: rec, Children: children})
 	}
 }
 

@@ -68,6 +68,20 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			}
 			slices.SortFunc(info.Children, func(a, b store.SuspendedChildWait) int { return cmp.Compare(a.SubSessionID, b.SubSessionID) })
 		}
+		if info.Suspended != nil && len(info.Children) > 0 && info.Suspended.RunID == run.RunID {
+			// A queued run's step that waits for its sub-agents (its
+			// segment ended while they ran): interrupted now, the step and
+			// its children are kept for the resume, as when the parent
+			// waited in place (InterruptForChildren).
+			res, err := s.InterruptForChildren(ctx, store.InterruptForChildrenParams{SessionID: st.SessionID, RunID: run.RunID,
+				StepID: st.SuspendedStepID, Step: info.Suspended.Step, Record: st.SuspendedStep, Children: st.SuspendedAwaitingChildren,
+				Interrupted: interruptedChunk(info, info.Suspended.Step-1, "")})
+			if err != nil {
+				return RunInfo{}, err
+			}
+			info.Interrupted = res.Interrupted
+			return info, nil
+		}
 		interrupted, err := e.interruptIfRequested(ctx, s, info, st.StepCount, st.CheckpointID)
 		info.Interrupted = interrupted
 		return info, err

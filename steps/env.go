@@ -208,6 +208,20 @@ type Outcome struct {
 	// driver waits for it, holding no queue slot, then starts the next
 	// segment. Status is then RunSuspendedClientTool.
 	Await *AwaitCall `json:"await,omitempty"`
+	// Children, set only on the outcome of a segment whose step waits for
+	// sub-agents that run as queued runs of their own, are those runs: the
+	// driver waits for each one's outcome (holding no slot) and hands them
+	// to the next segment, which finishes the step.
+	Children []AwaitChild `json:"children,omitempty"`
+}
+
+// AwaitChild is a sub-agent's run a queued run's driver waits for.
+type AwaitChild struct {
+	ToolCallID string `json:"toolCallId"`
+	// WorkflowID is the child run's workflow (its own driver); Topic the
+	// DBOS message topic on which it reports its outcome.
+	WorkflowID string `json:"workflowId"`
+	Topic      string `json:"topic"`
 }
 
 // AwaitCall is a pending tool call a queued run's driver waits for.

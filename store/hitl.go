@@ -186,6 +186,13 @@ type CascadeStore interface {
 	// Not idempotent: durable callers run it in their step transaction.
 	InterruptForChildren(ctx context.Context, p InterruptForChildrenParams) (*InterruptForChildrenResult, error)
 
+	// SaveChildWait records that a step of an active session waits for
+	// its children (a queued run's segment that ended while its sub-agents
+	// run): the engine's record of the step and the children awaited, which
+	// the run's next execution reads back (SessionState.SuspendedStep and
+	// SuspendedAwaitingChildren). It changes no status. Idempotent.
+	SaveChildWait(ctx context.Context, p SaveChildWaitParams) error
+
 	// RespawnChild gives a child failed with parent_suspended a fresh run
 	// from scratch: its waiting calls dropped, its messages back to the
 	// first KeepMessages, its custom state reset, status active, reference
@@ -207,6 +214,16 @@ type InterruptForChildrenParams struct {
 	Children map[string]SuspendedChildWait
 	// Interrupted returns the run_interrupted chunk.
 	Interrupted func(reason string) helix.Chunk
+}
+
+// SaveChildWaitParams is a step that waits for its children.
+type SaveChildWaitParams struct {
+	SessionID string
+	StepID    string
+	// Record is the engine's record of the step (SessionState.SuspendedStep).
+	Record json.RawMessage
+	// Children are the children the step waits for, by parent tool call ID.
+	Children map[string]SuspendedChildWait
 }
 
 // InterruptForChildrenResult reports whether the parent ended interrupted.

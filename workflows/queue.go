@@ -78,16 +78,36 @@ func drive(ctx dbos.Context, env *steps.Env, self dbos.Workflow[TurnInput, steps
 	}
 	var timedOut string
 	var received []string
+	var children map[string]steps.Outcome
 	for k := 1; ; k++ {
-		seg := TurnInput{SessionID: in.SessionID, RunID: in.RunID, Segment: k, Driver: wfID, TimedOut: timedOut, Received: received}
+		seg := TurnInput{SessionID: in.SessionID, RunID: in.RunID, Segment: k, Driver: wfID, Queue: in.Queue,
+			TimedOut: timedOut, Received: received, ChildOutcomes: children}
 		if _, err := dbos.RunWorkflow(ctx, self, seg, append(opts, dbos.WithWorkflowID(SegmentID(wfID, k)))...); err != nil {
 			return steps.Outcome{}, fmt.Errorf("enqueue segment %d of run %s on queue %s: %w", k, in.RunID, in.Queue.Queue, err)
 		}
-		out, err := awaitSegment(ctx, env, SegmentID(wfID, k), k)
+		out, err := awaitReport(ctx, env, SegmentID(wfID, k), segmentTopic(k))
 		if err != nil {
 			return steps.Outcome{}, err
 		}
+		timedOut, received, children = "", nil, nil
+		if len(out.Children) > 0 {
+			// The step waits for sub-agents that are queued runs of their
+			// own: take each one's outcome, for the next segment.
+			children = make(map[string]steps.Outcome, len(out.Children))
+			for _, c := range out.Children {
+				if children[c.ToolCallID], err = awaitReport(ctx, env, c.WorkflowID, c.Topic); err != nil {
+					return steps.Outcome{}, err
+				}
+			}
+			continue
+		}
 		if out.Await == nil {
+			if in.Notify != nil {
+				// A sub-agent's run: its parent's driver waits for this.
+				if err := dbos.Send(ctx, in.Notify.Driver, out, in.Notify.Topic); err != nil {
+					return steps.Outcome{}, err
+				}
+			}
 			return out, nil
 		}
 		a := out.Await
@@ -95,7 +115,6 @@ func drive(ctx dbos.Context, env *steps.Env, self dbos.Workflow[TurnInput, steps
 		if err != nil {
 			return steps.Outcome{}, err
 		}
-		timedOut, received = "", nil
 		if to {
 			timedOut = a.ToolCallID
 		} else {
@@ -114,30 +133,40 @@ func drive(ctx dbos.Context, env *steps.Env, self dbos.Workflow[TurnInput, steps
 	}
 }
 
-// awaitSegment waits for segment k's outcome message.
-func awaitSegment(ctx dbos.Context, env *steps.Env, segID string, k int) (steps.Outcome, error) {
+// awaitReport waits for the outcome the workflow id reports on topic: a
+// segment's, or a sub-agent's queued run's. A workflow that DBOS ended
+// without reporting is noticed every SegmentCheckInterval: one that
+// succeeded (a sub-agent's run started without a parent to report to, by a
+// process that found it recorded but not started) is read back; one
+// cancelled or failed stops the run.
+func awaitReport(ctx dbos.Context, env *steps.Env, id, topic string) (steps.Outcome, error) {
 	for {
-		out, err := dbos.Recv[steps.Outcome](ctx, segmentTopic(k), SegmentCheckInterval)
+		out, err := dbos.Recv[steps.Outcome](ctx, topic, SegmentCheckInterval)
 		if err == nil {
 			return out, nil
 		}
 		if !errors.Is(err, dbos.ErrTimeout) {
-			return steps.Outcome{}, fmt.Errorf("wait for segment %s: %w", segID, err)
+			return steps.Outcome{}, fmt.Errorf("wait for workflow %s: %w", id, err)
 		}
 		st, err := dbos.RunAsStep(ctx, func(ctx context.Context) (string, error) {
 			var status string
-			err := env.Store.Pool().QueryRow(ctx, `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, segID).Scan(&status)
+			err := env.Store.Pool().QueryRow(ctx, `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, id).Scan(&status)
 			return status, err
 		}, dbos.WithStepName(NameSegmentStatus), retries)
 		if err != nil {
 			return steps.Outcome{}, err
 		}
 		switch st {
-		case "PENDING", "ENQUEUED", "DELAYED", "SUCCESS":
-			// Running, queued, or done with its message on the way.
+		case "PENDING", "ENQUEUED", "DELAYED":
+		case "SUCCESS":
+			h, err := dbos.RetrieveWorkflow[steps.Outcome](ctx, id)
+			if err != nil {
+				return steps.Outcome{}, err
+			}
+			return h.GetResult()
 		default:
-			return steps.Outcome{}, fmt.Errorf("segment %s of this run ended %s without an outcome (cancelled or failed through DBOS): "+
-				"the run stops here; abort the session (helix-dbos sessions abort) and retry it", segID, st)
+			return steps.Outcome{}, fmt.Errorf("workflow %s of this run ended %s without an outcome (cancelled or failed through DBOS): "+
+				"the run stops here; abort the session (helix-dbos sessions abort) and retry it", id, st)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -20,14 +21,23 @@ const childPollInterval = 100 * time.Millisecond
 type child struct {
 	index  int
 	handle dbos.WorkflowHandle[steps.Outcome]
+	// workflowID is the child run's workflow; topic, for a child that is a
+	// queued run of its own, where it reports its outcome.
+	workflowID, topic string
 }
+
+// childTopic is the DBOS message topic on which the sub-agent of call
+// callID of a step reports its outcome to its parent run's driver.
+func childTopic(step int, callID string) string { return fmt.Sprintf("helix.child.%d.%s", step, callID) }
 
 // startChildren dispatches the sub-agent calls at subs (one transaction
 // each) and starts each child's run as a DBOS child workflow with its
 // deterministic ID; a replay gets the same children back (DBOS starts a
 // workflow ID once). A call that could not be dispatched gets its failure
-// result at once.
-func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, results []steps.ToolResult) ([]child, error) {
+// result at once. With queued, each child's run is admitted through the
+// segment's queue as a run of its own that reports its outcome to this
+// run's driver.
+func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, results []steps.ToolResult, queued bool) ([]child, error) {
 	var out []child
 	for _, i := range subs {
 		d, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource,
@@ -40,13 +50,55 @@ func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, resul
 			results[i] = *d.Failure
 			continue
 		}
-		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: d.SessionID, RunID: d.RunID}, dbos.WithWorkflowID(d.WorkflowID))
+		in := TurnInput{SessionID: d.SessionID, RunID: d.RunID}
+		c := child{index: i, workflowID: d.WorkflowID}
+		if queued {
+			c.topic = childTopic(step, calls[i].ID)
+			in.Queue, in.Driver, in.Notify = t.adm, d.WorkflowID, &ChildNotify{Driver: t.run.WorkflowID, Topic: c.topic}
+		}
+		h, err := dbos.RunWorkflow(t.ctx, t.self, in, dbos.WithWorkflowID(d.WorkflowID))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, child{index: i, handle: h})
+		c.handle = h
+		out = append(out, c)
 	}
 	return out, nil
+}
+
+// detachChildren runs phase 1 of a queued run's step that has sub-agents:
+// the sub-agents as queued runs of their own, the tools here; then it
+// records the step with the children it waits for and ends the segment,
+// naming them for the driver (which waits for their outcomes holding no
+// slot, and hands them to the next segment: resumeStopped). A step whose
+// sub-agents could not be dispatched goes on here.
+func (t *turn) detachChildren(step int, res helix.StepResult, p stepPlan, results []steps.ToolResult) (steps.Outcome, bool, error) {
+	calls := res.ToolCalls
+	children, err := t.startChildren(step, calls, p.subs, results, true)
+	if err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if err := t.runTools(step, calls, p.phase1, results); err != nil {
+		return steps.Outcome{}, true, err
+	}
+	if len(children) == 0 {
+		if len(p.pending) > 0 {
+			return t.suspend(step, res, results, p.pending)
+		}
+		return t.finish(step, res, results, "", false)
+	}
+	in := steps.ChildWaitInput{Run: t.run, Record: steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results}}
+	out := steps.Outcome{Status: helix.RunSuspendedAwaitingChildren, Steps: step - 1}
+	for _, c := range children {
+		call := calls[c.index]
+		in.Children = append(in.Children, store.SuspendedChildWait{ParentToolCallID: call.ID,
+			SubSessionID: steps.SubSessionID(t.run.SessionID, call.ID), AgentType: t.def.Tools[call.Name].SubAgent().Name, WorkflowID: c.workflowID})
+		out.Children = append(out.Children, steps.AwaitChild{ToolCallID: call.ID, WorkflowID: c.workflowID, Topic: c.topic})
+	}
+	if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.SaveChildWait(in), dbos.WithStepName(steps.NameSaveChildWait)); err != nil {
+		return steps.Outcome{}, true, err
+	}
+	return out, true, nil
 }
 
 // awaitChildren waits for each child's run, in the model's order, and turns
@@ -129,9 +181,19 @@ func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChi
 		index[c.ID] = i
 	}
 	var children []child
+	var stoppedHere []int
 	for _, w := range waits {
 		i, ok := index[w.ParentToolCallID]
 		if !ok {
+			continue
+		}
+		if out, ok := t.childOutcomes[w.ParentToolCallID]; ok {
+			// A queued run's child, whose outcome its driver took.
+			if out.Status == helix.RunInterrupted {
+				stoppedHere = append(stoppedHere, i)
+			} else {
+				results[i] = steps.ChildResult(calls[i], out, nil)
+			}
 			continue
 		}
 		o, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource,
@@ -153,6 +215,7 @@ func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChi
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
+	stopped = append(stopped, stoppedHere...)
 	var again []store.SuspendedChildWait
 	for _, w := range waits {
 		if i, ok := index[w.ParentToolCallID]; ok && slices.Contains(stopped, i) {

@@ -47,6 +47,18 @@ type TurnInput struct {
 	// took since the last segment.
 	TimedOut string   `json:"timedOut,omitempty"`
 	Received []string `json:"received,omitempty"`
+	// ChildOutcomes are the outcomes of the sub-agents the previous
+	// segment's step waits for, by tool call ID (taken by the driver).
+	ChildOutcomes map[string]steps.Outcome `json:"childOutcomes,omitempty"`
+	// Notify, on a sub-agent's queued run, is where its driver reports the
+	// run's outcome: its parent run's driver, on a topic of its own.
+	Notify *ChildNotify `json:"notify,omitempty"`
+}
+
+// ChildNotify is where a sub-agent's queued run reports its outcome.
+type ChildNotify struct {
+	Driver string `json:"driver"`
+	Topic  string `json:"topic"`
 }
 
 // Register registers the workflows on a DBOS context (before Launch).
@@ -128,7 +140,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType), self: self,
-			segment: in.Segment, timedOut: in.TimedOut, received: in.Received}
+			segment: in.Segment, adm: in.Queue, timedOut: in.TimedOut, received: in.Received, childOutcomes: in.ChildOutcomes}
 		if run.Interrupted {
 			return t.interrupted(run.StartStep, "interrupted before the first step")
 		}
@@ -216,6 +228,11 @@ type turn struct {
 	// once on its account).
 	timedOut string
 	received []string
+	// adm is a segment's admission, which its sub-agents' runs take.
+	adm *Admission
+	// childOutcomes are the outcomes of the sub-agents a segment's step
+	// waits for, taken by its driver.
+	childOutcomes map[string]steps.Outcome
 }
 
 // step runs one agent step; done reports that the run ended.
@@ -238,7 +255,13 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		return steps.Outcome{}, true, err
 	}
 	// Phase 1: regular tools and sub-agents in parallel, each tool a step
-	// and each sub-agent a child workflow with a deterministic ID.
+	// and each sub-agent a child workflow with a deterministic ID. A
+	// segment of a queued run whose step has sub-agents (and no companion
+	// call) runs them as queued runs of their own and ends once its tools
+	// ran: its driver waits for them, holding no slot.
+	if t.segment > 0 && len(p.subs) > 0 && len(p.comps) == 0 {
+		return t.detachChildren(step, res, p, results)
+	}
 	stopped, err := t.runPhase1(step, res.ToolCalls, p.phase1, p.subs, results)
 	if err != nil {
 		return steps.Outcome{}, true, err
@@ -365,15 +388,25 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, re
 		results[tools[0]] = r
 		return nil, err
 	}
-	children, err := t.startChildren(step, calls, subs, results)
+	children, err := t.startChildren(step, calls, subs, results, false)
 	if err != nil {
 		return nil, err
 	}
+	if err := t.runTools(step, calls, tools, results); err != nil {
+		return nil, err
+	}
+	return t.awaitChildren(calls, children, results)
+}
+
+// runTools runs the tool calls at tools in parallel, each a step, and
+// stores their results at the same indexes.
+func (t *turn) runTools(step int, calls []helix.ToolCall, tools []int, results []steps.ToolResult) error {
 	chans := make([]<-chan dbos.StepOutcome[steps.ToolResult], len(tools))
 	for k, i := range tools {
-		ch, err := dbos.Go(t.ctx, fenced(t, t.env.RunTool(input(i))), dbos.WithStepName(steps.NameRunTool), retries)
+		ch, err := dbos.Go(t.ctx, fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[i]})),
+			dbos.WithStepName(steps.NameRunTool), retries)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		chans[k] = ch
 	}
@@ -383,10 +416,7 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, re
 		results[tools[k]] = o.Result
 		errs = append(errs, o.Err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return t.awaitChildren(calls, children, results)
+	return errors.Join(errs...)
 }
 
 func (t *turn) validateOutput(args json.RawMessage) error {

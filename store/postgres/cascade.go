@@ -123,6 +123,21 @@ func (s *Store) InterruptForChildren(ctx context.Context, p store.InterruptForCh
 	return &res, nil
 }
 
+// SaveChildWait implements store.CascadeStore.
+func (s *Store) SaveChildWait(ctx context.Context, p store.SaveChildWaitParams) error {
+	awaiting, err := jsonObject(p.Children)
+	if err != nil {
+		return wrap(err, "record the children %s waits for", p.SessionID)
+	}
+	n, err := s.q.Exec(ctx, `UPDATE helix.sessions SET suspended_step = $2, suspended_step_id = $3,
+		suspended_awaiting_children = $4, version = version + 1, updated_at = now()
+		WHERE session_id = $1 AND status = 'active'`, p.SessionID, rawOrNil(p.Record), nullIfEmpty(p.StepID), awaiting)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("session %s is not active", p.SessionID)
+	}
+	return wrap(err, "record the children %s waits for", p.SessionID)
+}
+
 // RespawnChild implements store.CascadeStore.
 func (s *Store) RespawnChild(ctx context.Context, p store.RespawnParams) (*store.Run, error) {
 	var run *store.Run
