@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -396,18 +395,7 @@ func TestQueuedOrphanKeepsItsAdmission(t *testing.T) {
 // sub-agent waits; the answer finishes the child, then the parent.
 func TestQueuedSubAgentWaitsForAPersonWithoutASlot(t *testing.T) {
 	t.Parallel()
-	researcher := &helix.Agent{
-		Name: "researcher", OutputSchema: json.RawMessage(summarySchema),
-		Tools: []*helix.Tool{askUser()},
-		Model: script(
-			calls(call("ask1", "ask_user", `{"question":"which topic?"}`)),
-			func(req helix.ModelRequest, _ helix.StreamCallbacks) (helix.StepResult, error) {
-				out, _ := json.Marshal(map[string]string{"summary": "about " + req.Messages[len(req.Messages)-1].Content})
-				return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
-					ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: out}}}, nil
-			},
-		),
-	}
+	researcher := askingResearcher()
 	var x executions
 	boss := &helix.Agent{
 		Name:  "boss",

@@ -230,14 +230,10 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// Nested human in the loop (unsupported in the original runtime): a client
-// tool inside an ephemeral sub-agent suspends the child in its own wait; the
-// parent reports suspended_awaiting_children with the routing information;
-// a submission on the root session reaches the child, which finishes, and
-// the parent continues, all in the same runs.
-func TestNestedHumanInTheLoop(t *testing.T) {
-	t.Parallel()
-	researcher := &helix.Agent{
+// askingResearcher is a sub-agent that asks its user which topic (call
+// ask1), then finishes with a summary "about" the answer.
+func askingResearcher() *helix.Agent {
+	return &helix.Agent{
 		Name: "researcher", OutputSchema: json.RawMessage(summarySchema),
 		Tools: []*helix.Tool{askUser()},
 		Model: script(
@@ -249,6 +245,16 @@ func TestNestedHumanInTheLoop(t *testing.T) {
 			},
 		),
 	}
+}
+
+// Nested human in the loop (unsupported in the original runtime): a client
+// tool inside an ephemeral sub-agent suspends the child in its own wait; the
+// parent reports suspended_awaiting_children with the routing information;
+// a submission on the root session reaches the child, which finishes, and
+// the parent continues, all in the same runs.
+func TestNestedHumanInTheLoop(t *testing.T) {
+	t.Parallel()
+	researcher := askingResearcher()
 	var resumed []string
 	var mu sync.Mutex
 	parent := &helix.Agent{

@@ -28,7 +28,9 @@ type child struct {
 
 // childTopic is the DBOS message topic on which the sub-agent of call
 // callID of a step reports its outcome to its parent run's driver.
-func childTopic(step int, callID string) string { return fmt.Sprintf("helix.child.%d.%s", step, callID) }
+func childTopic(step int, callID string) string {
+	return fmt.Sprintf("helix.child.%d.%s", step, callID)
+}
 
 // startChildren dispatches the sub-agent calls at subs (one transaction
 // each) and starts each child's run as a DBOS child workflow with its

@@ -176,6 +176,26 @@ var cascadeCases = map[string]func(t *testing.T, s Store){
 		require.Empty(t, load(t, s, e.SessionID).FailureReason)
 		require.Equal(t, chunks, labels(ctx, t, s, root.StreamID))
 	},
+	"SaveChildWaitRecordsTheStepAndItsChildren": func(t *testing.T, s Store) {
+		ctx := t.Context()
+		root, rrun := stepSession(t, s, "root")
+		e, _ := subAgent(t, s, root.SessionID, "e1")
+		before := load(t, s, root.SessionID)
+		p := store.SaveChildWaitParams{SessionID: root.SessionID, StepID: rrun.RunID + ":2", Record: raw(`{"step": 2, "results": [{"b":1,"a":2}]}`),
+			Children: map[string]store.SuspendedChildWait{"e1": childWait(e, "e1")}}
+		require.NoError(t, s.SaveChildWait(ctx, p))
+		require.NoError(t, s.SaveChildWait(ctx, p), "idempotent")
+		after := load(t, s, root.SessionID)
+		require.Equal(t, `{"step": 2, "results": [{"b":1,"a":2}]}`, string(after.SuspendedStep), "the record's text as written")
+		require.Equal(t, rrun.RunID+":2", after.SuspendedStepID)
+		require.Equal(t, p.Children, after.SuspendedAwaitingChildren)
+		require.Equal(t, helix.SessionActive, after.Status, "no status changes")
+		require.Equal(t, helix.RunRunning, getRun(t, s, rrun.RunID).Status)
+		require.Greater(t, after.Version, before.Version)
+
+		require.NoError(t, s.UpdateStatus(ctx, root.SessionID, helix.SessionFailed, &store.StatusUpdate{Error: "gone"}))
+		require.ErrorContains(t, s.SaveChildWait(ctx, p), "is not active", "only an active session's step waits")
+	},
 	"InterruptForChildrenFailsSubAgentsAndKeepsCompanions": func(t *testing.T, s Store) {
 		ctx := t.Context()
 		root, rrun := stepSession(t, s, "root")
