@@ -152,10 +152,10 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 }
 
 // A session waiting in the queue when its server is killed is run by
-// another server. web-f admits one session an hour (--queue-rate-limit
-// 1/1h): the first runs, the second stays queued (GET /status says so)
-// until web-f dies; web-g, with the default limits, runs it once it took
-// web-f's executor over.
+// another server. web-f starts one segment an hour (--queue-rate-limit
+// 1/1h): the first session (one step, no sub-agent: one segment) runs, the
+// second stays queued (GET /status says so) until web-f dies; web-g, with
+// the default limits, runs it once it took web-f's executor over.
 func TestServeQueuedSessionSurvivesAKill(t *testing.T) {
 	t.Parallel()
 	o, st := newBinDatabase(t)
@@ -165,7 +165,7 @@ func TestServeQueuedSessionSurvivesAKill(t *testing.T) {
 	start := func(id string) {
 		t.Helper()
 		require.Equal(t, http.StatusAccepted, statusOf(t, http.MethodPost, base+"/start", "",
-			`{"agentType":"assistant","message":"Hello","sessionId":"`+id+`"}`))
+			`{"agentType":"researcher","message":"Durable agents","sessionId":"`+id+`"}`))
 	}
 	start("first")
 	s, err := waitInactive(t.Context(), st, "first", time.Minute)
