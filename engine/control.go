@@ -86,9 +86,6 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		if err != nil {
 			return err
 		}
-		// A sub-agent's or companion's session is run by its parent's
-		// workflow, which admits it.
-		adm = e.admission("", st.UserID, 0, st.ParentSessionID != "")
 		if _, err := e.env.Agent(st.AgentType); err != nil {
 			return err
 		}
@@ -132,6 +129,7 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		if err != nil {
 			return err
 		}
+		adm = e.continuedAdmission(st, prev)
 		var msgs []helix.Message
 		mode := "continue"
 		if opts.Message != "" {
@@ -210,9 +208,6 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 		if err != nil {
 			return err
 		}
-		// A sub-agent's or companion's session is run by its parent's
-		// workflow, which admits it.
-		adm = e.admission("", st.UserID, 0, st.ParentSessionID != "")
 		def, err := e.env.Agent(st.AgentType)
 		if err != nil {
 			return err
@@ -296,6 +291,7 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 		if err != nil {
 			return err
 		}
+		adm = e.continuedAdmission(st, prev)
 		var msgs []helix.Message
 		if opts.Message != "" {
 			msgs = []helix.Message{helix.UserMessage(opts.Message)}

@@ -11,6 +11,7 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/workflows"
 )
 
@@ -151,6 +152,20 @@ func (e *Engine) admission(partitionKey, userID string, priority uint, direct bo
 		return nil
 	}
 	return &workflows.Admission{Queue: e.cfg.Queue.Name, PartitionKey: cmp.Or(partitionKey, userID, DefaultPartitionKey), Priority: priority}
+}
+
+// continuedAdmission is how a Resume or Retry of a session whose current
+// run is prev is admitted: with prev's partition and priority when prev
+// was queued, else as Execute admits the session's user. A sub-agent's or
+// companion's session is run by its parent's workflow: never queued here.
+func (e *Engine) continuedAdmission(st *store.SessionState, prev *store.Run) *workflows.Admission {
+	switch {
+	case st.ParentSessionID != "":
+		return nil
+	case prev.Admission != nil:
+		return e.admission(prev.Admission.PartitionKey, st.UserID, uint(max(prev.Admission.Priority, 0)), false)
+	}
+	return e.admission("", st.UserID, 0, false)
 }
 
 // QueueState is where a run waits in its queue.

@@ -428,3 +428,29 @@ func TestQueuedSubAgentWaitsForAPersonWithoutASlot(t *testing.T) {
 		require.Equal(t, 1, n, "the parent's tool ran once")
 	}
 }
+
+// A resumed run is admitted as the run it continues: same partition and
+// priority, not the session's defaults.
+func TestQueuedResumeKeepsItsPartition(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "asker", Tools: []*helix.Tool{askUser()},
+		Model: script(calls(call("c", "ask_user", `{"question":"?"}`)), text("thanks"))}
+	url := pgtest.NewURL(t)
+	e := newQueuedEngineOn(t, url, engine.QueueConfig{PollingInterval: 20 * time.Millisecond}, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, &engine.ExecuteOptions{UserID: "u-1", PartitionKey: "acme", Priority: 7})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "later"))
+	waitFor(t, h, helix.AgentInterrupted)
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.NotEqual(t, h.RunID, h2.RunID)
+	submit(t, e, h.SessionID, clientResult(t, "c", answer{Answer: "ok"}))
+	waitFor(t, h2, helix.AgentCompleted)
+	runs, err := e.Runs(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	for _, r := range runs {
+		require.Equal(t, &store.Admission{Queue: engine.DefaultQueueName, PartitionKey: "acme", Priority: 7}, r.Admission, r.RunID)
+	}
+}
