@@ -57,19 +57,22 @@ func runLoadtestJSON(t *testing.T, args ...string) (loadtestReport, string) {
 
 // A small load test through two real serve replicas: every session
 // completes, both tenants get their share, and the queue keeps the model
-// calls under the provider's rate limit. The queue's limit is below the
-// provider's: the queue bounds dequeues per period, and the model calls
-// reach the provider tens of milliseconds after their dequeue, give or
-// take, so at an equal limit a window of the provider now and then holds
-// one call more than the limit (see TestLoadtestDirect for the 429s the
-// harness counts then).
+// calls under the provider's rate limit. DBOS's limiter bounds dequeues in
+// any window of a period; a model call reaches the provider some time
+// after its dequeue, and that delay varies (tens to hundreds of
+// milliseconds on a loaded machine), so a window of the provider holds the
+// calls of dequeues spread over more than a period. As long as that spread
+// stays under the period, that is at most twice the queue's limit: with
+// the queue at half the provider's limit no window can exceed it, whatever
+// the machine's load (at 80 %, a loaded CI machine saw 33 calls in a
+// second against 30).
 func TestLoadtestRun(t *testing.T) {
 	t.Parallel()
 	rep, out := runLoadtestJSON(t, "--sessions", "40", "--duration", "1s", "--replicas", "2",
-		"--model-latency", "20ms", "--rate-limit", "30/1s", "--queue-rate-limit", "24/1s")
+		"--model-latency", "20ms", "--rate-limit", "30/1s", "--queue-rate-limit", "15/1s")
 
 	require.Equal(t, "queued", rep.Config.Mode)
-	require.Equal(t, "24/1s", rep.Config.QueueRateLimit)
+	require.Equal(t, "15/1s", rep.Config.QueueRateLimit)
 	require.Equal(t, 40, rep.Overall.Sessions)
 	require.Equal(t, 40, rep.Overall.Completed, out)
 	require.Zero(t, rep.Overall.Failed, out)
@@ -88,7 +91,7 @@ func TestLoadtestRun(t *testing.T) {
 	require.Zero(t, rep.RateLimit.Violations, out)
 	require.LessOrEqual(t, rep.RateLimit.MaxCallsInWindow, 30, out)
 	require.Equal(t, 40, rep.Throughput.ModelCalls, "one call per session")
-	require.Greater(t, rep.Throughput.WindowMS, 1000.0, "the queue spread 40 starts at 24/s over more than a second")
+	require.Greater(t, rep.Throughput.WindowMS, 2000.0, "the queue spread 40 starts at 15/s over more than two seconds")
 
 	require.Len(t, rep.Replicas, 2)
 	for _, rp := range rep.Replicas {
