@@ -27,11 +27,18 @@ const cancelGrace = 2 * time.Second
 // cancelledSQL lists the active sessions whose current run's workflow, or
 // one of its segments (a queued run), DBOS holds as cancelled since more
 // than $1 ms (Unix), with the cancelled workflow's ID.
+// Two index probes per active session (the workflow by primary key, its
+// segments by parent): an OR in one join would compare every cancelled
+// workflow ever (aborted sessions leave theirs) with every active session.
 var cancelledSQL = `
 SELECT s.session_id, w.workflow_uuid FROM helix.sessions s
 JOIN LATERAL (SELECT workflow_id FROM helix.runs WHERE session_id = s.session_id ORDER BY turn DESC LIMIT 1) r ON true
-JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
-	OR (w.parent_workflow_id = r.workflow_id AND starts_with(w.workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `'))
+JOIN LATERAL (
+	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status WHERE workflow_uuid = r.workflow_id
+	UNION ALL
+	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
+	WHERE parent_workflow_id = r.workflow_id AND starts_with(workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `')
+) w ON true
 WHERE s.status = 'active' AND w.status = 'CANCELLED' AND w.updated_at < $1`
 
 // cancelledByDBOS is the reason of a session aborted because its workflow

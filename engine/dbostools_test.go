@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -32,9 +31,7 @@ func TestDBOSCancelAbortsTheSession(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
 
-	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	client := dbosClient(t, url)
 	require.NoError(t, dbos.CancelWorkflow(client, h.WorkflowID))
 
 	refused := func(what string) {
@@ -95,9 +92,7 @@ func TestDBOSForkRunsNothing(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
 	before := allMessages(t, e, h.SessionID)
 
-	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	client := dbosClient(t, url)
 	for _, from := range []uint{0, 3} {
 		requireForkRunsNothing(t, client, h.WorkflowID, from)
 	}
@@ -166,9 +161,7 @@ func TestDBOSResumeRevivesTheSession(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status)
 
-			client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+			client := dbosClient(t, url)
 			require.NoError(t, dbos.CancelWorkflow(client, h.WorkflowID))
 			require.Eventually(t, func() bool {
 				st, err := e.Session(t.Context(), h.SessionID)
@@ -219,23 +212,10 @@ func TestDBOSResumeRevivesTheSession(t *testing.T) {
 // too, and it runs when the slot frees.
 func TestDBOSResumeOfAQueuedSegment(t *testing.T) {
 	t.Parallel()
-	g := newGate()
-	agent := &helix.Agent{Name: "queued", Model: g.model()}
-	url := pgtest.NewURL(t)
-	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, agent)
-	pool := testPool(t, url)
-	busy, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "busy"})
-	require.NoError(t, err)
-	require.Equal(t, "busy", g.entered(t))
-	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "later"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return slices.Equal(segmentStatuses(t, pool, h.WorkflowID), []string{"ENQUEUED"})
-	}, 10*time.Second, 10*time.Millisecond)
+	s := queueBehindABusySession(t, "later")
+	e, g, pool, busy, h := s.e, s.g, s.pool, s.busy, s.queued
 
-	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	client := dbosClient(t, s.url)
 	require.NoError(t, dbos.CancelWorkflow(client, h.WorkflowID))
 	require.Eventually(t, func() bool {
 		st, err := e.Session(t.Context(), "later")
@@ -244,7 +224,7 @@ func TestDBOSResumeOfAQueuedSegment(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond, "the cancel sweep aborts the session")
 	require.Equal(t, []string{"CANCELLED"}, segmentStatuses(t, pool, h.WorkflowID), "the abort cancelled the queued segment")
 
-	_, err = dbos.ResumeWorkflow[steps.Outcome](client, workflows.SegmentID(h.WorkflowID, 1), dbos.WithResumeQueue(engine.DefaultQueueName))
+	_, err := dbos.ResumeWorkflow[steps.Outcome](client, workflows.SegmentID(h.WorkflowID, 1), dbos.WithResumeQueue(engine.DefaultQueueName))
 	require.NoError(t, err)
 	g.let("busy")
 	waitFor(t, busy, helix.AgentCompleted)
@@ -256,4 +236,14 @@ func TestDBOSResumeOfAQueuedSegment(t *testing.T) {
 	var driver string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, h.WorkflowID).Scan(&driver))
 	require.Equal(t, "SUCCESS", driver, "the revival resumed the driver, which took the segment's outcome")
+}
+
+// dbosClient returns a DBOS client on the database at url (what DBOS's
+// own tools use), shut down at cleanup.
+func dbosClient(t *testing.T, url string) dbos.Client {
+	t.Helper()
+	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	return client
 }

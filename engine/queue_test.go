@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -206,20 +205,8 @@ func TestQueueRateLimit(t *testing.T) {
 // never runs: its segment is cancelled, its model never called.
 func TestAbortWhileQueued(t *testing.T) {
 	t.Parallel()
-	g := newGate()
-	agent := &helix.Agent{Name: "queued", Model: g.model()}
-	url := pgtest.NewURL(t)
-	e := newQueuedEngineOn(t, url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, agent)
-	pool := testPool(t, url)
-
-	busy, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "busy"})
-	require.NoError(t, err)
-	require.Equal(t, "busy", g.entered(t))
-	queued, err := e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "queued"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		return slices.Equal(segmentStatuses(t, pool, queued.WorkflowID), []string{"ENQUEUED"})
-	}, 10*time.Second, 10*time.Millisecond)
+	s := queueBehindABusySession(t, "queued")
+	e, g, pool, busy, queued := s.e, s.g, s.pool, s.busy, s.queued
 	q, err := e.Queued(t.Context(), "queued")
 	require.NoError(t, err)
 	require.NotNil(t, q, "the session waits in the queue")
@@ -269,9 +256,7 @@ func TestDBOSForkOfAQueuedRunRunsNothing(t *testing.T) {
 	waitFor(t, h, helix.AgentCompleted)
 	before := allMessages(t, e, h.SessionID)
 
-	client, err := dbos.NewClient(t.Context(), dbos.ClientConfig{DatabaseURL: url, AppName: engine.DefaultAppName})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = dbos.Shutdown(client, 5*time.Second) })
+	client := dbosClient(t, url)
 	for _, f := range []struct {
 		id   string
 		from uint
@@ -453,4 +438,33 @@ func TestQueuedResumeKeepsItsPartition(t *testing.T) {
 	for _, r := range runs {
 		require.Equal(t, &store.Admission{Queue: engine.DefaultQueueName, PartitionKey: "acme", Priority: 7}, r.Admission, r.RunID)
 	}
+}
+
+// oneSlot is a queued engine with one slot, taken by session "busy" (held
+// in its model call by g), and a second session waiting in the queue.
+type oneSlot struct {
+	e            *engine.Engine
+	g            *gate
+	url          string
+	pool         *pgxpool.Pool
+	busy, queued *engine.Handle
+}
+
+// queueBehindABusySession returns a oneSlot whose queued session is id.
+func queueBehindABusySession(t *testing.T, id string) oneSlot {
+	t.Helper()
+	s := oneSlot{g: newGate(), url: pgtest.NewURL(t)}
+	agent := &helix.Agent{Name: "queued", Model: s.g.model()}
+	s.e = newQueuedEngineOn(t, s.url, engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}, agent)
+	s.pool = testPool(t, s.url)
+	var err error
+	s.busy, err = s.e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: "busy"})
+	require.NoError(t, err)
+	require.Equal(t, "busy", s.g.entered(t))
+	s.queued, err = s.e.Execute(t.Context(), agent, engine.Input{Message: "work"}, &engine.ExecuteOptions{SessionID: id})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return slices.Equal(segmentStatuses(t, s.pool, s.queued.WorkflowID), []string{"ENQUEUED"})
+	}, 10*time.Second, 10*time.Millisecond)
+	return s
 }
