@@ -32,7 +32,13 @@ type ModelOutput struct {
 // session's memory, streams the model's deltas live into the session's
 // stream and returns the step result. A re-execution after a crash first
 // removes the chunks of the lost attempt and emits stream_resync.
-func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
+//
+// The step's own chunks (step_start, then a tool_start per call) go out with
+// the model's first delta. A model that streamed nothing (it answered at
+// once, or its adapter does not stream) leaves them in *closing when closing
+// is not nil, for the caller to write in the transaction that records the
+// step: one write for the whole step instead of two.
+func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOutput] {
 	return func(ctx context.Context) (ModelOutput, error) {
 		def, err := e.Agent(in.Run.AgentType)
 		if err != nil {
@@ -77,17 +83,29 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 		w := e.Store.NewWriter(in.Run.StreamID, &store.WriterOptions{RunID: in.Run.RunID,
 			Guard: func(ctx context.Context) error { return e.Check(ctx, in.Run.Ticket) }})
 		defer func() { _ = w.Close(context.WithoutCancel(ctx)) }()
-		// step_start is queued, not awaited: it goes out with the model's
-		// first deltas (within the flush interval) or, for a model that
-		// answers at once, in one statement with the tool_start chunks.
-		if err := w.Queue(ctx, &helix.StepStartChunk{Base: base(in.Run, in.Step), StepID: StepID(in.Run.RunID, in.Step)}); err != nil {
-			return ModelOutput{}, err
-		}
+		// step_start is queued with the model's first delta (it goes out
+		// within the flush interval); without deltas, with the step's
+		// tool_start chunks.
+		stepStart := &helix.StepStartChunk{Base: base(in.Run, in.Step), StepID: StepID(in.Run.RunID, in.Step)}
+		started := false
 		var writeErr error
+		start := func() {
+			if !started && writeErr == nil {
+				started = true
+				writeErr = w.Queue(ctx, stepStart)
+			}
+		}
 		write := func(c helix.Chunk) {
-			if writeErr == nil {
+			if start(); writeErr == nil {
 				writeErr = w.Write(ctx, c)
 			}
+		}
+		// flush writes what the step queued (step_start at least).
+		flush := func() error {
+			if start(); writeErr != nil {
+				return writeErr
+			}
+			return w.Flush(ctx)
 		}
 		cb := helix.StreamCallbacks{
 			OnTextDelta: func(d string) { write(&helix.TextDeltaChunk{Base: base(in.Run, in.Step), Delta: d}) },
@@ -112,21 +130,22 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 				return ModelOutput{}, fmt.Errorf("model call interrupted: %w", context.Cause(ctx))
 			}
 			out.Failure = classify(err)
-			return out, w.Flush(ctx)
+			return out, flush()
 		}
 		if res.Type == helix.StepError {
 			out.Failure = &Failure{Message: res.Error, Code: firstNonEmpty(res.ErrorCode, helix.CodeModelError)}
-			return out, w.Flush(ctx)
+			return out, flush()
 		}
 		if len(res.ToolCalls) == 0 && res.Content == "" && helix.IsErrorStopReason(res.StopReason) {
 			out.Failure = &Failure{Message: fmt.Sprintf("the model stopped with %s and produced nothing", res.StopReason), Code: helix.CodeModelError}
-			return out, w.Flush(ctx)
+			return out, flush()
 		}
 		if writeErr != nil {
 			return ModelOutput{}, writeErr
 		}
 		// tool_start for every call, in the model's order; checkpointed with
 		// this step, so emitted once per committed model call.
+		own := []helix.Chunk{stepStart}
 		for _, call := range res.ToolCalls {
 			if helix.IsFinishTool(call.Name) {
 				continue
@@ -140,7 +159,17 @@ func (e *Env) CallModel(in ModelInput) dbos.Step[ModelOutput] {
 				client := false
 				start.ProviderExecuted = &client
 			}
-			if err := w.Queue(ctx, start); err != nil {
+			own = append(own, start)
+		}
+		if !started && closing != nil {
+			*closing = own
+			return out, nil
+		}
+		if started {
+			own = own[1:]
+		}
+		for _, c := range own {
+			if err := w.Queue(ctx, c); err != nil {
 				return ModelOutput{}, err
 			}
 		}

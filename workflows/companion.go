@@ -22,8 +22,7 @@ import (
 func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, results []steps.ToolResult) (stopped []store.SuspendedChildWait, err error) {
 	for _, i := range idx {
 		call := calls[i]
-		o, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.Companion(steps.CompanionInput{Run: t.run, Step: step, Call: call}),
-			dbos.WithStepName(steps.NameCompanion))
+		o, err := runTxn(t.ctx, t.j, steps.NameCompanion, t.env.Companion(steps.CompanionInput{Run: t.run, Step: step, Call: call}))
 		if err != nil {
 			return nil, err
 		}
@@ -57,14 +56,13 @@ func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, result
 				results[i] = steps.StillRunningResult(call)
 				continue
 			}
-			r, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.WaitEnded(t.run, call, o.WaitSessionID),
-				dbos.WithStepName(steps.NameCompanionWaitEnded))
+			r, err := runTxn(t.ctx, t.j, steps.NameCompanionWaitEnded, t.env.WaitEnded(t.run, call, o.WaitSessionID))
 			if err != nil {
 				return nil, err
 			}
 			results[i] = r
 		case o.Cancel != "":
-			if _, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.CancelWorkflow(o.Cancel)), dbos.WithStepName(steps.NameCompanionCancel), retries); err != nil {
+			if _, err := runStep(t.ctx, t.j, steps.NameCompanionCancel, recordNow, fenced(t, t.env.CancelWorkflow(o.Cancel))); err != nil {
 				return nil, err
 			}
 			results[i] = *o.Result
@@ -81,6 +79,6 @@ func (t *turn) deliverCompletions() error {
 	if len(t.def.Agent.PersistentAgents) == 0 {
 		return nil
 	}
-	_, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.DeliverCompletions(t.run), dbos.WithStepName(steps.NameDeliverCompletions))
+	_, err := runTxn(t.ctx, t.j, steps.NameDeliverCompletions, t.env.DeliverCompletions(t.run))
 	return err
 }

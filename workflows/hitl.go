@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dbos-inc/dbos-transact-golang/dbos"
-
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/recv"
 	"github.com/helix-agents/helix-dbos/steps"
@@ -56,7 +54,7 @@ func (t *turn) plan(step int, calls []helix.ToolCall) (p stepPlan, err error) {
 		for _, i := range gated {
 			in.Calls = append(in.Calls, calls[i])
 		}
-		required, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.EvaluateApprovals(in)), dbos.WithStepName(steps.NameApprovalGate), retries)
+		required, err := runStep(t.ctx, t.j, steps.NameApprovalGate, recordNow, fenced(t, t.env.EvaluateApprovals(in)))
 		if err != nil {
 			return stepPlan{}, err
 		}
@@ -91,8 +89,7 @@ func (t *turn) suspend(step int, res helix.StepResult, results []steps.ToolResul
 		}
 	}
 	rec := steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results}
-	so, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.SuspendStep(steps.SuspendInput{Run: t.run, Record: rec, Pending: pending}),
-		dbos.WithStepName(steps.NameSuspendStep))
+	so, err := runTxn(t.ctx, t.j, steps.NameSuspendStep, t.env.SuspendStep(steps.SuspendInput{Run: t.run, Record: rec, Pending: pending}))
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -143,14 +140,19 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 				return awaitOutcome(step-1, c.ToolCallID, c.DeadlineAt, waitingAfter(pending[i+1:], results)), true, nil
 			case c.Resolved():
 			default:
+				// The records that wait (hooks) are written before a wait
+				// that may outlast this process.
+				if err := t.j.flush(t.ctx); err != nil {
+					return steps.Outcome{}, true, err
+				}
 				var err error
 				if _, timedOut, err = recv.Wait(t.ctx, c.ToolCallID, c.DeadlineAt); err != nil {
 					return steps.Outcome{}, true, err
 				}
 			}
-			r, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.ResolveToolCall(steps.ResolveInput{
+			r, err := runTxn(t.ctx, t.j, steps.NameResolveToolCall, t.env.ResolveToolCall(steps.ResolveInput{
 				Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, TimedOut: timedOut,
-			}), dbos.WithStepName(steps.NameResolveToolCall))
+			}))
 			if err != nil {
 				return steps.Outcome{}, true, err
 			}
@@ -164,18 +166,21 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 			return steps.Outcome{}, true, errIndex(c, len(calls))
 		}
 		if s := c.Submission; s != nil && s.IsApproved() {
-			r, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index]})),
-				dbos.WithStepName(steps.NameRunTool), retries)
+			r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater,
+				fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index]})))
 			if err != nil {
 				return steps.Outcome{}, true, err
 			}
 			results[c.Index] = r
-			// Durable beyond this run: a fresh resume after an interrupt
-			// must not run the tool again.
-			rec.Results = results
-			if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.SaveSuspendedStep(t.run.SessionID, rec),
-				dbos.WithStepName(steps.NameSaveSuspendedStep)); err != nil {
-				return steps.Outcome{}, true, err
+			// Durable beyond this run when a later call still waits: an
+			// interrupt may end the run there, and a fresh resume must not
+			// run the tool again. Without one, the step's commit follows
+			// and records the tool (its record waits for it).
+			if len(waitingAfter(pending[i+1:], results)) > 0 {
+				rec.Results = results
+				if _, err := runTxn(t.ctx, t.j, steps.NameSaveSuspendedStep, t.env.SaveSuspendedStep(t.run.SessionID, rec)); err != nil {
+					return steps.Outcome{}, true, err
+				}
 			}
 		} else {
 			results[c.Index] = steps.OutcomeResult(c)

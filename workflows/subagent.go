@@ -42,9 +42,7 @@ func childTopic(step int, callID string) string {
 func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, results []steps.ToolResult, queued bool) ([]child, error) {
 	var out []child
 	for _, i := range subs {
-		d, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource,
-			t.env.DispatchSubAgent(steps.DispatchInput{Run: t.run, Step: step, Call: calls[i]}),
-			dbos.WithStepName(steps.NameDispatchSubAgent))
+		d, err := runTxn(t.ctx, t.j, steps.NameDispatchSubAgent, t.env.DispatchSubAgent(steps.DispatchInput{Run: t.run, Step: step, Call: calls[i]}))
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +95,7 @@ func (t *turn) detachChildren(step int, res helix.StepResult, p stepPlan, result
 			SubSessionID: steps.SubSessionID(t.run.SessionID, call.ID), AgentType: t.def.Tools[call.Name].SubAgent().Name, WorkflowID: c.workflowID})
 		out.Children = append(out.Children, steps.AwaitChild{ToolCallID: call.ID, WorkflowID: c.workflowID, Topic: c.topic})
 	}
-	if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.SaveChildWait(in), dbos.WithStepName(steps.NameSaveChildWait)); err != nil {
+	if _, err := runTxn(t.ctx, t.j, steps.NameSaveChildWait, t.env.SaveChildWait(in)); err != nil {
 		return steps.Outcome{}, true, err
 	}
 	return out, true, nil
@@ -109,6 +107,9 @@ func (t *turn) detachChildren(step int, res helix.StepResult, p stepPlan, result
 // ended interrupted are returned, their results left empty: the parent
 // decides whether its own interrupt stopped them.
 func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results []steps.ToolResult) (stopped []int, err error) {
+	if err := t.j.flush(t.ctx); err != nil {
+		return nil, err
+	}
 	for _, c := range children {
 		out, err := c.handle.GetResult(dbos.WithHandlePollingInterval(childPollInterval))
 		if err != nil && t.ctx.Err() != nil {
@@ -148,7 +149,7 @@ func (t *turn) childWaits(calls []helix.ToolCall, idx []int) []store.SuspendedCh
 func (t *turn) stopForChildren(step int, res helix.StepResult, results []steps.ToolResult, waits []store.SuspendedChildWait) (steps.Outcome, bool, error) {
 	in := steps.ChildWaitInput{Run: t.run, Record: steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results},
 		Children: waits}
-	o, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.InterruptForChildren(in), dbos.WithStepName(steps.NameInterruptForChildren))
+	o, err := runTxn(t.ctx, t.j, steps.NameInterruptForChildren, t.env.InterruptForChildren(in))
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -198,8 +199,7 @@ func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChi
 			}
 			continue
 		}
-		o, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource,
-			t.env.ResumeChild(steps.ResumeChildInput{Run: t.run, Call: calls[i], Wait: w}), dbos.WithStepName(steps.NameResumeChild))
+		o, err := runTxn(t.ctx, t.j, steps.NameResumeChild, t.env.ResumeChild(steps.ResumeChildInput{Run: t.run, Call: calls[i], Wait: w}))
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}

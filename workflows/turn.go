@@ -16,14 +16,14 @@ import (
 
 // TurnName is the registered name of the agent-turn workflow. The version
 // suffix changes only with an incompatible change of the body.
-const TurnName = "helix.agent_turn.v1"
+const TurnName = "helix.agent_turn.v2"
 
 // NudgeFinish is appended as a user message when an agent with an output
 // schema answers in text only.
 const NudgeFinish = "Deliver your final answer by calling the " + helix.FinishToolName + " tool with arguments matching its schema."
 
-// retries makes model, tool and hook steps ride out short infrastructure
-// outages.
+// retries makes the DBOS steps of a queued run's driver ride out short
+// infrastructure outages (the journal's steps retry the same way).
 var retries = dbos.WithStepMaxRetries(steps.InfraRetries)
 
 // TurnInput identifies the run a turn workflow executes; everything else is
@@ -75,9 +75,21 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		// A persistent companion's run publishes its outcome as a DBOS
 		// event, which a parent's waitForResult waits on.
 		persistent := false
+		// The journal of this execution's steps (opened once the run is
+		// known to have steps to run). Records still waiting for a write
+		// are written before the run reports its outcome through DBOS.
+		var j *journal
+		flushed := func(err error) error {
+			if err != nil || j == nil {
+				return err
+			}
+			return j.flush(ctx)
+		}
 		defer func() {
 			if resultErr == nil && persistent {
-				resultErr = dbos.SetEvent(ctx, steps.OutcomeEvent, result)
+				if resultErr = flushed(nil); resultErr == nil {
+					resultErr = dbos.SetEvent(ctx, steps.OutcomeEvent, result)
+				}
 			}
 		}()
 		wfID, err := dbos.GetWorkflowID(ctx)
@@ -105,7 +117,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		}
 		if in.Segment > 0 {
 			defer func() {
-				if resultErr == nil {
+				if resultErr = flushed(resultErr); resultErr == nil {
 					resultErr = report(ctx, in, result)
 				}
 			}()
@@ -137,9 +149,12 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if run.Done != nil {
 			return *run.Done, nil
 		}
+		if j, err = openJournal(ctx, env.Store.Pool(), env.Log, wfID); err != nil {
+			return steps.Outcome{}, err
+		}
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
-		t := &turn{ctx: ctx, env: env, run: run, hooks: env.HasHooks(run.AgentType), self: self,
+		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,
 			segment: in.Segment, adm: in.Queue, timedOut: in.TimedOut, received: in.Received, childOutcomes: in.ChildOutcomes}
 		if run.Interrupted {
 			return t.interrupted(run.StartStep, "interrupted before the first step")
@@ -214,6 +229,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 type turn struct {
 	ctx   dbos.Context
 	env   *steps.Env
+	j     *journal
 	run   steps.RunInfo
 	def   *steps.AgentDef
 	hooks bool
@@ -240,7 +256,22 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if err := t.deliverCompletions(); err != nil {
 		return steps.Outcome{}, true, err
 	}
-	m, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step})), dbos.WithStepName(steps.NameCallModel), retries)
+	// The step's own chunks, when the model streamed nothing, commit with
+	// its record: the step's first write.
+	var closing []helix.Chunk
+	m, err := runStepWith(t.ctx, t.j, steps.NameCallModel, recordNow,
+		fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step}, &closing)),
+		func(ctx context.Context, tx dbos.Tx) error {
+			if len(closing) == 0 {
+				return nil
+			}
+			w := make([]store.ChunkWrite, len(closing))
+			for i, c := range closing {
+				w[i] = store.ChunkWrite{RunID: t.run.RunID, Chunk: c}
+			}
+			_, err := t.env.InTx(tx).Append(ctx, t.run.StreamID, w)
+			return err
+		})
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -313,9 +344,15 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	// Phase 2: finishWith tools, sequentially, seeing the state changes
 	// made before them in the step, in the model's order.
 	staged := steps.StepPatches(results)
-	for _, i := range phase2 {
-		r, err := dbos.RunAsStep(ctx, fenced(t, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged})),
-			dbos.WithStepName(steps.NameRunTool), retries)
+	for k, i := range phase2 {
+		// The last one is recorded with the commit; earlier ones at once
+		// (a tool that completed is never run again).
+		mode := recordNow
+		if k == len(phase2)-1 {
+			mode = recordLater
+		}
+		r, err := runStep(ctx, t.j, steps.NameRunTool, mode,
+			fenced(t, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged})))
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
@@ -352,7 +389,7 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	if in.Complete && len(in.Output) == 0 && t.def.Output == nil {
 		in.Output, _ = json.Marshal(res.Content)
 	}
-	c, err := dbos.RunAsTransaction(ctx, env.DataSource, env.CommitStep(in), dbos.WithStepName(steps.NameCommitStep))
+	c, err := runTxn(ctx, t.j, steps.NameCommitStep, env.CommitStep(in))
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -382,9 +419,8 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult) (stopped []int, err error) {
 	input := func(i int) steps.ToolInput { return steps.ToolInput{Run: t.run, Step: step, Call: calls[i]} }
 	if len(tools) == 1 && len(subs) == 0 {
-		// A lone call runs as a plain step: same step ID and record as
-		// through dbos.Go, without the goroutine hand-off.
-		r, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.RunTool(input(tools[0]))), dbos.WithStepName(steps.NameRunTool), retries)
+		// A lone call runs without the goroutine hand-off.
+		r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater, fenced(t, t.env.RunTool(input(tools[0]))))
 		results[tools[0]] = r
 		return nil, err
 	}
@@ -398,23 +434,46 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, re
 	return t.awaitChildren(calls, children, results)
 }
 
-// runTools runs the tool calls at tools in parallel, each a step, and
-// stores their results at the same indexes.
+// runTools runs the tool calls at tools in parallel, each a journal step,
+// and stores their results at the same indexes. Step IDs are taken in the
+// calls' order before any runs. Each tool is recorded as soon as it ends,
+// while the others run (a tool that completed is never run again); the last
+// to end is recorded with the step's commit.
 func (t *turn) runTools(step int, calls []helix.ToolCall, tools []int, results []steps.ToolResult) error {
-	chans := make([]<-chan dbos.StepOutcome[steps.ToolResult], len(tools))
-	for k, i := range tools {
-		ch, err := dbos.Go(t.ctx, fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[i]})),
-			dbos.WithStepName(steps.NameRunTool), retries)
-		if err != nil {
-			return err
-		}
-		chans[k] = ch
+	type done struct {
+		k   int
+		err error
 	}
-	var errs []error
-	for k, ch := range chans {
-		o := <-ch
-		results[tools[k]] = o.Result
-		errs = append(errs, o.Err)
+	ids := make([]int, len(tools))
+	errs := make([]error, len(tools))
+	started := time.Now()
+	ended := make(chan done, len(tools))
+	running := 0
+	for k, i := range tools {
+		ids[k] = t.j.reserve()
+		rec, ok, err := t.j.recorded(ids[k], steps.NameRunTool)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			results[i], errs[k] = decode[steps.ToolResult](rec)
+			continue
+		}
+		running++
+		fn := fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[i]}))
+		go func() {
+			r, err := execute(t.ctx, steps.NameRunTool, fn)
+			results[i] = r
+			ended <- done{k, err}
+		}()
+	}
+	for n := 1; n <= running; n++ {
+		d := <-ended
+		mode := recordNow
+		if n == running {
+			mode = recordLater
+		}
+		errs[d.k] = t.j.record(t.ctx, ids[d.k], steps.NameRunTool, mode, results[tools[d.k]], d.err, started)
 	}
 	return errors.Join(errs...)
 }
@@ -458,8 +517,7 @@ func (t *turn) infraFailure(step int, cause error) (steps.Outcome, error) {
 
 // fail ends the run failed.
 func (t *turn) fail(step int, f steps.Failure) (steps.Outcome, error) {
-	if _, err := dbos.RunAsTransaction(t.ctx, t.env.DataSource, t.env.FailRun(steps.EndInput{Run: t.run, Step: step, Failure: f}),
-		dbos.WithStepName(steps.NameEndRun)); err != nil {
+	if _, err := runTxn(t.ctx, t.j, steps.NameEndRun, t.env.FailRun(steps.EndInput{Run: t.run, Step: step, Failure: f})); err != nil {
 		return steps.Outcome{}, err
 	}
 	if err := t.fire(step, steps.HookEvent{Kind: steps.HookAgentFail, Reason: f.Message}); err != nil {
@@ -483,8 +541,8 @@ func (t *turn) fire(step int, events ...steps.HookEvent) error {
 	if !t.hooks || len(events) == 0 {
 		return nil
 	}
-	_, err := dbos.RunAsStep(t.ctx, fenced(t, t.env.FireHooks(steps.HooksInput{Run: t.run, Step: step, Events: events})),
-		dbos.WithStepName(steps.NameFireHooks), retries)
+	_, err := runStep(t.ctx, t.j, steps.NameFireHooks, recordLater,
+		fenced(t, t.env.FireHooks(steps.HooksInput{Run: t.run, Step: step, Events: events})))
 	return err
 }
 

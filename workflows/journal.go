@@ -1,0 +1,506 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/helix-agents/helix-dbos/steps"
+)
+
+// JournalBase is the DBOS function ID of a workflow execution's first
+// journaled step: the journal's records live in dbos.operation_outputs
+// beside DBOS's own operations (which number theirs from 0), so DBOS's tools
+// list them and DBOS's retention deletes them with the workflow.
+const JournalBase = 1_000_000
+
+// A journal records the agent loop's steps (model calls, tools, hooks and
+// the store transactions) for one workflow execution, in place of DBOS's
+// RunAsStep and RunAsTransaction. It keeps their contract (a recorded step
+// is never executed again; a step records its output, or its error, once;
+// only the execution that owns the workflow records anything) at a fraction
+// of their cost:
+//
+//   - Replay reads every record of the workflow in one query when the
+//     execution starts (DBOS reads two rows per step, in a transaction of
+//     its own, before each one). A step past the last record is new: only
+//     the workflow's owner writes records, and it is this execution.
+//   - A record is one statement (helix.record_steps), fenced like DBOS's
+//     checkpoints by the workflow's owner token, and a transaction step
+//     records itself inside its own transaction.
+//   - A step whose record can wait (a tool of a step, a hook) is written
+//     with the journal's next write: the step's commit records its tools in
+//     the same transaction. A crash before that write runs them again, as
+//     a crash between a DBOS step and its checkpoint would.
+//
+// DBOS operations the loop still uses (Recv, child workflows, events,
+// messages, the run's first transaction) keep DBOS's step IDs: the journal
+// numbers its records on its own, so both sequences stay deterministic.
+type journal struct {
+	pool  *pgxpool.Pool
+	log   zerolog.Logger
+	wfID  string
+	owner string
+	next  int
+	// replay holds the records found at the start, by ID, until consumed.
+	replay map[int]journalRecord
+	// pending are records that wait for the next write.
+	pending []journalRecord
+}
+
+// journalRecord is one step's record.
+type journalRecord struct {
+	ID        int
+	Name      string
+	Output    *string
+	Err       *string
+	Started   int64
+	Completed int64
+}
+
+const openJournalSQL = `SELECT w.owner_xid, w.status, o.function_id, o.function_name, o.output, o.error
+FROM dbos.workflow_status w
+LEFT JOIN dbos.operation_outputs o ON o.workflow_uuid = w.workflow_uuid AND o.function_id >= $2
+WHERE w.workflow_uuid = $1
+ORDER BY o.function_id`
+
+// openJournal reads the workflow's owner token and its journal, waiting out
+// a database outage. An execution that does not own its workflow (it was
+// cancelled, or taken over) gets a conflicting-workflow error and records
+// nothing.
+func openJournal(ctx dbos.Context, pool *pgxpool.Pool, log zerolog.Logger, wfID string) (*journal, error) {
+	j := &journal{pool: pool, log: log, wfID: wfID, next: JournalBase, replay: map[int]journalRecord{}}
+	var owner *string
+	var status string
+	err := j.retry(ctx, "read the step journal", func(c context.Context) error {
+		clear(j.replay)
+		owner = nil
+		rows, err := pool.Query(c, openJournalSQL, wfID, JournalBase)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		found := false
+		for rows.Next() {
+			found = true
+			var id *int32
+			var name *string
+			var r journalRecord
+			if err := rows.Scan(&owner, &status, &id, &name, &r.Output, &r.Err); err != nil {
+				return err
+			}
+			if id != nil {
+				r.ID, r.Name = int(*id), *name
+				j.replay[r.ID] = r
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("workflow %s has no status row", wfID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if owner == nil || status != "PENDING" {
+		return nil, conflict(wfID)
+	}
+	j.owner = *owner
+	return j, nil
+}
+
+func conflict(wfID string) error {
+	return &dbos.Error{Code: dbos.ErrorCodeConflictingID, WorkflowID: wfID,
+		Message: fmt.Sprintf("workflow %s is no longer owned by this execution (cancelled, or taken over by another engine)", wfID)}
+}
+
+// reserve returns the next step's ID.
+func (j *journal) reserve() int {
+	id := j.next
+	j.next++
+	return id
+}
+
+// recorded returns the record of step id, if this workflow has one; a
+// record of another step at the same place is a non-deterministic body.
+func (j *journal) recorded(id int, name string) (journalRecord, bool, error) {
+	r, ok := j.replay[id]
+	if !ok {
+		return journalRecord{}, false, nil
+	}
+	delete(j.replay, id)
+	if r.Name != name {
+		return r, true, fmt.Errorf("workflow %s: step %d was recorded as %s but the workflow now runs %s there: "+
+			"the workflow body is not deterministic (a code change between the run and its recovery?)", j.wfID, id, r.Name, name)
+	}
+	return r, true, nil
+}
+
+// decode returns a record's output and error.
+func decode[R any](r journalRecord) (R, error) {
+	var out R
+	if r.Output != nil {
+		if err := json.Unmarshal([]byte(*r.Output), &out); err != nil {
+			return out, fmt.Errorf("decode the recorded output of step %d (%s): %w", r.ID, r.Name, err)
+		}
+	}
+	if r.Err != nil {
+		return out, errors.New(*r.Err)
+	}
+	return out, nil
+}
+
+// encode makes the record of a step that ran.
+func encode(id int, name string, out any, stepErr error, started time.Time) (journalRecord, error) {
+	b, err := json.Marshal(out)
+	if err != nil {
+		return journalRecord{}, fmt.Errorf("encode the output of step %s: %w", name, err)
+	}
+	s := string(b)
+	r := journalRecord{ID: id, Name: name, Output: &s, Started: started.UnixMilli(), Completed: time.Now().UnixMilli()}
+	if stepErr != nil {
+		e := stepErr.Error()
+		r.Err = &e
+	}
+	return r, nil
+}
+
+// recordSQL writes records (helix.record_steps, migration 00010).
+const recordSQL = `SELECT helix.record_steps($1, $2, $3, $4, $5, $6, $7, $8)`
+
+func recordArgs(wfID, owner string, recs []journalRecord) []any {
+	ids := make([]int32, len(recs))
+	names := make([]string, len(recs))
+	outs := make([]*string, len(recs))
+	errs := make([]*string, len(recs))
+	started := make([]int64, len(recs))
+	completed := make([]int64, len(recs))
+	for i, r := range recs {
+		ids[i], names[i], outs[i], errs[i], started[i], completed[i] = int32(r.ID), r.Name, r.Output, r.Err, r.Started, r.Completed
+	}
+	return []any{wfID, owner, ids, names, outs, errs, started, completed}
+}
+
+// write records recs after the pending ones, in one statement of its own.
+func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
+	all := append(j.pending, recs...)
+	if len(all) == 0 {
+		return nil
+	}
+	err := j.retry(ctx, "record steps", func(c context.Context) error {
+		_, err := j.pool.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, all)...)
+		return err
+	})
+	if err != nil {
+		return j.recordError(err)
+	}
+	j.pending = nil
+	return nil
+}
+
+// flush writes the pending records.
+func (j *journal) flush(ctx context.Context) error { return j.write(ctx) }
+
+func (j *journal) recordError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "HX409" {
+		return conflict(j.wfID)
+	}
+	return fmt.Errorf("workflow %s: record its steps: %w", j.wfID, err)
+}
+
+// retry runs fn until it succeeds or fails with an error that is not an
+// infrastructure one, backing off from 100 ms to 2 s, for as long as ctx
+// lives: a workflow waits out a database outage, as DBOS's own writes do.
+func (j *journal) retry(ctx context.Context, what string, fn func(context.Context) error) error {
+	db := context.WithoutCancel(ctx)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn(db)
+		if err == nil || !transient(err) {
+			return err
+		}
+		j.log.Warn().Str("event", "journal.retry").Str("workflowId", j.wfID).Int("attempt", attempt).Err(err).
+			Msgf("could not %s; retrying", what)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("workflow %s: %s: %w (last error: %w)", j.wfID, what, context.Cause(ctx), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// transient reports errors of the connection or the server's state, which
+// a new attempt may not meet: never the outcome of a statement.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		c := pe.Code
+		return c[:2] == "08" || c[:3] == "57P" || c == "40001" || c == "40P01" || c == "53300"
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	return pgconn.SafeToRetry(err) || errors.As(err, &ne) || errors.As(err, &ce) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.Timeout(err)
+}
+
+// stepContext is what a step body gets: the workflow's context (its
+// values and cancellation) without DBOS's workflow methods, so a body
+// cannot start DBOS operations that would shift the workflow's steps.
+type stepContext struct{ context.Context }
+
+// execute runs a step body with DBOS's step retry policy (InfraRetries
+// retries, 100 ms doubling to 5 s): an error is an infrastructure failure,
+// domain outcomes are outputs.
+func execute[R any](ctx dbos.Context, name string, fn dbos.Step[R]) (R, error) {
+	sc := stepContext{ctx}
+	wait := 100 * time.Millisecond
+	var errs []error
+	for attempt := 0; ; attempt++ {
+		out, err := fn(sc)
+		if err == nil || ctx.Err() != nil || errors.Is(err, dbos.ErrConflictingWorkflowID) {
+			return out, err
+		}
+		errs = append(errs, err)
+		if attempt == steps.InfraRetries {
+			return out, fmt.Errorf("step %s failed %d times: %w", name, attempt+1, errors.Join(errs...))
+		}
+		select {
+		case <-ctx.Done():
+			return out, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// later records a step with the journal's next write: runStep's mode for
+// steps whose record can wait (see journal).
+type recordMode bool
+
+const (
+	recordNow   recordMode = false
+	recordLater recordMode = true
+)
+
+// runStep runs fn as the journal's next step (or returns its record).
+func runStep[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R]) (R, error) {
+	return runStepWith(ctx, j, name, mode, fn, nil)
+}
+
+// runStepWith is runStep whose record, when the step ran, is written in one
+// transaction with with's writes (nil for none; recordNow only).
+func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with txWrites) (R, error) {
+	id := j.reserve()
+	if r, ok, err := j.recorded(id, name); ok || err != nil {
+		if err != nil {
+			var zero R
+			return zero, err
+		}
+		return decode[R](r)
+	}
+	started := time.Now()
+	out, stepErr := execute(ctx, name, fn)
+	if stepErr != nil {
+		with = nil // a failed step's writes are not its outcome
+	}
+	return out, j.recordWith(ctx, id, name, mode, out, stepErr, started, with)
+}
+
+// txWrites are writes that commit with a step's record.
+type txWrites func(ctx context.Context, tx dbos.Tx) error
+
+// record records a step that ran (nothing when the workflow was cancelled
+// meanwhile: a resume runs the step again) and returns its error.
+func (j *journal) record(ctx dbos.Context, id int, name string, mode recordMode, out any, stepErr error, started time.Time) error {
+	return j.recordWith(ctx, id, name, mode, out, stepErr, started, nil)
+}
+
+func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordMode, out any, stepErr error, started time.Time, with txWrites) error {
+	if ctx.Err() != nil {
+		return errors.Join(stepErr, fmt.Errorf("workflow %s cancelled during step %s: %w", j.wfID, name, context.Cause(ctx)))
+	}
+	if errors.Is(stepErr, dbos.ErrConflictingWorkflowID) {
+		return stepErr
+	}
+	rec, err := encode(id, name, out, stepErr, started)
+	if err != nil {
+		return err
+	}
+	if mode == recordLater {
+		j.pending = append(j.pending, rec)
+		return stepErr
+	}
+	if with == nil {
+		if err := j.write(ctx, rec); err != nil {
+			return err
+		}
+		return stepErr
+	}
+	if err := j.writeWith(ctx, rec, with); err != nil {
+		return err
+	}
+	return stepErr
+}
+
+// writeWith writes rec (after the pending records) in one transaction with
+// with's writes.
+func (j *journal) writeWith(ctx context.Context, rec journalRecord, with txWrites) error {
+	retried := false
+	err := j.retry(ctx, "record step "+rec.Name, func(c context.Context) error {
+		tx, err := j.pool.Begin(c)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(c) }()
+		if retried {
+			// The last attempt may have committed before its
+			// acknowledgement was lost.
+			var one int
+			err := tx.QueryRow(c, `SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = $1 AND function_id = $2`, j.wfID, rec.ID).Scan(&one)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		retried = true
+		if err := with(c, pgxTx{tx}); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, append(j.pending, rec))...); err != nil {
+			return err
+		}
+		return tx.Commit(c)
+	})
+	if err != nil {
+		return j.recordError(err)
+	}
+	j.pending = nil
+	return nil
+}
+
+// runTxn runs fn as the journal's next step, in a transaction that also
+// records it (and the pending records): its writes and its record commit
+// together, so a replay never applies them twice.
+func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R, error) {
+	var zero R
+	id := j.reserve()
+	if r, ok, err := j.recorded(id, name); ok || err != nil {
+		if err != nil {
+			return zero, err
+		}
+		return decode[R](r)
+	}
+	started := time.Now()
+	var out R
+	var stepErr error
+	retried := false
+	err := j.retry(ctx, "run step "+name, func(c context.Context) error {
+		tx, err := j.pool.Begin(c)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(c) }()
+		if retried {
+			// The last attempt may have committed before its
+			// acknowledgement was lost.
+			var r journalRecord
+			err := tx.QueryRow(c, `SELECT function_name, output, error FROM dbos.operation_outputs
+				WHERE workflow_uuid = $1 AND function_id = $2`, j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
+			if err == nil {
+				r.ID = id
+				j.pending = nil
+				out, stepErr = decode[R](r)
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		retried = true
+		o, ferr := fn(stepContext{ctx}, pgxTx{tx})
+		if ferr != nil {
+			if transient(ferr) {
+				return ferr
+			}
+			// The body's error is its outcome: recorded without its
+			// writes.
+			_ = tx.Rollback(c)
+			out, stepErr = o, ferr
+			return j.record(ctx, id, name, recordNow, o, ferr, started)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("workflow %s cancelled during step %s: %w", j.wfID, name, context.Cause(ctx))
+		}
+		rec, err := encode(id, name, o, nil, started)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, append(j.pending, rec))...); err != nil {
+			return err
+		}
+		if err := tx.Commit(c); err != nil {
+			return err
+		}
+		j.pending = nil
+		out = o
+		return nil
+	})
+	if err != nil {
+		if stepErr != nil && errors.Is(err, stepErr) {
+			return out, stepErr
+		}
+		return zero, j.recordError(err)
+	}
+	return out, stepErr
+}
+
+// pgxTx adapts a pgx transaction to DBOS's transaction interface, which the
+// store's transaction bodies take.
+type pgxTx struct{ tx pgx.Tx }
+
+var _ dbos.Tx = pgxTx{}
+
+func (t pgxTx) Exec(ctx context.Context, sql string, args ...any) (dbos.Result, error) {
+	tag, err := t.tx.Exec(ctx, sql, args...)
+	return rowsAffected(tag.RowsAffected()), err
+}
+
+func (t pgxTx) Query(ctx context.Context, sql string, args ...any) (dbos.Rows, error) {
+	rows, err := t.tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgxRows{rows}, nil
+}
+
+func (t pgxTx) QueryRow(ctx context.Context, sql string, args ...any) dbos.Row {
+	return t.tx.QueryRow(ctx, sql, args...)
+}
+
+func (t pgxTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
+func (t pgxTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+
+type rowsAffected int64
+
+func (n rowsAffected) RowsAffected() (int64, error) { return int64(n), nil }
+
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error { r.Rows.Close(); return r.Rows.Err() }
