@@ -7,10 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dbos-inc/dbos-transact-golang/dbos"
-
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/recv"
 )
 
 // Durable identities of the human-in-the-loop agent.
@@ -29,14 +28,8 @@ const (
 	hitlCallID = "ask-1"
 	// hitlAnswer is the result the bench submits, as the model reads it.
 	hitlAnswer = `{"answer":"yes"}`
-	// recvSleepStep is the step DBOS checkpoints (the wait's deadline) just
-	// before a Recv blocks: once it is recorded the run waits for a
-	// notification.
-	recvSleepStep = "DBOS.sleep"
 	// hitlTimeout bounds each phase of a HITL session: reaching the
-	// suspension, and reaching the next model call once answered (a lost
-	// wake-up has no fallback poll in DBOS: the session would wait
-	// forever).
+	// suspension, and reaching the next model call once answered.
 	hitlTimeout = 30 * time.Second
 )
 
@@ -232,27 +225,19 @@ func (h *harness) hitlSession(ctx context.Context, sql *sqlSnapshot) (hitlSample
 	return hitlSample{toNextStep: entered.Sub(t0), submit: submitted.Sub(t0), resume: entered.Sub(submitted)}, nil
 }
 
-// awaitRecv returns once the workflow has checkpointed the deadline of its
-// DBOS Recv, the last thing it does before blocking for a notification, so
-// the submission that follows wakes a waiting run (by NOTIFY) rather than
-// being found by the Recv's first look.
+// awaitRecv returns once the run waits for the call's answer (it watches
+// the call's NOTIFY), so the submission that follows wakes a waiting run
+// rather than being found by the wait's first look.
 func (h *harness) awaitRecv(ctx context.Context, workflowID string) error {
+	key := recv.WakePayload(workflowID, hitlCallID)
 	wait := 500 * time.Microsecond
-	for {
-		steps, err := dbos.GetWorkflowSteps(h.eng.DBOS(), workflowID, dbos.WithStepsLoadOutput(false))
-		if err != nil {
-			return fmt.Errorf("read the steps of workflow %s: %w", workflowID, err)
-		}
-		for _, s := range steps {
-			if s.StepName == recvSleepStep {
-				return nil
-			}
-		}
+	for h.eng.Store().Watching(recv.NotifyChannel, key) == 0 {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("workflow %s never blocked in Recv: %w", workflowID, ctx.Err())
+			return fmt.Errorf("workflow %s never began to wait for tool call %s: %w", workflowID, hitlCallID, ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 20*time.Millisecond)
 	}
+	return nil
 }

@@ -4,11 +4,17 @@
 // the topic names, the message encoding, idempotency keys and deadline
 // handling, so the engine and the workflows agree on them.
 //
-// A wait is durable: its deadline is checkpointed by DBOS before it blocks,
-// so a process that restarts waits only for what remains, and a message sent
-// while no process runs the workflow waits in Postgres until one does. Send
-// runs inside the caller's transaction, so a submission's durable record and
-// its message commit together, once.
+// A wait is durable: a message sent while no process runs the workflow
+// waits in Postgres until one does, and the deadline is part of the waiting
+// call's record. Send runs inside the caller's transaction, so a
+// submission's durable record and its message commit together, once.
+//
+// The agent loop waits without DBOS's Recv: it watches the NOTIFY that
+// DBOS's notifications trigger sends for the call's topic (Waiting tells
+// whether a message is there), and takes the message with Consume inside
+// the journal transaction that resolves the call, so the message is taken
+// exactly when the call's outcome is recorded. A queued run's driver, which
+// has no journal, waits with Wait and Take (DBOS Recv).
 //
 // Import rule: helix and DBOS (plus pgx for the caller's transaction).
 package recv
@@ -20,6 +26,7 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
 
 	helix "github.com/helix-agents/helix-dbos"
 )
@@ -96,6 +103,55 @@ func Wait(ctx dbos.Context, toolCallID string, deadlineAt int64) (msg Message, t
 		return Message{}, false, fmt.Errorf("recv: wait for tool call %s: %w", toolCallID, err)
 	}
 	return msg, false, nil
+}
+
+// waitingSQL tells whether a message waits, untaken, on a topic.
+const waitingSQL = `SELECT EXISTS (SELECT 1 FROM dbos.notifications
+	WHERE destination_uuid = $1 AND topic = $2 AND NOT consumed)`
+
+// consumeSQL takes the oldest untaken message on a topic, as DBOS's Recv
+// does (consumed_by_function_id names the step that took it).
+const consumeSQL = `WITH oldest AS (
+	SELECT message_uuid FROM dbos.notifications
+	WHERE destination_uuid = $1 AND topic = $2 AND NOT consumed
+	ORDER BY created_at_epoch_ms LIMIT 1
+	FOR UPDATE
+)
+UPDATE dbos.notifications n SET consumed = true, consumed_by_function_id = $3
+FROM oldest o WHERE n.message_uuid = o.message_uuid
+RETURNING true`
+
+// Row is what a query for one row returns.
+type Row interface{ Scan(dest ...any) error }
+
+// Querier runs a query for one row (a pool, a pgx or a DBOS transaction,
+// through an adapter).
+type Querier[R Row] interface {
+	QueryRow(ctx context.Context, sql string, args ...any) R
+}
+
+// Waiting reports whether a message for the call waits, untaken, for
+// workflowID.
+func Waiting[R Row](ctx context.Context, q Querier[R], workflowID, toolCallID string) (bool, error) {
+	var ok bool
+	if err := q.QueryRow(ctx, waitingSQL, workflowID, Topic(toolCallID)).Scan(&ok); err != nil {
+		return false, fmt.Errorf("recv: look for the message of tool call %s: %w", toolCallID, err)
+	}
+	return ok, nil
+}
+
+// Consume takes the oldest untaken message for the call in q's
+// transaction, recording stepID as the step that took it; ok reports
+// whether there was one.
+func Consume[R Row](ctx context.Context, q Querier[R], workflowID, toolCallID string, stepID int) (ok bool, err error) {
+	err = q.QueryRow(ctx, consumeSQL, workflowID, Topic(toolCallID), stepID).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("recv: take the message of tool call %s: %w", toolCallID, err)
+	}
+	return true, nil
 }
 
 // Take takes a message already waiting on the call's topic, without

@@ -10,6 +10,7 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/recv"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -178,6 +179,17 @@ type ResolveInput struct {
 	StepRunID string                      `json:"stepRunId"`
 	Call      store.PendingClientToolCall `json:"call"`
 	TimedOut  bool                        `json:"timedOut,omitempty"`
+	// Take, when set, takes the call's message (the oldest untaken one
+	// sent to Take.WorkflowID) in the same transaction; a message taken
+	// means the wait did not time out.
+	Take *Take `json:"take,omitempty"`
+}
+
+// Take names the message a resolution takes: sent to WorkflowID on the
+// call's topic, taken by the journal step StepID.
+type Take struct {
+	WorkflowID string `json:"workflowId"`
+	StepID     int    `json:"stepId"`
 }
 
 // ResolveOutput is the call's state after the wait.
@@ -195,8 +207,16 @@ type ResolveOutput struct {
 func (e *Env) ResolveToolCall(in ResolveInput) dbos.Txn[ResolveOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (ResolveOutput, error) {
 		run, step := in.Run, in.Step
+		timedOut := in.TimedOut
+		if in.Take != nil {
+			took, err := recv.Consume[dbos.Row](ctx, tx, in.Take.WorkflowID, in.Call.ToolCallID, in.Take.StepID)
+			if err != nil {
+				return ResolveOutput{}, err
+			}
+			timedOut = timedOut && !took
+		}
 		res, err := e.InTx(tx).ResolveToolCall(ctx, store.ResolveParams{
-			SessionID: run.SessionID, RunID: run.RunID, Step: step, ToolCallID: in.Call.ToolCallID, TimedOut: in.TimedOut,
+			SessionID: run.SessionID, RunID: run.RunID, Step: step, ToolCallID: in.Call.ToolCallID, TimedOut: timedOut,
 			Outcome: func(c store.PendingClientToolCall) ([]helix.Chunk, []store.UsageRecord) {
 				return outcomeRecords(run, step, c)
 			},
@@ -205,7 +225,7 @@ func (e *Env) ResolveToolCall(in ResolveInput) dbos.Txn[ResolveOutput] {
 		if err != nil {
 			return ResolveOutput{}, err
 		}
-		if c := res.Call; c.TimedOutAt != 0 && in.TimedOut {
+		if c := res.Call; c.TimedOutAt != 0 && timedOut {
 			e.Log.Warn().Str("event", "client_tool.timeout").Str("sessionId", run.SessionID).Str("runId", run.RunID).
 				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Msg("no submission before the deadline: the model sees a timeout error")
 		}

@@ -2,8 +2,12 @@ package workflows
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/recv"
@@ -125,6 +129,7 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		}
 		for c.ConsumedAt == 0 {
 			timedOut := false
+			var take *steps.Take
 			switch {
 			case t.segment > 0 && t.timedOut == c.ToolCallID:
 				timedOut, t.timedOut = true, ""
@@ -146,12 +151,13 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 					return steps.Outcome{}, true, err
 				}
 				var err error
-				if _, timedOut, err = recv.Wait(t.ctx, c.ToolCallID, c.DeadlineAt); err != nil {
+				if timedOut, err = t.wait(c); err != nil {
 					return steps.Outcome{}, true, err
 				}
+				take = &steps.Take{WorkflowID: t.j.wfID, StepID: t.j.next}
 			}
 			r, err := runTxn(t.ctx, t.j, steps.NameResolveToolCall, t.env.ResolveToolCall(steps.ResolveInput{
-				Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, TimedOut: timedOut,
+				Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, TimedOut: timedOut, Take: take,
 			}))
 			if err != nil {
 				return steps.Outcome{}, true, err
@@ -192,6 +198,54 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		}
 	}
 	return t.finish(step, rec.Model, results, rec.RunID, true)
+}
+
+// waitPoll bounds a wait between two looks at the call's messages, should
+// a NOTIFY be lost (the engine's wake sweep re-sends those of answered
+// calls every second; this is the last resort).
+const waitPoll = 5 * time.Second
+
+// wait returns when a message for the call waits for this workflow or,
+// with a deadline, when it has passed (timedOut); at once when the call's
+// resolution is already recorded (a replay). It records nothing: the
+// resolution that follows takes the message and records the outcome.
+func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
+	if t.j.has(t.j.next) {
+		return false, nil
+	}
+	wake, stop, err := t.env.Store.Watch(recv.NotifyChannel, recv.WakePayload(t.j.wfID, c.ToolCallID))
+	if err != nil {
+		return false, err
+	}
+	defer stop()
+	pool := t.env.Store.Pool()
+	for {
+		var there bool
+		err := t.j.retry(t.ctx, "look for the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
+			there, err = recv.Waiting[pgx.Row](ctx, pool, t.j.wfID, c.ToolCallID)
+			return err
+		})
+		if err != nil || there {
+			return false, err
+		}
+		left := waitPoll
+		if c.DeadlineAt > 0 {
+			until := time.Until(time.UnixMilli(c.DeadlineAt))
+			if until <= 0 {
+				return true, nil
+			}
+			left = min(left, until)
+		}
+		timer := time.NewTimer(left)
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-t.ctx.Done():
+			timer.Stop()
+			return false, fmt.Errorf("wait for tool call %s: %w", c.ToolCallID, context.Cause(t.ctx))
+		}
+		timer.Stop()
+	}
 }
 
 // waitingAfter lists the calls of pending that still wait: not consumed,

@@ -54,8 +54,11 @@ type journal struct {
 	next  int
 	// replay holds the records found at the start, by ID, until consumed.
 	replay map[int]journalRecord
-	// pending are records that wait for the next write.
-	pending []journalRecord
+	// pending are records that wait for the next write, and pendingWith
+	// the writes that commit with them (in the next write's transaction,
+	// before anything else it writes).
+	pending     []journalRecord
+	pendingWith []txWrites
 }
 
 // journalRecord is one step's record.
@@ -127,6 +130,12 @@ func conflict(wfID string) error {
 		Message: fmt.Sprintf("workflow %s is no longer owned by this execution (cancelled, or taken over by another engine)", wfID)}
 }
 
+// has reports whether step id is recorded (and not yet replayed).
+func (j *journal) has(id int) bool {
+	_, ok := j.replay[id]
+	return ok
+}
+
 // reserve returns the next step's ID.
 func (j *journal) reserve() int {
 	id := j.next
@@ -194,11 +203,15 @@ func recordArgs(wfID, owner string, recs []journalRecord) []any {
 	return []any{wfID, owner, ids, names, outs, errs, started, completed}
 }
 
-// write records recs after the pending ones, in one statement of its own.
+// write records recs after the pending ones, in one statement of its own
+// (in a transaction, when pending records have writes of their own).
 func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 	all := append(j.pending, recs...)
 	if len(all) == 0 {
 		return nil
+	}
+	if len(j.pendingWith) > 0 {
+		return j.writeWith(ctx, all[len(all)-1], nil)
 	}
 	err := j.retry(ctx, "record steps", func(c context.Context) error {
 		_, err := j.pool.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, all)...)
@@ -207,7 +220,7 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 	if err != nil {
 		return j.recordError(err)
 	}
-	j.pending = nil
+	j.pending, j.pendingWith = nil, nil
 	return nil
 }
 
@@ -299,12 +312,13 @@ const (
 
 // runStep runs fn as the journal's next step (or returns its record).
 func runStep[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R]) (R, error) {
-	return runStepWith(ctx, j, name, mode, fn, nil)
+	return runStepWith(ctx, j, name, mode, fn, nil, nil)
 }
 
 // runStepWith is runStep whose record, when the step ran, is written in one
-// transaction with with's writes (nil for none; recordNow only).
-func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with txWrites) (R, error) {
+// transaction with with's writes (nil for none); when later is not nil it
+// decides the mode from the step's output.
+func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with txWrites, later func(R) bool) (R, error) {
 	id := j.reserve()
 	if r, ok, err := j.recorded(id, name); ok || err != nil {
 		if err != nil {
@@ -317,6 +331,8 @@ func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMo
 	out, stepErr := execute(ctx, name, fn)
 	if stepErr != nil {
 		with = nil // a failed step's writes are not its outcome
+	} else if later != nil && later(out) {
+		mode = recordLater
 	}
 	return out, j.recordWith(ctx, id, name, mode, out, stepErr, started, with)
 }
@@ -343,6 +359,9 @@ func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordM
 	}
 	if mode == recordLater {
 		j.pending = append(j.pending, rec)
+		if with != nil {
+			j.pendingWith = append(j.pendingWith, with)
+		}
 		return stepErr
 	}
 	if with == nil {
@@ -357,9 +376,14 @@ func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordM
 	return stepErr
 }
 
-// writeWith writes rec (after the pending records) in one transaction with
-// with's writes.
+// writeWith writes rec (after the pending records; rec may be the last of
+// them) in one transaction with the pending records' writes and with's
+// (nil for none).
 func (j *journal) writeWith(ctx context.Context, rec journalRecord, with txWrites) error {
+	recs := j.pending
+	if len(recs) == 0 || recs[len(recs)-1].ID != rec.ID {
+		recs = append(recs, rec)
+	}
 	retried := false
 	err := j.retry(ctx, "record step "+rec.Name, func(c context.Context) error {
 		tx, err := j.pool.Begin(c)
@@ -380,10 +404,15 @@ func (j *journal) writeWith(ctx context.Context, rec journalRecord, with txWrite
 			}
 		}
 		retried = true
-		if err := with(c, pgxTx{tx}); err != nil {
+		if err := j.pendingWrites(c, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, append(j.pending, rec))...); err != nil {
+		if with != nil {
+			if err := with(c, pgxTx{tx}); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, recs)...); err != nil {
 			return err
 		}
 		return tx.Commit(c)
@@ -391,7 +420,17 @@ func (j *journal) writeWith(ctx context.Context, rec journalRecord, with txWrite
 	if err != nil {
 		return j.recordError(err)
 	}
-	j.pending = nil
+	j.pending, j.pendingWith = nil, nil
+	return nil
+}
+
+// pendingWrites runs the pending records' writes in tx.
+func (j *journal) pendingWrites(ctx context.Context, tx pgx.Tx) error {
+	for _, w := range j.pendingWith {
+		if err := w(ctx, pgxTx{tx}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -425,7 +464,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 				WHERE workflow_uuid = $1 AND function_id = $2`, j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
 			if err == nil {
 				r.ID = id
-				j.pending = nil
+				j.pending, j.pendingWith = nil, nil
 				out, stepErr = decode[R](r)
 				return nil
 			}
@@ -434,6 +473,9 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 			}
 		}
 		retried = true
+		if err := j.pendingWrites(c, tx); err != nil {
+			return err
+		}
 		o, ferr := fn(stepContext{ctx}, pgxTx{tx})
 		if ferr != nil {
 			if transient(ferr) {
@@ -458,7 +500,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if err := tx.Commit(c); err != nil {
 			return err
 		}
-		j.pending = nil
+		j.pending, j.pendingWith = nil, nil
 		out = o
 		return nil
 	})

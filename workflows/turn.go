@@ -271,7 +271,7 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 			}
 			_, err := t.env.InTx(tx).Append(ctx, t.run.StreamID, w)
 			return err
-		})
+		}, t.nothingRunsBeforeTheNextWrite)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -314,6 +314,31 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		return t.suspend(step, res, results, p.pending)
 	}
 	return t.finish(step, res, results, "", false)
+}
+
+// nothingRunsBeforeTheNextWrite reports a model step whose record (and
+// chunks) can wait for the step's next write: its calls run no code of the
+// application before the step's commit or suspension records it (a text
+// answer, __finish__, client-executed tools and calls that always need
+// approval), so a crash before that write loses nothing but the model call.
+func (t *turn) nothingRunsBeforeTheNextWrite(m steps.ModelOutput) bool {
+	if m.Failure != nil || t.def == nil {
+		return false
+	}
+	for _, call := range m.Result.ToolCalls {
+		if helix.IsFinishTool(call.Name) {
+			continue
+		}
+		tool, known := t.def.Tools[call.Name]
+		if !known || tool.SubAgent() != nil || tool.IsCompanion() || tool.IsFinishWith() ||
+			tool.ValidateArguments(argsOrEmpty(call)) != nil {
+			return false
+		}
+		if !tool.ExecutesOnClient() && (!tool.NeedsApprovalCheck() || tool.HasApprovalPredicate()) {
+			return false
+		}
+	}
+	return true
 }
 
 // classify sorts a step's calls: __finish__ (finish, -1 for none), the

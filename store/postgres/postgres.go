@@ -117,6 +117,8 @@ type shared struct {
 	closed   bool
 	batcher  *batcher
 	notifier *notifier
+	// watchers are the LISTEN connections of Watch, by channel.
+	watchers map[string]*notifier
 
 	stats streamStats
 }
@@ -192,7 +194,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	sh.closed = true
-	b, n := sh.batcher, sh.notifier
+	b, n, ws := sh.batcher, sh.notifier, sh.watchers
 	sh.mu.Unlock()
 	var errs []error
 	if b != nil {
@@ -201,7 +203,54 @@ func (s *Store) Close() error {
 	if n != nil {
 		n.close()
 	}
+	for _, w := range ws {
+		w.close()
+	}
 	return errors.Join(errs...)
+}
+
+// Watch wakes its caller whenever a NOTIFY on channel carries key as its
+// payload (or as one of its lines), and whenever the store's LISTEN
+// connection for channel (one per channel, opened on first use) connects
+// again, since notifications sent while it was away are lost. Wake-ups are
+// coalesced and only hints: re-read what they are about. Call stop when
+// done watching.
+func (s *Store) Watch(channel, key string) (wake <-chan struct{}, stop func(), err error) {
+	sh := s.shared
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return nil, nil, errClosed
+	}
+	n := sh.watchers[channel]
+	if n == nil {
+		if sh.watchers == nil {
+			sh.watchers = map[string]*notifier{}
+		}
+		connect := func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, sh.pool.Config().ConnConfig.Copy())
+		}
+		n = newNotifier(connect, channel, sh.opts.logger)
+		sh.watchers[channel] = n
+	}
+	sh.mu.Unlock()
+	sub := n.subscribe(key)
+	return sub.c, sub.close, nil
+}
+
+// Watching reports how many Watch calls on channel for key are active:
+// how a benchmark or a test knows that a wait has begun.
+func (s *Store) Watching(channel, key string) int {
+	sh := s.shared
+	sh.mu.Lock()
+	n := sh.watchers[channel]
+	sh.mu.Unlock()
+	if n == nil {
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.subs[key])
 }
 
 // errClosed is returned by stream operations on a closed store.
