@@ -55,7 +55,7 @@ func TestRunSmall(t *testing.T) {
 	// A sample spans the submission: it outlasts the submit call, and both
 	// the submission's statements and the woken run's are in it.
 	require.Greater(t, r.HITL.SubmitToNextStep.P50MS, r.HITL.Submit.P50MS)
-	require.Greater(t, r.HITL.SQL.StatementsPerStep, r.Floors.DBOSAgentStep.SQL.StatementsPerStep)
+	require.Greater(t, r.HITL.SQL.StatementsPerStep, r.Sequential.SQL.StatementsPerStep)
 	require.Len(t, r.Targets, 5)
 	require.Equal(t, "human in the loop: submission → next model call, p50", r.Targets[4].Name)
 	require.Equal(t, r.HITL.SubmitToNextStep.P50MS, r.Targets[4].Measured)

@@ -18,6 +18,12 @@ import (
 type ModelInput struct {
 	Run  RunInfo `json:"run"`
 	Step int     `json:"step"`
+	// MessageCount, when not 0, is the session's message count as this
+	// execution's own commit of the previous step left it: the step reads
+	// nothing back (an agent whose system prompt depends on the custom state
+	// reads it anyway). 0 reads the session, and checks for the trace of an
+	// attempt lost in a crash.
+	MessageCount int `json:"messageCount,omitempty"`
 }
 
 // ModelOutput is the checkpointed result of the model step: the model's
@@ -44,11 +50,13 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 		if err != nil {
 			return ModelOutput{Failure: &Failure{Message: err.Error(), Code: helix.CodeInternal}}, nil
 		}
-		st, err := e.Store.ReadStep(ctx, store.ReadStepParams{
-			SessionID: in.Run.SessionID, RunID: in.Run.RunID, AfterStep: in.Step - 1, MinSequence: in.Run.StartSequence,
-		})
-		if err != nil {
-			return ModelOutput{}, err
+		st := &store.StepView{MessageCount: in.MessageCount}
+		if in.MessageCount == 0 || def.Agent.SystemPromptFunc != nil {
+			if st, err = e.Store.ReadStep(ctx, store.ReadStepParams{
+				SessionID: in.Run.SessionID, RunID: in.Run.RunID, AfterStep: in.Step - 1, MinSequence: in.Run.StartSequence,
+			}); err != nil {
+				return ModelOutput{}, err
+			}
 		}
 		if st.Stale {
 			if err := e.resync(ctx, in.Run, in.Step, st); err != nil {

@@ -79,6 +79,7 @@ func (t *turn) deliverCompletions() error {
 	if len(t.def.Agent.PersistentAgents) == 0 {
 		return nil
 	}
+	t.messageCount = 0 // the delivery may append messages
 	_, err := runTxn(t.ctx, t.j, steps.NameDeliverCompletions, t.env.DeliverCompletions(t.run))
 	return err
 }

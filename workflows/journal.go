@@ -16,6 +16,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // JournalBase is the DBOS function ID of a workflow execution's first
@@ -47,6 +49,7 @@ const JournalBase = 1_000_000
 // messages, the run's first transaction) keep DBOS's step IDs: the journal
 // numbers its records on its own, so both sequences stay deterministic.
 type journal struct {
+	st    *postgres.Store
 	pool  *pgxpool.Pool
 	log   zerolog.Logger
 	wfID  string
@@ -54,11 +57,14 @@ type journal struct {
 	next  int
 	// replay holds the records found at the start, by ID, until consumed.
 	replay map[int]journalRecord
-	// pending are records that wait for the next write, and pendingWith
-	// the writes that commit with them (in the next write's transaction,
-	// before anything else it writes).
-	pending     []journalRecord
-	pendingWith []txWrites
+	// pending are records that wait for the next write, and appends the
+	// stream appends that commit with them (in the next write, before
+	// anything else it writes).
+	pending []journalRecord
+	appends []streamAppend
+	// ran reports that the last step ran in this execution (false: its
+	// record was replayed).
+	ran bool
 }
 
 // journalRecord is one step's record.
@@ -81,14 +87,14 @@ ORDER BY o.function_id`
 // a database outage. An execution that does not own its workflow (it was
 // cancelled, or taken over) gets a conflicting-workflow error and records
 // nothing.
-func openJournal(ctx dbos.Context, pool *pgxpool.Pool, log zerolog.Logger, wfID string) (*journal, error) {
-	j := &journal{pool: pool, log: log, wfID: wfID, next: JournalBase, replay: map[int]journalRecord{}}
+func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID string) (*journal, error) {
+	j := &journal{st: st, pool: st.Pool(), log: log, wfID: wfID, next: JournalBase, replay: map[int]journalRecord{}}
 	var owner *string
 	var status string
 	err := j.retry(ctx, "read the step journal", func(c context.Context) error {
 		clear(j.replay)
 		owner = nil
-		rows, err := pool.Query(c, openJournalSQL, wfID, JournalBase)
+		rows, err := j.pool.Query(c, openJournalSQL, wfID, JournalBase)
 		if err != nil {
 			return err
 		}
@@ -147,6 +153,7 @@ func (j *journal) reserve() int {
 // record of another step at the same place is a non-deterministic body.
 func (j *journal) recorded(id int, name string) (journalRecord, bool, error) {
 	r, ok := j.replay[id]
+	j.ran = !ok
 	if !ok {
 		return journalRecord{}, false, nil
 	}
@@ -203,24 +210,46 @@ func recordArgs(wfID, owner string, recs []journalRecord) []any {
 	return []any{wfID, owner, ids, names, outs, errs, started, completed}
 }
 
-// write records recs after the pending ones, in one statement of its own
-// (in a transaction, when pending records have writes of their own).
+// write records recs after the pending ones, with the pending appends, in
+// one round trip (one statement, or a batch in one implicit transaction).
 func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 	all := append(j.pending, recs...)
 	if len(all) == 0 {
 		return nil
 	}
-	if len(j.pendingWith) > 0 {
-		return j.writeWith(ctx, all[len(all)-1], nil)
-	}
+	retried := false
 	err := j.retry(ctx, "record steps", func(c context.Context) error {
-		_, err := j.pool.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, all)...)
-		return err
+		if retried {
+			// The last attempt may have committed before its
+			// acknowledgement was lost.
+			var one int
+			err := j.pool.QueryRow(c, `SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = $1 AND function_id = $2`,
+				j.wfID, all[len(all)-1].ID).Scan(&one)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		retried = true
+		if len(j.appends) == 0 {
+			_, err := j.pool.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, all)...)
+			return err
+		}
+		b := &pgx.Batch{}
+		for _, a := range j.appends {
+			if err := j.st.QueueAppend(b, a.stream, a.chunks); err != nil {
+				return err
+			}
+		}
+		b.Queue(recordSQL, recordArgs(j.wfID, j.owner, all)...)
+		return j.pool.SendBatch(c, b).Close()
 	})
 	if err != nil {
 		return j.recordError(err)
 	}
-	j.pending, j.pendingWith = nil, nil
+	j.pending, j.appends = nil, nil
 	return nil
 }
 
@@ -315,10 +344,10 @@ func runStep[R any](ctx dbos.Context, j *journal, name string, mode recordMode, 
 	return runStepWith(ctx, j, name, mode, fn, nil, nil)
 }
 
-// runStepWith is runStep whose record, when the step ran, is written in one
-// transaction with with's writes (nil for none); when later is not nil it
+// runStepWith is runStep whose record, when the step ran, commits with the
+// stream append with returns (nil for none); when later is not nil it
 // decides the mode from the step's output.
-func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with txWrites, later func(R) bool) (R, error) {
+func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with func() streamAppend, later func(R) bool) (R, error) {
 	id := j.reserve()
 	if r, ok, err := j.recorded(id, name); ok || err != nil {
 		if err != nil {
@@ -329,16 +358,23 @@ func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMo
 	}
 	started := time.Now()
 	out, stepErr := execute(ctx, name, fn)
-	if stepErr != nil {
-		with = nil // a failed step's writes are not its outcome
-	} else if later != nil && later(out) {
+	var a *streamAppend
+	if stepErr == nil && with != nil { // a failed step's writes are not its outcome
+		if w := with(); len(w.chunks) > 0 {
+			a = &w
+		}
+	}
+	if stepErr == nil && later != nil && later(out) {
 		mode = recordLater
 	}
-	return out, j.recordWith(ctx, id, name, mode, out, stepErr, started, with)
+	return out, j.recordWith(ctx, id, name, mode, out, stepErr, started, a)
 }
 
-// txWrites are writes that commit with a step's record.
-type txWrites func(ctx context.Context, tx dbos.Tx) error
+// streamAppend is a stream append that commits with a step's record.
+type streamAppend struct {
+	stream string
+	chunks []store.ChunkWrite
+}
 
 // record records a step that ran (nothing when the workflow was cancelled
 // meanwhile: a resume runs the step again) and returns its error.
@@ -346,7 +382,7 @@ func (j *journal) record(ctx dbos.Context, id int, name string, mode recordMode,
 	return j.recordWith(ctx, id, name, mode, out, stepErr, started, nil)
 }
 
-func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordMode, out any, stepErr error, started time.Time, with txWrites) error {
+func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordMode, out any, stepErr error, started time.Time, with *streamAppend) error {
 	if ctx.Err() != nil {
 		return errors.Join(stepErr, fmt.Errorf("workflow %s cancelled during step %s: %w", j.wfID, name, context.Cause(ctx)))
 	}
@@ -357,77 +393,24 @@ func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordM
 	if err != nil {
 		return err
 	}
+	if with != nil {
+		j.appends = append(j.appends, *with)
+	}
 	if mode == recordLater {
 		j.pending = append(j.pending, rec)
-		if with != nil {
-			j.pendingWith = append(j.pendingWith, with)
-		}
 		return stepErr
 	}
-	if with == nil {
-		if err := j.write(ctx, rec); err != nil {
-			return err
-		}
-		return stepErr
-	}
-	if err := j.writeWith(ctx, rec, with); err != nil {
+	if err := j.write(ctx, rec); err != nil {
 		return err
 	}
 	return stepErr
 }
 
-// writeWith writes rec (after the pending records; rec may be the last of
-// them) in one transaction with the pending records' writes and with's
-// (nil for none).
-func (j *journal) writeWith(ctx context.Context, rec journalRecord, with txWrites) error {
-	recs := j.pending
-	if len(recs) == 0 || recs[len(recs)-1].ID != rec.ID {
-		recs = append(recs, rec)
-	}
-	retried := false
-	err := j.retry(ctx, "record step "+rec.Name, func(c context.Context) error {
-		tx, err := j.pool.Begin(c)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback(c) }()
-		if retried {
-			// The last attempt may have committed before its
-			// acknowledgement was lost.
-			var one int
-			err := tx.QueryRow(c, `SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = $1 AND function_id = $2`, j.wfID, rec.ID).Scan(&one)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
-		retried = true
-		if err := j.pendingWrites(c, tx); err != nil {
-			return err
-		}
-		if with != nil {
-			if err := with(c, pgxTx{tx}); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, recs)...); err != nil {
-			return err
-		}
-		return tx.Commit(c)
-	})
-	if err != nil {
-		return j.recordError(err)
-	}
-	j.pending, j.pendingWith = nil, nil
-	return nil
-}
-
-// pendingWrites runs the pending records' writes in tx.
-func (j *journal) pendingWrites(ctx context.Context, tx pgx.Tx) error {
-	for _, w := range j.pendingWith {
-		if err := w(ctx, pgxTx{tx}); err != nil {
+// pendingAppends runs the pending stream appends in tx.
+func (j *journal) pendingAppends(ctx context.Context, tx *jtx) error {
+	st := j.st.WithQuerier(postgres.PgxQuerier(tx))
+	for _, a := range j.appends {
+		if _, err := st.Append(ctx, a.stream, a.chunks); err != nil {
 			return err
 		}
 	}
@@ -451,11 +434,11 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	var stepErr error
 	retried := false
 	err := j.retry(ctx, "run step "+name, func(c context.Context) error {
-		tx, err := j.pool.Begin(c)
+		tx, err := j.begin(c)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = tx.Rollback(c) }()
+		defer tx.close(c)
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
@@ -464,7 +447,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 				WHERE workflow_uuid = $1 AND function_id = $2`, j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
 			if err == nil {
 				r.ID = id
-				j.pending, j.pendingWith = nil, nil
+				j.pending, j.appends = nil, nil
 				out, stepErr = decode[R](r)
 				return nil
 			}
@@ -473,7 +456,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 			}
 		}
 		retried = true
-		if err := j.pendingWrites(c, tx); err != nil {
+		if err := j.pendingAppends(c, tx); err != nil {
 			return err
 		}
 		o, ferr := fn(stepContext{ctx}, pgxTx{tx})
@@ -483,7 +466,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 			}
 			// The body's error is its outcome: recorded without its
 			// writes.
-			_ = tx.Rollback(c)
+			tx.close(c)
 			out, stepErr = o, ferr
 			return j.record(ctx, id, name, recordNow, o, ferr, started)
 		}
@@ -494,13 +477,10 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, append(j.pending, rec))...); err != nil {
+		if err := tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, append(j.pending, rec))...); err != nil {
 			return err
 		}
-		if err := tx.Commit(c); err != nil {
-			return err
-		}
-		j.pending, j.pendingWith = nil, nil
+		j.pending, j.appends = nil, nil
 		out = o
 		return nil
 	})
@@ -513,9 +493,103 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	return out, stepErr
 }
 
-// pgxTx adapts a pgx transaction to DBOS's transaction interface, which the
-// store's transaction bodies take.
-type pgxTx struct{ tx pgx.Tx }
+// jtx is a journal transaction on a pooled connection of its own. BEGIN
+// goes out with its first statement and COMMIT with its last (the
+// records), in one round trip each: a transaction of n statements costs n
+// round trips, not n+2.
+type jtx struct {
+	conn   *pgxpool.Conn
+	begun  bool
+	closed bool
+}
+
+func (j *journal) begin(ctx context.Context) (*jtx, error) {
+	conn, err := j.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &jtx{conn: conn}, nil
+}
+
+func (t *jtx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.begun {
+		return t.conn.Exec(ctx, sql, args...)
+	}
+	t.begun = true
+	var tag pgconn.CommandTag
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sql, args...).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	return tag, t.conn.SendBatch(ctx, b).Close()
+}
+
+func (t *jtx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !t.begun {
+		t.begun = true
+		if _, err := t.conn.Exec(ctx, "BEGIN"); err != nil {
+			return nil, err
+		}
+	}
+	return t.conn.Query(ctx, sql, args...)
+}
+
+func (t *jtx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.begun {
+		return t.conn.QueryRow(ctx, sql, args...)
+	}
+	t.begun = true
+	return firstRow{t: t, ctx: ctx, sql: sql, args: args}
+}
+
+// firstRow is a transaction's first statement, a query for one row: it
+// goes out with BEGIN when scanned.
+type firstRow struct {
+	t    *jtx
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+func (r firstRow) Scan(dest ...any) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return r.t.conn.SendBatch(r.ctx, b).Close()
+}
+
+// commitWith runs a last statement and commits, in one round trip.
+func (t *jtx) commitWith(ctx context.Context, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	if !t.begun {
+		b.Queue("BEGIN")
+	}
+	t.begun = true
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	t.begun = false // committed
+	return nil
+}
+
+// close rolls back what is not committed and returns the connection.
+func (t *jtx) close(ctx context.Context) {
+	if t.closed {
+		return
+	}
+	t.closed = true
+	if t.begun {
+		// A connection left inside a transaction is closed by the pool
+		// when released, should the rollback fail.
+		_, _ = t.conn.Exec(ctx, "ROLLBACK")
+	}
+	t.conn.Release()
+}
+
+// pgxTx adapts a journal transaction to DBOS's transaction interface,
+// which the store's transaction bodies take.
+type pgxTx struct{ tx *jtx }
 
 var _ dbos.Tx = pgxTx{}
 
@@ -536,8 +610,15 @@ func (t pgxTx) QueryRow(ctx context.Context, sql string, args ...any) dbos.Row {
 	return t.tx.QueryRow(ctx, sql, args...)
 }
 
-func (t pgxTx) Commit(ctx context.Context) error   { return t.tx.Commit(ctx) }
-func (t pgxTx) Rollback(ctx context.Context) error { return t.tx.Rollback(ctx) }
+// Commit and Rollback are the journal's: a step body never ends its
+// transaction.
+func (t pgxTx) Commit(context.Context) error {
+	return errors.New("workflows: a journal step's transaction is committed by the journal")
+}
+
+func (t pgxTx) Rollback(context.Context) error {
+	return errors.New("workflows: a journal step's transaction is rolled back by the journal")
+}
 
 type rowsAffected int64
 

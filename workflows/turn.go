@@ -149,7 +149,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if run.Done != nil {
 			return *run.Done, nil
 		}
-		if j, err = openJournal(ctx, env.Store.Pool(), env.Log, wfID); err != nil {
+		if j, err = openJournal(ctx, env.Store, env.Log, wfID); err != nil {
 			return steps.Outcome{}, err
 		}
 		susp, pending, children := run.Suspended, run.Pending, run.Children
@@ -249,6 +249,9 @@ type turn struct {
 	// childOutcomes are the outcomes of the sub-agents a segment's step
 	// waits for, taken by its driver.
 	childOutcomes map[string]steps.Outcome
+	// messageCount is the session's message count after this execution's
+	// last commit, 0 when the next step must read the session.
+	messageCount int
 }
 
 // step runs one agent step; done reports that the run ended.
@@ -260,17 +263,13 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	// its record: the step's first write.
 	var closing []helix.Chunk
 	m, err := runStepWith(t.ctx, t.j, steps.NameCallModel, recordNow,
-		fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step}, &closing)),
-		func(ctx context.Context, tx dbos.Tx) error {
-			if len(closing) == 0 {
-				return nil
-			}
+		fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step, MessageCount: t.messageCount}, &closing)),
+		func() streamAppend {
 			w := make([]store.ChunkWrite, len(closing))
 			for i, c := range closing {
 				w[i] = store.ChunkWrite{RunID: t.run.RunID, Chunk: c}
 			}
-			_, err := t.env.InTx(tx).Append(ctx, t.run.StreamID, w)
-			return err
+			return streamAppend{stream: t.run.StreamID, chunks: w}
 		}, t.nothingRunsBeforeTheNextWrite)
 	if err != nil {
 		return steps.Outcome{}, true, err
@@ -417,6 +416,13 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	c, err := runTxn(ctx, t.j, steps.NameCommitStep, env.CommitStep(in))
 	if err != nil {
 		return steps.Outcome{}, true, err
+	}
+	// The next step starts from what this commit wrote, when it was
+	// written by this execution (after a replay, the next step reads the
+	// session and checks for a lost attempt's trace).
+	t.messageCount = 0
+	if t.j.ran {
+		t.messageCount = c.MessageCount
 	}
 	// The committed messages join this process's copy of the log, so the
 	// next step reads none of them back (a pure cache update: replays

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
@@ -89,6 +90,16 @@ type streamWrite struct {
 
 // insertChunks runs insertChunksSQL; token may be uuid.Nil for no token.
 func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChunk, token uuid.UUID) (map[string]streamWrite, error) {
+	rows, err := q.Query(ctx, insertChunksSQL, s.insertChunksArgs(chunks, token)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanChunkWrites(rows, len(chunks))
+}
+
+// insertChunksArgs returns insertChunksSQL's arguments.
+func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) []any {
 	n := len(chunks)
 	ids, raws, runIDs := make([]string, n), make([]string, n), make([]string, n)
 	steps, attempts := make([]int32, n), make([]int32, n)
@@ -106,13 +117,12 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 	if token != uuid.Nil {
 		tok = token
 	}
-	rows, err := q.Query(ctx, insertChunksSQL, ids, raws, steps, runIDs, attempts, tok,
-		s.shared.opts.notifyChannel, notifyPayloads(distinct))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string]streamWrite, len(distinct))
+	return []any{ids, raws, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct)}
+}
+
+// scanChunkWrites reads insertChunksSQL's per-stream outcomes.
+func scanChunkWrites(rows Rows, streams int) (map[string]streamWrite, error) {
+	out := make(map[string]streamWrite, streams)
 	for rows.Next() {
 		var id, status string
 		var w streamWrite
@@ -209,6 +219,35 @@ func (s *Store) Append(ctx context.Context, streamID string, chunks []store.Chun
 		return 0, wrap(err, "append to stream %s", streamID)
 	}
 	return w.latest, nil
+}
+
+// QueueAppend queues the append of chunks to streamID on b, for a caller
+// that sends it with other statements in one round trip (pgx sends a batch
+// in one implicit transaction): the statement Append runs, with Append's
+// errors (a stream that does not exist or is not active fails the batch's
+// result for it, which the caller sees when it reads the batch's results).
+func (s *Store) QueueAppend(b *pgx.Batch, streamID string, chunks []store.ChunkWrite) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	enc := make([]encodedChunk, len(chunks))
+	for i, c := range chunks {
+		e, err := encodeChunk(streamID, c.Chunk, c.RunID, c.Attempt)
+		if err != nil {
+			return fmt.Errorf("store: append to stream %s: chunk %d: %w", streamID, i, err)
+		}
+		enc[i] = e
+	}
+	args := s.insertChunksArgs(enc, uuid.Nil)
+	b.Queue(insertChunksSQL, args...).Query(func(rows pgx.Rows) error {
+		out, err := scanChunkWrites(rows, 1)
+		if err != nil {
+			return wrap(err, "append to stream %s", streamID)
+		}
+		w, ok := out[streamID]
+		return wrap(writeError(streamID, w, ok), "append to stream %s", streamID)
+	})
+	return nil
 }
 
 // lockStream locks a stream row and returns its status and latest sequence.
