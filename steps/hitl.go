@@ -183,6 +183,9 @@ type ResolveInput struct {
 	// sent to Take.WorkflowID) in the same transaction; a message taken
 	// means the wait did not time out.
 	Take *Take `json:"take,omitempty"`
+	// LeaveInterrupt leaves the interrupt flag to the step's commit, which
+	// runs in the same transaction (store.ResolveParams.LeaveInterrupt).
+	LeaveInterrupt bool `json:"leaveInterrupt,omitempty"`
 }
 
 // Take names the message a resolution takes: sent to WorkflowID on the
@@ -220,7 +223,8 @@ func (e *Env) ResolveToolCall(in ResolveInput) dbos.Txn[ResolveOutput] {
 			Outcome: func(c store.PendingClientToolCall) ([]helix.Chunk, []store.UsageRecord) {
 				return outcomeRecords(run, step, c)
 			},
-			Interrupted: interruptedChunk(run, step-1, ""),
+			Interrupted:    interruptedChunk(run, step-1, ""),
+			LeaveInterrupt: in.LeaveInterrupt,
 		})
 		if err != nil {
 			return ResolveOutput{}, err

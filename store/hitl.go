@@ -126,6 +126,9 @@ type ResolveParams struct {
 	// Interrupted returns the chunk appended when the interrupt flag ends
 	// the run.
 	Interrupted func(reason string) helix.Chunk
+	// LeaveInterrupt leaves the interrupt flag to the step's commit, which
+	// runs in the same transaction after the resolution.
+	LeaveInterrupt bool
 }
 
 // ResolveResult reports the state of the call after ResolveToolCall.

@@ -155,6 +155,23 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 					return steps.Outcome{}, true, err
 				}
 				take = &steps.Take{WorkflowID: t.j.wfID, StepID: t.j.next}
+				if !timedOut {
+					m, ok, err := t.answeredLast(c, rec, pending[i+1:], results)
+					if err != nil {
+						return steps.Outcome{}, true, err
+					}
+					if ok {
+						// The step's last wait is over: the answer is
+						// taken in the step's commit (one transaction),
+						// the approved tool runs before it.
+						deferTxn(t.j, steps.NameResolveToolCall, t.env.ResolveToolCall(steps.ResolveInput{
+							Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, Take: take, LeaveInterrupt: true,
+						}))
+						c = m
+						c.ConsumedAt = max(m.SubmittedAt, 1) // here only: the loop ends
+						continue
+					}
+				}
 			}
 			r, err := runTxn(t.ctx, t.j, steps.NameResolveToolCall, t.env.ResolveToolCall(steps.ResolveInput{
 				Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, TimedOut: timedOut, Take: take,
@@ -198,6 +215,34 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		}
 	}
 	return t.finish(step, rec.Model, results, rec.RunID, true)
+}
+
+// answeredLast reports the answer to c, the step's last call to wait
+// for, when the step can take it in its commit: the answer is recorded
+// (and not taken), no interrupt is requested, no finishWith tool runs
+// after the waits (its record would be written between), and this is not a
+// replay (whose resolution is recorded on its own). It reads the session
+// without locking it: the resolution in the commit's transaction works
+// from the locked row, and the commit ends the run interrupted if a
+// request arrives meanwhile.
+func (t *turn) answeredLast(c store.PendingClientToolCall, rec steps.SuspendedStep, later []store.PendingClientToolCall,
+	results []steps.ToolResult) (store.PendingClientToolCall, bool, error) {
+	if t.j.has(t.j.next) || len(waitingAfter(later, results)) > 0 {
+		return c, false, nil
+	}
+	if _, phase2, _ := t.classify(rec.Model.ToolCalls); len(phase2) > 0 {
+		return c, false, nil
+	}
+	var m store.PendingClientToolCall
+	var found, interrupt bool
+	err := t.j.retry(t.ctx, "read the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
+		m, found, interrupt, err = t.env.Store.PeekPendingCall(ctx, t.run.SessionID, c.ToolCallID)
+		return err
+	})
+	if err != nil || !found || interrupt || m.Submission == nil || m.ConsumedAt != 0 {
+		return c, false, err
+	}
+	return m, true, nil
 }
 
 // waitPoll bounds a wait between two looks at the call's messages, should

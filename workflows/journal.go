@@ -62,6 +62,9 @@ type journal struct {
 	// anything else it writes).
 	pending []journalRecord
 	appends []streamAppend
+	// deferred are transaction steps whose bodies run, and records are
+	// written, in the next transaction step's transaction, first.
+	deferred []deferredTxn
 	// ran reports that the last step ran in this execution (false: its
 	// record was replayed).
 	ran bool
@@ -214,8 +217,14 @@ func recordArgs(wfID, owner string, recs []journalRecord) []any {
 // one round trip (one statement, or a batch in one implicit transaction).
 func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 	all := append(j.pending, recs...)
-	if len(all) == 0 {
+	if len(all) == 0 && len(j.deferred) == 0 {
 		return nil
+	}
+	if len(j.deferred) > 0 {
+		if dctx, ok := ctx.(dbos.Context); ok {
+			return j.writeDeferred(dctx, recs)
+		}
+		return fmt.Errorf("workflow %s: deferred steps need the workflow's context to run", j.wfID)
 	}
 	retried := false
 	err := j.retry(ctx, "record steps", func(c context.Context) error {
@@ -406,6 +415,122 @@ func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordM
 	return stepErr
 }
 
+// deferredTxn is a transaction step that runs in the next one's
+// transaction (deferTxn).
+type deferredTxn struct {
+	id      int
+	name    string
+	body    func(ctx context.Context, tx dbos.Tx) (any, error)
+	started time.Time
+}
+
+// deferTxn makes fn the journal's next step, run in the transaction of the
+// next transaction step (runTxn), before that step's own body, and
+// recorded with it: two steps in one transaction. The caller must make
+// that transaction step its next write (a write in between would have to
+// run the body without it), and must have a replay take the same path: a
+// replay finds both records. If the body fails, its error is recorded as
+// its outcome (with the records before it), the steps reserved after it
+// are dropped, and the next transaction step fails with that error: the
+// journal then continues as if the deferred step had run alone and
+// failed.
+func deferTxn[R any](j *journal, name string, fn dbos.Txn[R]) {
+	j.deferred = append(j.deferred, deferredTxn{id: j.reserve(), name: name, started: time.Now(),
+		body: func(ctx context.Context, tx dbos.Tx) (any, error) { return fn(ctx, tx) }})
+}
+
+// runDeferred runs the deferred steps' bodies in tx and returns their
+// records; a failed body returns errDeferred.
+func (j *journal) runDeferred(ctx dbos.Context, c context.Context, tx *jtx) ([]journalRecord, error) {
+	var recs []journalRecord
+	for _, d := range j.deferred {
+		o, err := d.body(stepContext{ctx}, pgxTx{tx})
+		if err != nil {
+			if transient(err) {
+				return nil, err
+			}
+			return nil, &deferredError{d: d, out: o, err: err}
+		}
+		rec, err := encode(d.id, d.name, o, nil, d.started)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+// writeDeferred runs the deferred steps in a transaction of their own that
+// also writes the pending appends and records and recs.
+func (j *journal) writeDeferred(ctx dbos.Context, recs []journalRecord) error {
+	retried := false
+	err := j.retry(ctx, "record steps", func(c context.Context) error {
+		tx, err := j.begin(c)
+		if err != nil {
+			return err
+		}
+		defer tx.close(c)
+		if retried {
+			// The last attempt may have committed before its
+			// acknowledgement was lost.
+			var one int
+			err := tx.QueryRow(c, `SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = $1 AND function_id = $2`,
+				j.wfID, j.deferred[0].id).Scan(&one)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		retried = true
+		if err := j.pendingAppends(c, tx); err != nil {
+			return err
+		}
+		first, err := j.runDeferred(ctx, c, tx)
+		if err != nil {
+			return err
+		}
+		all := append(append(append([]journalRecord(nil), j.pending...), first...), recs...)
+		return tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, all)...)
+	})
+	if err != nil {
+		var de *deferredError
+		if errors.As(err, &de) {
+			return j.failDeferred(ctx, de)
+		}
+		return j.recordError(err)
+	}
+	j.pending, j.appends, j.deferred = nil, nil, nil
+	return nil
+}
+
+// deferredError is a deferred step's failure.
+type deferredError struct {
+	d   deferredTxn
+	out any
+	err error
+}
+
+func (e *deferredError) Error() string { return e.err.Error() }
+func (e *deferredError) Unwrap() error { return e.err }
+
+// failDeferred records a deferred step's failure as its outcome (with the
+// records before it) and drops what was reserved after it.
+func (j *journal) failDeferred(ctx dbos.Context, e *deferredError) error {
+	var keep []journalRecord
+	for _, r := range j.pending {
+		if r.ID < e.d.id {
+			keep = append(keep, r)
+		}
+	}
+	j.pending, j.deferred, j.next = keep, nil, e.d.id+1
+	if err := j.record(ctx, e.d.id, e.d.name, recordNow, e.out, e.err, e.d.started); !errors.Is(err, e.err) {
+		return err
+	}
+	return e.err
+}
+
 // pendingAppends runs the pending stream appends in tx.
 func (j *journal) pendingAppends(ctx context.Context, tx *jtx) error {
 	st := j.st.WithQuerier(postgres.PgxQuerier(tx))
@@ -447,7 +572,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 				WHERE workflow_uuid = $1 AND function_id = $2`, j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
 			if err == nil {
 				r.ID = id
-				j.pending, j.appends = nil, nil
+				j.pending, j.appends, j.deferred = nil, nil, nil
 				out, stepErr = decode[R](r)
 				return nil
 			}
@@ -457,6 +582,10 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		}
 		retried = true
 		if err := j.pendingAppends(c, tx); err != nil {
+			return err
+		}
+		first, err := j.runDeferred(ctx, c, tx)
+		if err != nil {
 			return err
 		}
 		o, ferr := fn(stepContext{ctx}, pgxTx{tx})
@@ -477,16 +606,21 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if err != nil {
 			return err
 		}
-		if err := tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, append(j.pending, rec))...); err != nil {
+		recs := append(append(j.pending, first...), rec)
+		if err := tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, recs)...); err != nil {
 			return err
 		}
-		j.pending, j.appends = nil, nil
+		j.pending, j.appends, j.deferred = nil, nil, nil
 		out = o
 		return nil
 	})
 	if err != nil {
 		if stepErr != nil && errors.Is(err, stepErr) {
 			return out, stepErr
+		}
+		var de *deferredError
+		if errors.As(err, &de) {
+			return zero, j.failDeferred(ctx, de)
 		}
 		return zero, j.recordError(err)
 	}

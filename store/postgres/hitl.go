@@ -254,8 +254,10 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 			}
 		}
 		res.Call = call
-		if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, p.Step-1, p.Interrupted); err != nil || res.Interrupted {
-			return err
+		if !p.LeaveInterrupt {
+			if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, p.Step-1, p.Interrupted); err != nil || res.Interrupted {
+				return err
+			}
 		}
 		if sess.Status != helix.SessionActive {
 			return fmt.Errorf("session %s is %s: the wait for tool call %s is abandoned", sess.SessionID, sess.Status, p.ToolCallID)
@@ -276,6 +278,25 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 		return nil, wrap(err, "resolve tool call %s of %s", p.ToolCallID, p.SessionID)
 	}
 	return &res, nil
+}
+
+// PeekPendingCall reads a call pending in a session and the session's
+// interrupt flag, locking nothing: what a run that was woken for the call
+// finds before it takes the answer (in a transaction of its own).
+func (s *Store) PeekPendingCall(ctx context.Context, sessionID, toolCallID string) (call store.PendingClientToolCall, found, interrupt bool, err error) {
+	var raw []byte
+	err = s.q.QueryRow(ctx, `SELECT pending_client_tool_calls -> $2, interrupt_requested FROM helix.sessions WHERE session_id = $1`,
+		sessionID, toolCallID).Scan(&raw, &interrupt)
+	if isNoRows(err) {
+		return call, false, false, notFound("session", sessionID)
+	}
+	if err != nil || len(raw) == 0 {
+		return call, false, interrupt, wrap(err, "read pending call %s of %s", toolCallID, sessionID)
+	}
+	if err := json.Unmarshal(raw, &call); err != nil {
+		return call, false, interrupt, fmt.Errorf("store: decode pending call %s of %s: %w", toolCallID, sessionID, err)
+	}
+	return call, true, interrupt, nil
 }
 
 // RecordSubmission implements store.SuspensionStore.
