@@ -187,10 +187,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		m.DatabaseHost, m.PoolMaxConns, m.Settings["fsync"], m.Settings["synchronous_commit"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "per step (ms)\tsamples\tp50\tp95\tp99\tmean\tmax\tstatements\tin SQL\tclient CPU\tPostgres CPU\tother CPU\thost CPU\t")
+	fmt.Fprintln(tw, "per step (ms)\tsamples\tp50\tp95\tp99\tmean\tmax\tstatements\tround trips\tin SQL\tclient CPU\tPostgres CPU\tother CPU\thost CPU\t")
 	row := func(name string, d Distribution, sql SQLProfile, cpu CPUProfile) {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.3f\t%s\t%s\t%s\t%s\t\n", name, d.Count, d.P50MS, d.P95MS, d.P99MS, d.MeanMS, d.MaxMS,
-			sql.StatementsPerStep, sql.StatementMSPerStep, clientCPU(cpu), postgresCPU(cpu), otherCPU(cpu), hostCPU(cpu))
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%.3f\t%s\t%s\t%s\t%s\t\n", name, d.Count, d.P50MS, d.P95MS, d.P99MS, d.MeanMS, d.MaxMS,
+			sql.StatementsPerStep, sql.RoundTripsPerStep, sql.StatementMSPerStep, clientCPU(cpu), postgresCPU(cpu), otherCPU(cpu), hostCPU(cpu))
 	}
 	f := r.Floors
 	row("floor: round trip (SELECT 1)", f.RoundTrip.Distribution, f.RoundTrip.SQL, f.RoundTrip.CPU)
@@ -222,7 +222,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "human in the loop: %.1f statements (%.3f ms in SQL) per answer, submission and woken run\n", hl.SQL.StatementsPerStep, hl.SQL.StatementMSPerStep)
+		fmt.Fprintf(&b, "human in the loop: %.1f statements in %.1f round trips (%.3f ms in SQL) per answer, submission and woken run\n",
+			hl.SQL.StatementsPerStep, hl.SQL.RoundTripsPerStep, hl.SQL.StatementMSPerStep)
 		fmt.Fprintf(&b, "                   per session (whole phase): client CPU %s, Postgres CPU %s, other CPU %s, host CPU %s\n\n",
 			clientCPU(hl.CPU), postgresCPU(hl.CPU), otherCPU(hl.CPU), hostCPU(hl.CPU))
 	}

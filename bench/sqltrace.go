@@ -18,6 +18,7 @@ import (
 type sqlTracer struct {
 	mu       sync.Mutex
 	byText   map[string]*statementStat
+	trips    int64 // round trips: a statement, a prepare, a connect or a batch
 	acquires int64
 	waited   time.Duration
 }
@@ -29,6 +30,7 @@ type statementStat struct {
 
 var (
 	_ pgx.QueryTracer       = (*sqlTracer)(nil)
+	_ pgx.BatchTracer       = (*sqlTracer)(nil)
 	_ pgx.PrepareTracer     = (*sqlTracer)(nil)
 	_ pgx.ConnectTracer     = (*sqlTracer)(nil)
 	_ pgxpool.AcquireTracer = (*sqlTracer)(nil)
@@ -42,6 +44,8 @@ type traceKey struct{}
 type traceStart struct {
 	sql string
 	at  time.Time
+	// batch collects a batch's statements until its end.
+	batch *[]string
 }
 
 func newSQLTracer() *sqlTracer { return &sqlTracer{byText: map[string]*statementStat{}} }
@@ -57,14 +61,45 @@ func (t *sqlTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQ
 	}
 	d := time.Since(s.at)
 	t.mu.Lock()
-	st := t.byText[s.sql]
+	t.trips++
+	t.count(s.sql, d)
+	t.mu.Unlock()
+}
+
+func (t *sqlTracer) count(sql string, d time.Duration) {
+	st := t.byText[sql]
 	if st == nil {
 		st = &statementStat{}
-		t.byText[s.sql] = st
+		t.byText[sql] = st
 	}
 	st.count++
 	st.total += d
-	t.mu.Unlock()
+}
+
+// A batch is one round trip for all its statements; each statement is
+// counted under its text with an equal share of the batch's time.
+func (t *sqlTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, traceStartKey, traceStart{at: time.Now(), batch: new([]string)})
+}
+
+func (t *sqlTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if s, ok := ctx.Value(traceStartKey).(traceStart); ok && s.batch != nil {
+		*s.batch = append(*s.batch, data.SQL)
+	}
+}
+
+func (t *sqlTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchEndData) {
+	s, ok := ctx.Value(traceStartKey).(traceStart)
+	if !ok || s.batch == nil {
+		return
+	}
+	d := time.Since(s.at)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.trips++
+	for _, sql := range *s.batch {
+		t.count(sql, d/time.Duration(max(1, len(*s.batch))))
+	}
 }
 
 // Preparing a statement is a round trip of its own (pgx prepares each new
@@ -104,6 +139,7 @@ func (t *sqlTracer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, _ pgxp
 // sqlSnapshot is the tracer's counters at one instant.
 type sqlSnapshot struct {
 	byText   map[string]statementStat
+	trips    int64
 	acquires int64
 	waited   time.Duration
 }
@@ -111,7 +147,7 @@ type sqlSnapshot struct {
 func (t *sqlTracer) snapshot() sqlSnapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := sqlSnapshot{byText: make(map[string]statementStat, len(t.byText)), acquires: t.acquires, waited: t.waited}
+	s := sqlSnapshot{byText: make(map[string]statementStat, len(t.byText)), trips: t.trips, acquires: t.acquires, waited: t.waited}
 	for k, v := range t.byText {
 		s.byText[k] = *v
 	}
@@ -134,6 +170,7 @@ func (s *sqlSnapshot) add(before, after sqlSnapshot) {
 		st.total += a.total - b.total
 		s.byText[text] = st
 	}
+	s.trips += after.trips - before.trips
 	s.acquires += after.acquires - before.acquires
 	s.waited += after.waited - before.waited
 }
@@ -141,9 +178,12 @@ func (s *sqlSnapshot) add(before, after sqlSnapshot) {
 // SQLProfile is what a phase ran on the pool, per agent step (or per floor
 // sample).
 type SQLProfile struct {
-	// StatementsPerStep counts round trips: statements, BEGIN/COMMIT
-	// included, and prepares.
+	// StatementsPerStep counts statements, BEGIN/COMMIT included, and
+	// prepares.
 	StatementsPerStep float64 `json:"statementsPerStep"`
+	// RoundTripsPerStep counts round trips to Postgres: a statement, a
+	// prepare, or a batch of statements sent together (pipelined).
+	RoundTripsPerStep float64 `json:"roundTripsPerStep"`
 	// StatementMSPerStep is the client-side time inside statements.
 	StatementMSPerStep float64 `json:"statementMsPerStep"`
 	// AcquireWaitMSPerStep is the time spent waiting for a pool
@@ -193,6 +233,7 @@ func profile(before, after sqlSnapshot, n, top int) SQLProfile {
 	}
 	out := SQLProfile{
 		StatementsPerStep:    round3(float64(count) / float64(n)),
+		RoundTripsPerStep:    round3(float64(after.trips-before.trips) / float64(n)),
 		StatementMSPerStep:   round3(float64(total) / float64(time.Millisecond) / float64(n)),
 		AcquireWaitMSPerStep: round3(float64(after.waited-before.waited) / float64(time.Millisecond) / float64(n)),
 	}
