@@ -48,8 +48,16 @@ func (e *Engine) Run(ctx context.Context, sessionID, runID string) (*Handle, err
 // Suspended saying what it waits for), and returns its outcome, or returns
 // ctx's error. Await waits through suspensions. It reads the durable run
 // record, so it works from any process and after restarts.
+//
+// It waits for the run's status changes, which Postgres announces
+// (NOTIFY on RunStatusChannel), and reads the run record again on each, and
+// at least every ResultPollInterval should a notification be lost.
 func (h *Handle) Result(ctx context.Context) (helix.AgentResult, error) {
-	wait := 2 * time.Millisecond
+	wake, stop, err := h.e.store.Watch(RunStatusChannel, h.RunID)
+	if err != nil {
+		return helix.AgentResult{}, err
+	}
+	defer stop()
 	for {
 		run, err := h.e.store.GetRun(ctx, h.RunID)
 		if err != nil {
@@ -58,33 +66,51 @@ func (h *Handle) Result(ctx context.Context) (helix.AgentResult, error) {
 		if run.Status.Final() || run.Status.Suspended() {
 			return h.result(ctx, run)
 		}
+		timer := time.NewTimer(ResultPollInterval)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return helix.AgentResult{}, ctx.Err()
-		case <-time.After(wait):
+		case <-wake:
+		case <-timer.C:
 		}
-		wait = min(wait*3/2, 100*time.Millisecond)
+		timer.Stop()
 	}
 }
+
+// RunStatusChannel is the Postgres NOTIFY channel on which a run's status
+// changes are announced (migration 00011; the payload is the run ID).
+const RunStatusChannel = "helix_run_status"
+
+// ResultPollInterval bounds how long Handle.Result goes without reading
+// the run record when no status change is announced.
+const ResultPollInterval = time.Second
 
 // Await waits until the run ends — completed, failed or interrupted —
 // through any suspensions on human input, and returns its outcome (Result
 // returns at once when the run suspends). It reads the durable run record,
-// like Result, so it works from any process; it polls a suspended run every
-// 10 ms growing to 250 ms.
+// like Result, so it works from any process; while the run is suspended it
+// waits for the run's next status change (or ResultPollInterval).
 func (h *Handle) Await(ctx context.Context) (helix.AgentResult, error) {
-	wait := 10 * time.Millisecond
+	wake, stop, err := h.e.store.Watch(RunStatusChannel, h.RunID)
+	if err != nil {
+		return helix.AgentResult{}, err
+	}
+	defer stop()
 	for {
 		res, err := h.Result(ctx)
 		if err != nil || !res.Status.Suspended() {
 			return res, err
 		}
+		timer := time.NewTimer(ResultPollInterval)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return res, ctx.Err()
-		case <-time.After(wait):
+		case <-wake:
+		case <-timer.C:
 		}
-		wait = min(wait*3/2, 250*time.Millisecond)
+		timer.Stop()
 	}
 }
 
