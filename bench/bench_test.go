@@ -21,11 +21,12 @@ func TestRunSmall(t *testing.T) {
 	url := pgtest.NewURL(t)
 	var lines []string
 	cfg := Config{DatabaseURL: url, Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5, WarmupSteps: 3, HITLSamples: 4,
-		Progress: func(s string) { lines = append(lines, s) }}
+		StreamSessions: 4, StreamDeltas: 10, Progress: func(s string) { lines = append(lines, s) }}
 	r, err := Run(t.Context(), cfg)
 	require.NoError(t, err)
 
-	require.Equal(t, ReportConfig{Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5, HITLSamples: 4}, r.Config)
+	require.Equal(t, ReportConfig{Steps: 12, Sessions: 3, StepsPerSession: 4, FloorSteps: 5, HITLSamples: 4,
+		StreamSessions: 4, StreamDeltas: 10}, r.Config)
 	require.Equal(t, 11, r.Sequential.Overhead.Count, "one sample between each pair of steps")
 	require.Equal(t, 12, r.Concurrent.Steps)
 	require.Equal(t, 3*3, r.Concurrent.Overhead.Count)
@@ -36,7 +37,7 @@ func TestRunSmall(t *testing.T) {
 	for name, d := range map[string]Distribution{
 		"sequential": r.Sequential.Overhead, "concurrent": r.Concurrent.Overhead, "commit": r.Floors.Commit.Distribution, "round trip": r.Floors.RoundTrip.Distribution,
 		"dbos step": r.Floors.DBOSStep.Distribution, "skeleton": r.Floors.DBOSAgentStep.Distribution,
-		"hitl": r.HITL.SubmitToNextStep, "hitl submit": r.HITL.Submit,
+		"hitl": r.HITL.SubmitToNextStep, "hitl submit": r.HITL.Submit, "streaming": r.Streaming.ChunkToReader,
 	} {
 		require.Positive(t, d.P50MS, name)
 		require.LessOrEqual(t, d.P50MS, d.P95MS, name)
@@ -56,13 +57,36 @@ func TestRunSmall(t *testing.T) {
 	// the submission's statements and the woken run's are in it.
 	require.Greater(t, r.HITL.SubmitToNextStep.P50MS, r.HITL.Submit.P50MS)
 	require.Greater(t, r.HITL.SQL.StatementsPerStep, r.Sequential.SQL.StatementsPerStep)
-	require.Len(t, r.Targets, 5)
+	// The sequential session wrote rows, WAL and transactions, and kept
+	// its messages.
+	st := r.Sequential.Storage
+	require.Positive(t, st.BytesPerStep)
+	require.Positive(t, st.WALBytesPerStep)
+	require.Positive(t, st.WriteXactsPerStep)
+	require.Positive(t, st.MessageBytesPerStep)
+	// Every delta of every stream was read once; the batches wrote them
+	// all, several to an insert at most.
+	sm := r.Streaming
+	require.Equal(t, 4, sm.Streams)
+	require.Equal(t, 10, sm.DeltasPerStream)
+	require.Equal(t, 4*10, sm.Deltas)
+	require.Equal(t, 4*10, sm.ChunkToReader.Count)
+	require.Positive(t, sm.Inserts)
+	require.Positive(t, sm.InsertsPerDelta)
+	require.LessOrEqual(t, sm.InsertsPerDelta, 1.0)
+	require.Positive(t, sm.SQL.StatementsPerStep)
+	require.Len(t, r.Targets, 7)
 	require.Equal(t, "human in the loop: submission → next model call, p50", r.Targets[4].Name)
 	require.Equal(t, r.HITL.SubmitToNextStep.P50MS, r.Targets[4].Measured)
+	require.Equal(t, "token streaming: chunk to reader p99, 4 streams", r.Targets[5].Name)
+	require.Equal(t, sm.ChunkToReader.P99MS, r.Targets[5].Measured)
+	require.Equal(t, "token streaming: inserts per delta", r.Targets[6].Name)
+	require.Equal(t, sm.InsertsPerDelta, r.Targets[6].Measured)
 	require.NotEmpty(t, r.Machine.Postgres)
 	require.Positive(t, r.Machine.PoolMaxConns)
 	require.Contains(t, lines, "sequential: one session of 12 steps")
 	require.Contains(t, lines, "human in the loop: 4 sessions suspended on a client tool, answered one at a time")
+	require.Contains(t, lines, "token streaming: 4 streams of 10 deltas, one every 20ms")
 
 	// The sessions are in the database, completed with every step; the
 	// probe table is gone.
@@ -78,6 +102,11 @@ func TestRunSmall(t *testing.T) {
 		WHERE agent_type = $1 AND status = 'completed'`, HITLAgentName).Scan(&sessions, &steps))
 	require.Equal(t, warmupHITLSessions+4, sessions, "warm-up and measured human-in-the-loop sessions")
 	require.Equal(t, (warmupHITLSessions+4)*2, steps)
+	var deltas int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(DISTINCT s.session_id), count(c.seq) FROM helix.sessions s
+		LEFT JOIN helix.stream_chunks c ON c.stream_id = s.session_id WHERE s.agent_type = $1`, StreamAgentType).Scan(&sessions, &deltas))
+	require.Equal(t, 4, sessions, "one session per stream")
+	require.Equal(t, 4*10, deltas, "every delta stored once")
 	var probe *string
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT to_regclass($1)::text`, ProbeTable).Scan(&probe))
 	require.Nil(t, probe)
@@ -87,13 +116,16 @@ func TestRunSmall(t *testing.T) {
 	var back Report
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, r.Sequential.Overhead, back.Sequential.Overhead)
+	require.Equal(t, r.Sequential.Storage, back.Sequential.Storage)
+	require.Equal(t, r.Streaming.ChunkToReader, back.Streaming.ChunkToReader)
 	require.Equal(t, r.Targets, back.Targets)
 
 	var text bytes.Buffer
 	require.NoError(t, r.WriteText(&text))
 	for _, want := range []string{"floor: round trip", "floor: single-row commit", "floor: DBOS agent-step skeleton", "engine: sequential, 12 steps",
 		"engine: 3 sessions × 4 steps", "aggregate steps/s, 3 concurrent sessions", "statements per agent step",
-		"submission → next model call", "SubmitToolResult", "statements per answer"} {
+		"submission → next model call", "SubmitToolResult", "statements per answer", "sequential storage per step",
+		"chunk → reader, 4 streams × 10 deltas", "inserts per delta"} {
 		require.Contains(t, text.String(), want)
 	}
 }

@@ -24,6 +24,12 @@ const (
 	// DefaultHITLSamples is the number of human-in-the-loop sessions, one
 	// sample each.
 	DefaultHITLSamples = 200
+	// DefaultStreamSessions is the number of concurrent token streams: the
+	// number the streaming target is set for.
+	DefaultStreamSessions = TargetStreams
+	// DefaultStreamDeltas is the number of token deltas each stream
+	// writes, one every 20 ms (2 s of streaming).
+	DefaultStreamDeltas = 100
 )
 
 // Config configures Run. Only DatabaseURL is required.
@@ -53,6 +59,14 @@ type Config struct {
 	// SubmitToolResult (one latency sample each); default
 	// DefaultHITLSamples, negative for none.
 	HITLSamples int
+	// StreamSessions is the number of token streams the streaming phase
+	// runs together, each in a session of agent type StreamAgentType
+	// (default DefaultStreamSessions, at least 1).
+	StreamSessions int
+	// StreamDeltas is the number of text deltas each stream writes, one
+	// every 20 ms, and its reader times (one latency sample each); default
+	// DefaultStreamDeltas, negative for no streaming phase.
+	StreamDeltas int
 	// MaxConns overrides the pool size; 0 keeps pgx's default (or the URL's
 	// pool_max_conns), which is what an engine built from a URL gets.
 	MaxConns int
@@ -72,6 +86,8 @@ func (c *Config) withDefaults() error {
 	c.FloorSteps = cmp.Or(c.FloorSteps, DefaultFloorSteps)
 	c.WarmupSteps = cmp.Or(c.WarmupSteps, DefaultWarmupSteps)
 	c.HITLSamples = cmp.Or(c.HITLSamples, DefaultHITLSamples)
+	c.StreamSessions = cmp.Or(c.StreamSessions, DefaultStreamSessions)
+	c.StreamDeltas = cmp.Or(c.StreamDeltas, DefaultStreamDeltas)
 	if c.Progress == nil {
 		c.Progress = func(string) {}
 	} else {
@@ -97,6 +113,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("bench: StepsPerSession must be >= 2, got %d", c.StepsPerSession)
 	case c.FloorSteps < 2:
 		return fmt.Errorf("bench: FloorSteps must be >= 2, got %d", c.FloorSteps)
+	case c.StreamSessions < 1:
+		return fmt.Errorf("bench: StreamSessions must be >= 1, got %d", c.StreamSessions)
 	case c.MaxConns < 0:
 		return fmt.Errorf("bench: MaxConns must be >= 0 (0 for the pool's default), got %d", c.MaxConns)
 	}

@@ -36,12 +36,26 @@
 //   - sequential: one session of [Config.Steps] steps: the overhead
 //     distribution, and the overhead early in the session (steps 10–59)
 //     against the end of it (the last 50 steps), to show growth with
-//     history;
+//     history; and what it wrote per step (see Storage below);
 //   - concurrent: [Config.Sessions] sessions of [Config.StepsPerSession]
 //     steps started together; steps per second is all their steps over the
 //     wall time from the first Execute to the last Result;
 //   - human in the loop: [Config.HITLSamples] sessions of a second agent,
-//     one after the other (see below).
+//     one after the other (see below);
+//   - token streaming: [Config.StreamSessions] streams written and read at
+//     once (see below).
+//
+// # Storage
+//
+// Around the sequential session (outside its SQL profile) a statement reads
+// the size of every table of schemas helix and dbos, the WAL insert
+// position and a new transaction ID; after it, the same, and the stored
+// size of the session's messages. Per step, [Storage] is the tables'
+// growth, the WAL written, the transactions that wrote (the second mark's
+// own ID subtracted) and the message bytes, the content the database must
+// keep. Everything written in that window counts: the engine's background
+// work (a lease renewal, sweeps) and, for WAL and transaction IDs, which
+// are the server's, other databases' writes.
 //
 // # Human in the loop
 //
@@ -61,6 +75,18 @@
 // SubmitToolResult's own duration is reported beside it. Each session is
 // checked to have completed with both steps and the submitted result in
 // front of the model at step 2.
+//
+// # Token streaming
+//
+// The streaming phase creates one session per stream (agent type
+// [StreamAgentType]; a session's stream ID is its session ID), attaches a
+// reader to each, then starts one writer per stream that writes a text
+// delta every 20 ms (50 a second, a fast model), the writers phase-shifted
+// over the 20 ms. Each delta carries the wall-clock time of its Write; the
+// reader's sample is the time from it to Next returning the delta: the
+// wait for its batch, the batch INSERT shared with other streams' deltas,
+// the NOTIFY and the fetch. The store's batch counters give the INSERTs
+// per delta.
 //
 // Every statement on the pool is traced (count and client-side time, by
 // statement text), as is the time spent waiting for a pool connection, so a

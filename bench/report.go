@@ -18,6 +18,15 @@ const (
 	// TargetHITLP50MS bounds the median time from a tool result's
 	// submission to the next model call of the run it wakes.
 	TargetHITLP50MS = 20.0
+	// TargetStreamP99MS bounds the 99th percentile of the time from a
+	// token delta's write to its reader, with TargetStreams streams.
+	TargetStreamP99MS = 50.0
+	// TargetStreams is the number of concurrent token streams
+	// TargetStreamP99MS is set for.
+	TargetStreams = 32
+	// TargetStreamInsertsPerDelta bounds the batch INSERTs per token
+	// delta: at most one for ten deltas.
+	TargetStreamInsertsPerDelta = 0.1
 )
 
 // textStatements is how many statements WriteText lists.
@@ -31,6 +40,7 @@ type Report struct {
 	Sequential Sequential   `json:"sequential"`
 	Concurrent Concurrent   `json:"concurrent"`
 	HITL       HITL         `json:"hitl"`
+	Streaming  Streaming    `json:"streaming"`
 	Targets    []Target     `json:"targets"`
 	// DurationS is how long Run took.
 	DurationS float64 `json:"durationS"`
@@ -43,6 +53,10 @@ type ReportConfig struct {
 	StepsPerSession int `json:"stepsPerSession"`
 	FloorSteps      int `json:"floorSteps"`
 	HITLSamples     int `json:"hitlSamples"`
+	// StreamSessions and StreamDeltas are 0 when the token-streaming phase
+	// did not run.
+	StreamSessions int `json:"streamSessions"`
+	StreamDeltas   int `json:"streamDeltas"`
 }
 
 // Floors are the costs the engine builds on, measured on the same pool.
@@ -86,12 +100,39 @@ type Sequential struct {
 	EarlySQL SQLProfile `json:"earlySql"`
 	LateSQL  SQLProfile `json:"lateSql"`
 	CPU      CPUProfile `json:"cpu"`
+	// Storage is what the session wrote to the database, per step.
+	Storage Storage `json:"storage"`
 	// Growth lists the statements whose time per step grew the most from
 	// the early window to the late one.
 	Growth []StatementGrowth `json:"growth,omitempty"`
 	// SamplesMS is every overhead sample in step order (sample i between
 	// steps i+1 and i+2), with Config.KeepSamples.
 	SamplesMS []float64 `json:"samplesMs,omitempty"`
+}
+
+// Storage is what the sequential session wrote to the database, per agent
+// step, from just before its Execute to just after its Result. It is
+// everything written in that time: background work of the engine during
+// the session (a lease renewal, sweeps) is included, and so is, for the WAL
+// and the transactions, which the server counts for all its databases, any
+// other writer on the server.
+type Storage struct {
+	// BytesPerStep is the growth of every table of schemas helix and dbos
+	// (pg_total_relation_size: heap, TOAST, indexes, free space and
+	// visibility maps). Tables grow by whole 8 KiB pages, so over a short
+	// session it is coarse.
+	BytesPerStep float64 `json:"bytesPerStep"`
+	// WALBytesPerStep is the write-ahead log written (the difference of
+	// pg_current_wal_insert_lsn): what a replica or an archive receives.
+	WALBytesPerStep float64 `json:"walBytesPerStep"`
+	// WriteXactsPerStep counts the transactions that wrote (were given a
+	// transaction ID): each is a commit to flush, and an ID toward
+	// wraparound.
+	WriteXactsPerStep float64 `json:"writeXactsPerStep"`
+	// MessageBytesPerStep is the stored size of the session's messages in
+	// helix.messages (pg_column_size): the content the database must keep,
+	// beside which BytesPerStep is the price of keeping it.
+	MessageBytesPerStep float64 `json:"messageBytesPerStep"`
 }
 
 // StatementGrowth is one statement's time per step early and late in the
@@ -146,6 +187,34 @@ type HITL struct {
 	SamplesMS []float64 `json:"samplesMs,omitempty"`
 }
 
+// Streaming is the latency of token streaming with many streams at once:
+// Streams sessions, each with a reader attached before the first write and
+// a writer that writes a text delta every IntervalMS, the writers
+// phase-shifted so they do not tick together. The store batches the deltas
+// of every stream into shared INSERTs and wakes the readers with NOTIFY.
+type Streaming struct {
+	Streams         int `json:"streams"`
+	DeltasPerStream int `json:"deltasPerStream"`
+	// Deltas is every stream's deltas together, one latency sample each.
+	Deltas     int     `json:"deltas"`
+	IntervalMS float64 `json:"intervalMs"`
+	// WallS runs from the writers' start to the last delta read.
+	WallS float64 `json:"wallS"`
+	// ChunkToReader runs from a delta's Write (the wall-clock time the
+	// delta carries) to its reader's Next returning it: the wait for its
+	// batch, the batch INSERT, the NOTIFY and the reader's fetch.
+	ChunkToReader Distribution `json:"chunkToReader"`
+	// Inserts counts the batch INSERTs the store committed during the
+	// phase; InsertsPerDelta divides them by the deltas they wrote.
+	Inserts         int64   `json:"inserts"`
+	InsertsPerDelta float64 `json:"insertsPerDelta"`
+	// SQL is what ran on the pool, per delta: the batch INSERTs and the
+	// readers' fetches.
+	SQL SQLProfile `json:"sql"`
+	// CPU is per delta, over the phase.
+	CPU CPUProfile `json:"cpu"`
+}
+
 // Target is one engine target and how the report fares against it.
 type Target struct {
 	Name string `json:"name"`
@@ -173,6 +242,11 @@ func (r *Report) evaluate() {
 	}
 	if hl := r.HITL; hl.SubmitToNextStep.Count > 0 {
 		r.Targets = append(r.Targets, atMost("human in the loop: submission → next model call, p50", TargetHITLP50MS, hl.SubmitToNextStep.P50MS, "ms"))
+	}
+	if st := r.Streaming; st.ChunkToReader.Count > 0 {
+		r.Targets = append(r.Targets,
+			atMost(fmt.Sprintf("token streaming: chunk to reader p99, %d streams", st.Streams), TargetStreamP99MS, st.ChunkToReader.P99MS, "ms"),
+			atMost("token streaming: inserts per delta", TargetStreamInsertsPerDelta, st.InsertsPerDelta, "inserts/delta"))
 	}
 }
 
@@ -208,6 +282,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\nsequential p50 = %.1f× the DBOS agent-step skeleton, %.1f× a single-row commit; growth %.3f ms per 1000 steps\n",
 		ratio(s.Overhead.P50MS, f.DBOSAgentStep.P50MS), ratio(s.Overhead.P50MS, f.Commit.P50MS), s.GrowthMSPer1000Steps)
+	st := s.Storage
+	fmt.Fprintf(&b, "sequential storage per step: %.0f B in the helix and dbos tables, %.0f B of WAL, %.2f write transactions; messages %.0f B\n",
+		st.BytesPerStep, st.WALBytesPerStep, st.WriteXactsPerStep, st.MessageBytesPerStep)
 	fmt.Fprintf(&b, "concurrent: %d steps in %.2f s = %.0f steps/s (pool wait %.3f ms per step)\n\n",
 		c.Steps, c.WallS, c.StepsPerSecond, c.SQL.AcquireWaitMSPerStep)
 	if hl := r.HITL; hl.SubmitToNextStep.Count > 0 {
@@ -226,6 +303,20 @@ func (r *Report) WriteText(w io.Writer) error {
 			hl.SQL.StatementsPerStep, hl.SQL.RoundTripsPerStep, hl.SQL.StatementMSPerStep)
 		fmt.Fprintf(&b, "                   per session (whole phase): client CPU %s, Postgres CPU %s, other CPU %s, host CPU %s\n\n",
 			clientCPU(hl.CPU), postgresCPU(hl.CPU), otherCPU(hl.CPU), hostCPU(hl.CPU))
+	}
+	if sm := r.Streaming; sm.ChunkToReader.Count > 0 {
+		tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "token streaming (ms)\tsamples\tp50\tp95\tp99\tmean\tmax\t")
+		d := sm.ChunkToReader
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t\n", fmt.Sprintf("chunk → reader, %d streams × %d deltas, one per %g ms", sm.Streams, sm.DeltasPerStream, sm.IntervalMS),
+			d.Count, d.P50MS, d.P95MS, d.P99MS, d.MeanMS, d.MaxMS)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "token streaming: %d deltas in %.2f s, %d batch inserts = %.3f inserts per delta; per delta %.2f statements in %.2f round trips (%.3f ms in SQL, pool wait %.3f ms)\n",
+			sm.Deltas, sm.WallS, sm.Inserts, sm.InsertsPerDelta, sm.SQL.StatementsPerStep, sm.SQL.RoundTripsPerStep, sm.SQL.StatementMSPerStep, sm.SQL.AcquireWaitMSPerStep)
+		fmt.Fprintf(&b, "                 per delta: client CPU %s, Postgres CPU %s, other CPU %s, host CPU %s\n\n",
+			clientCPU(sm.CPU), postgresCPU(sm.CPU), otherCPU(sm.CPU), hostCPU(sm.CPU))
 	}
 
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)

@@ -34,8 +34,8 @@ const topStatements = 100
 
 // Run measures the engine on cfg.DatabaseURL and returns the report. With
 // the defaults it takes about 20 s on a quiet 2-vCPU machine (twice that
-// on a busy one), most of it the 1000-step session, the concurrent phase
-// and the human-in-the-loop sessions.
+// on a busy one), most of it the 1000-step session, the concurrent phase,
+// the human-in-the-loop sessions and 2 s of token streaming.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
@@ -49,6 +49,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	r := &Report{Config: ReportConfig{Steps: cfg.Steps, Sessions: cfg.Sessions, StepsPerSession: cfg.StepsPerSession, FloorSteps: cfg.FloorSteps,
 		HITLSamples: max(cfg.HITLSamples, 0)}}
+	if cfg.StreamDeltas > 0 {
+		r.Config.StreamSessions, r.Config.StreamDeltas = cfg.StreamSessions, cfg.StreamDeltas
+	}
 	if r.Machine, err = describeMachine(ctx, h.pool); err != nil {
 		return nil, fmt.Errorf("bench: describe the database: %w", err)
 	}
@@ -92,6 +95,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Progress(fmt.Sprintf("human in the loop: %d sessions suspended on a client tool, answered one at a time", cfg.HITLSamples))
 		if r.HITL, err = h.hitl(ctx, cfg.HITLSamples); err != nil {
 			return nil, fmt.Errorf("bench: human in the loop: %w", err)
+		}
+	}
+	if cfg.StreamDeltas > 0 {
+		cfg.Progress(fmt.Sprintf("token streaming: %d streams of %d deltas, one every %s", cfg.StreamSessions, cfg.StreamDeltas, streamInterval))
+		if r.Streaming, err = h.streaming(ctx, cfg.StreamSessions, cfg.StreamDeltas); err != nil {
+			return nil, fmt.Errorf("bench: token streaming: %w", err)
 		}
 	}
 	r.evaluate()
@@ -273,6 +282,12 @@ func (h *harness) sequential(ctx context.Context, steps int) (Sequential, error)
 	// a window of w samples from step a spans the snapshots at a and a+w.
 	start, w := windowBounds(steps - 1)
 	e1, e2, l1, l2 := start+1, start+1+w, steps-w, steps
+	// The storage marks are outside the SQL snapshots: their statements
+	// are not the session's.
+	st0, err := h.markStorage(ctx)
+	if err != nil {
+		return Sequential{}, err
+	}
 	cpu0, sql0 := sampleCPU(ctx, h.pool), h.tracer.snapshot()
 	r, err := h.start(ctx, steps, e1, e2, l1, l2)
 	if err != nil {
@@ -282,7 +297,15 @@ func (h *harness) sequential(ctx context.Context, steps int) (Sequential, error)
 		return Sequential{}, err
 	}
 	sql1, cpu1 := h.tracer.snapshot(), sampleCPU(ctx, h.pool)
+	st1, err := h.markStorage(ctx)
+	if err != nil {
+		return Sequential{}, err
+	}
 	ov, err := h.verify(ctx, r)
+	if err != nil {
+		return Sequential{}, err
+	}
+	msgs, err := h.messageBytes(ctx, r.handle.SessionID)
 	if err != nil {
 		return Sequential{}, err
 	}
@@ -300,6 +323,7 @@ func (h *harness) sequential(ctx context.Context, steps int) (Sequential, error)
 		LateSQL:              profile(*r.trace.snaps[l1], *r.trace.snaps[l2], w, topStatements),
 		Growth:               growth(*r.trace.snaps[e1], *r.trace.snaps[e2], *r.trace.snaps[l1], *r.trace.snaps[l2], w, 5),
 		CPU:                  cpuProfile(cpu0, cpu1, steps),
+		Storage:              storage(st0, st1, msgs, steps),
 	}
 	if h.cfg.KeepSamples {
 		s.SamplesMS = make([]float64, len(ov))

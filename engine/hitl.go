@@ -64,16 +64,22 @@ func (e *Engine) control() control {
 func (c control) submit(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	res := helix.SubmitResult{ToolCallID: sub.ToolCallID}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		rec, err := c.store.WithQuerier(postgres.PgxQuerier(tx)).RecordSubmission(ctx, rootSessionID, sub)
+		// The submission's writes go out together with the next read (the
+		// DBOS-cancel check), in one round trip.
+		pq := postgres.NewPipelined(tx)
+		rec, err := c.store.WithQuerier(pq).RecordSubmission(ctx, rootSessionID, sub)
 		if err != nil {
 			return err
 		}
 		res.OwnerSessionID, res.RunID, res.Remaining = rec.Call.OwnerSessionID, rec.Call.RunID, rec.Unresolved
 		res.ToolName, res.Kind = rec.Call.ToolName, rec.Call.Kind
 		if res.AlreadyCompleted = rec.AlreadyCompleted; res.AlreadyCompleted {
-			return nil
+			return pq.Flush(ctx) // nothing held today; never commit without it
 		}
-		if err := notCancelled(ctx, tx, rec.Call.OwnerSessionID, sub.ToolCallID, rec.Call.WorkflowID); err != nil {
+		if err := notCancelled(ctx, pq, rec.Call.OwnerSessionID, sub.ToolCallID, rec.Call.WorkflowID); err != nil {
+			return err
+		}
+		if err := pq.Flush(ctx); err != nil {
 			return err
 		}
 		return recv.Send(c.dbos, tx, rec.Call.WorkflowID, sub.ToolCallID,
@@ -202,7 +208,7 @@ func (h *Handle) suspension(ctx context.Context, status helix.RunStatus) (*helix
 // notCancelled refuses a submission to a run whose workflow was cancelled
 // with DBOS's tools and not yet aborted by the engine's sweep: nothing would
 // ever take it.
-func notCancelled(ctx context.Context, tx pgx.Tx, sessionID, toolCallID, workflowID string) error {
+func notCancelled(ctx context.Context, tx postgres.Querier, sessionID, toolCallID, workflowID string) error {
 	var status string
 	err := tx.QueryRow(ctx, `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&status)
 	switch {

@@ -279,8 +279,30 @@ type rowsAdapter struct{ dbos.Rows }
 
 func (r rowsAdapter) Close() { _ = r.Rows.Close() }
 
+// deferringTx is txQuerier on a transaction that can hold writes for its
+// next statement (the step journal's): a postgres.Deferrer.
+type deferringTx struct {
+	txQuerier
+	d interface {
+		Defer(ctx context.Context, sql string, args ...any)
+	}
+}
+
+func (q deferringTx) Defer(ctx context.Context, sql string, args ...any) {
+	q.d.Defer(ctx, sql, args...)
+}
+
+var _ postgres.Deferrer = deferringTx{}
+
 // InTx returns a view of the store running on a DBOS transaction.
-func (e *Env) InTx(tx dbos.Tx) *postgres.Store { return e.Store.WithQuerier(txQuerier{tx}) }
+func (e *Env) InTx(tx dbos.Tx) *postgres.Store {
+	if d, ok := tx.(interface {
+		Defer(ctx context.Context, sql string, args ...any)
+	}); ok {
+		return e.Store.WithQuerier(deferringTx{txQuerier{tx}, d})
+	}
+	return e.Store.WithQuerier(txQuerier{tx})
+}
 
 // skillsFragment is the agent's skills catalog (and preloaded skill bodies)
 // for the system prompt: deterministic data of the definition.

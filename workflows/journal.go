@@ -635,7 +635,36 @@ type jtx struct {
 	conn   *pgxpool.Conn
 	begun  bool
 	closed bool
+	// held are writes whose results nobody reads, sent with the next
+	// statement (postgres.Deferrer).
+	held *pgx.Batch
 }
+
+// Defer holds a write for the next statement (postgres.Deferrer).
+func (t *jtx) Defer(_ context.Context, sql string, args ...any) {
+	if t.held == nil {
+		t.held = &pgx.Batch{}
+	}
+	t.held.Queue(sql, args...)
+}
+
+// batch returns a batch that starts the transaction if needed and holds
+// the held writes; more statements are queued on it by the caller.
+func (t *jtx) batch() *pgx.Batch {
+	b := &pgx.Batch{}
+	if !t.begun {
+		b.Queue("BEGIN")
+		t.begun = true
+	}
+	if t.held != nil {
+		b.QueuedQueries = append(b.QueuedQueries, t.held.QueuedQueries...)
+		t.held = nil
+	}
+	return b
+}
+
+// pipelined reports whether the next statement must go out in a batch.
+func (t *jtx) pipelined() bool { return !t.begun || t.held != nil }
 
 func (j *journal) begin(ctx context.Context) (*jtx, error) {
 	conn, err := j.pool.Acquire(ctx)
@@ -646,21 +675,18 @@ func (j *journal) begin(ctx context.Context) (*jtx, error) {
 }
 
 func (t *jtx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.begun {
+	if !t.pipelined() {
 		return t.conn.Exec(ctx, sql, args...)
 	}
-	t.begun = true
 	var tag pgconn.CommandTag
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	b := t.batch()
 	b.Queue(sql, args...).Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	return tag, t.conn.SendBatch(ctx, b).Close()
 }
 
 func (t *jtx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if !t.begun {
-		t.begun = true
-		if _, err := t.conn.Exec(ctx, "BEGIN"); err != nil {
+	if t.pipelined() {
+		if err := t.conn.SendBatch(ctx, t.batch()).Close(); err != nil {
 			return nil, err
 		}
 	}
@@ -668,36 +694,31 @@ func (t *jtx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, err
 }
 
 func (t *jtx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.begun {
+	if !t.pipelined() {
 		return t.conn.QueryRow(ctx, sql, args...)
 	}
-	t.begun = true
-	return firstRow{t: t, ctx: ctx, sql: sql, args: args}
+	return batchRow{t: t, ctx: ctx, b: t.batch(), sql: sql, args: args}
 }
 
-// firstRow is a transaction's first statement, a query for one row: it
-// goes out with BEGIN when scanned.
-type firstRow struct {
+// batchRow is a query for one row that goes out, when scanned, with the
+// transaction's BEGIN and held writes, in one round trip.
+type batchRow struct {
 	t    *jtx
 	ctx  context.Context
+	b    *pgx.Batch
 	sql  string
 	args []any
 }
 
-func (r firstRow) Scan(dest ...any) error {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
-	return r.t.conn.SendBatch(r.ctx, b).Close()
+func (r batchRow) Scan(dest ...any) error {
+	r.b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return r.t.conn.SendBatch(r.ctx, r.b).Close()
 }
 
-// commitWith runs a last statement and commits, in one round trip.
+// commitWith runs a last statement (after the held writes) and commits,
+// in one round trip.
 func (t *jtx) commitWith(ctx context.Context, sql string, args ...any) error {
-	b := &pgx.Batch{}
-	if !t.begun {
-		b.Queue("BEGIN")
-	}
-	t.begun = true
+	b := t.batch()
 	b.Queue(sql, args...)
 	b.Queue("COMMIT")
 	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
@@ -743,6 +764,10 @@ func (t pgxTx) Query(ctx context.Context, sql string, args ...any) (dbos.Rows, e
 func (t pgxTx) QueryRow(ctx context.Context, sql string, args ...any) dbos.Row {
 	return t.tx.QueryRow(ctx, sql, args...)
 }
+
+// Defer holds a write for the transaction's next statement
+// (postgres.Deferrer, through the steps' transaction adapter).
+func (t pgxTx) Defer(ctx context.Context, sql string, args ...any) { t.tx.Defer(ctx, sql, args...) }
 
 // Commit and Rollback are the journal's: a step body never ends its
 // transaction.

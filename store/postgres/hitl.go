@@ -18,18 +18,17 @@ var _ store.SuspensionStore = (*Store)(nil)
 // when it is another one, and returns both (the same value for a root
 // session).
 func lockTree(ctx context.Context, q Querier, s *Store, sessionID string) (sess, root *store.SessionState, err error) {
-	var rootID string
-	err = q.QueryRow(ctx, `SELECT root_session_id FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&rootID)
+	// The root, found and locked in one statement (a root session is its
+	// own root: the common case costs one round trip).
+	root, err = scanSession(q.QueryRow(ctx, `SELECT `+sessionColumns+` FROM helix.sessions
+		WHERE session_id = (SELECT root_session_id FROM helix.sessions WHERE session_id = $1) FOR UPDATE`, sessionID))
 	if isNoRows(err) {
 		return nil, nil, notFound("session", sessionID)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if root, err = s.loadState(ctx, q, rootID, true); err != nil {
-		return nil, nil, err
-	}
-	if rootID == sessionID {
+	if root.SessionID == sessionID {
 		return root, root, nil
 	}
 	sess, err = s.loadState(ctx, q, sessionID, true)
@@ -42,9 +41,8 @@ func setPending(ctx context.Context, q Querier, sessionID string, pending map[st
 	if err != nil {
 		return err
 	}
-	_, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = $2, version = version + 1, updated_at = now()
+	return execLater(ctx, q, `UPDATE helix.sessions SET pending_client_tool_calls = $2, version = version + 1, updated_at = now()
 		WHERE session_id = $1`, sessionID, b)
-	return err
 }
 
 // setRootMaps writes a root session's ownership and completed maps.
@@ -57,9 +55,8 @@ func setRootMaps(ctx context.Context, q Querier, root *store.SessionState) error
 	if err != nil {
 		return err
 	}
-	_, err = q.Exec(ctx, `UPDATE helix.sessions SET client_tool_call_ownership = $2, completed_client_tool_calls = $3,
+	return execLater(ctx, q, `UPDATE helix.sessions SET client_tool_call_ownership = $2, completed_client_tool_calls = $3,
 		version = version + 1, updated_at = now() WHERE session_id = $1`, root.SessionID, own, done)
-	return err
 }
 
 // unresolved lists the calls of run still waiting, by step and position.
@@ -184,7 +181,7 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if err != nil {
 			return err
 		}
-		if _, err := q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = $2, suspended_step = $3,
+		if err := execLater(ctx, q, `UPDATE helix.sessions SET pending_client_tool_calls = $2, suspended_step = $3,
 			suspended_step_id = $4, version = version + 1, updated_at = now() WHERE session_id = $1`,
 			sess.SessionID, b, rawOrNil(p.Record), nullIfEmpty(p.StepID)); err != nil {
 			return err
@@ -264,7 +261,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 		}
 		res.Unresolved = unresolved(sess.PendingClientToolCalls, p.RunID)
 		if newly && len(res.Unresolved) == 0 {
-			if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
+			if err := execLater(ctx, q, `UPDATE helix.runs SET status = 'running', updated_at = now()
 				WHERE run_id = $1 AND status = 'suspended_client_tool'`, p.RunID); err != nil {
 				return err
 			}
@@ -397,7 +394,7 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		}
 		res.Unresolved = unresolved(owner.PendingClientToolCalls, call.RunID)
 		if len(res.Unresolved) == 0 {
-			if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = 'running', updated_at = now()
+			if err := execLater(ctx, q, `UPDATE helix.runs SET status = 'running', updated_at = now()
 				WHERE run_id = $1 AND status = 'suspended_client_tool'`, call.RunID); err != nil {
 				return err
 			}

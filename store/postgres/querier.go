@@ -66,3 +66,122 @@ func (a pgxAdapter) QueryRow(ctx context.Context, sql string, args ...any) Row {
 
 var _ pgxQuerier = (*pgxpool.Pool)(nil)
 var _ pgxQuerier = (pgx.Tx)(nil)
+
+// Deferrer is a [Querier] that can hold statements whose results nobody
+// reads (writes whose row counts do not matter) and send them with its next
+// statement, in the same round trip. The error of a held statement is
+// reported by that next statement (or by the transaction's commit). The
+// store defers such writes when its querier is a Deferrer (a pipelined
+// transaction: [Pipelined], or the step journal's transactions).
+type Deferrer interface {
+	Querier
+	// Defer holds the statement until the next one.
+	Defer(ctx context.Context, sql string, args ...any)
+}
+
+// execLater runs a write whose row count nobody reads: held for the next
+// statement when q is a [Deferrer], at once otherwise.
+func execLater(ctx context.Context, q Querier, sql string, args ...any) error {
+	if d, ok := q.(Deferrer); ok {
+		d.Defer(ctx, sql, args...)
+		return nil
+	}
+	_, err := q.Exec(ctx, sql, args...)
+	return err
+}
+
+// BatchQuerier is the part of pgx a [Pipelined] transaction runs on (a
+// pgx.Tx or a *pgx.Conn or *pgxpool.Conn inside a transaction).
+type BatchQuerier interface {
+	pgxQuerier
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Pipelined is a [Deferrer] on a pgx transaction: the statements it holds
+// go out in one batch with the next statement. Call Flush before using the
+// transaction directly (or committing it) after store methods ran on it.
+type Pipelined struct {
+	q    BatchQuerier
+	held []heldStatement
+}
+
+type heldStatement struct {
+	sql  string
+	args []any
+}
+
+// NewPipelined returns a pipelined view of tx.
+func NewPipelined(tx BatchQuerier) *Pipelined { return &Pipelined{q: tx} }
+
+var _ Deferrer = (*Pipelined)(nil)
+
+// Defer implements [Deferrer].
+func (p *Pipelined) Defer(_ context.Context, sql string, args ...any) {
+	p.held = append(p.held, heldStatement{sql: sql, args: args})
+}
+
+// batch returns a batch of the held statements (nil when none) and forgets
+// them.
+func (p *Pipelined) batch() *pgx.Batch {
+	if len(p.held) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, h := range p.held {
+		b.Queue(h.sql, h.args...)
+	}
+	p.held = nil
+	return b
+}
+
+// Flush sends the held statements.
+func (p *Pipelined) Flush(ctx context.Context) error {
+	if b := p.batch(); b != nil {
+		return p.q.SendBatch(ctx, b).Close()
+	}
+	return nil
+}
+
+// Exec implements [Querier].
+func (p *Pipelined) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	b := p.batch()
+	if b == nil {
+		tag, err := p.q.Exec(ctx, sql, args...)
+		return tag.RowsAffected(), err
+	}
+	var n int64
+	b.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error { n = tag.RowsAffected(); return nil })
+	return n, p.q.SendBatch(ctx, b).Close()
+}
+
+// Query implements [Querier].
+func (p *Pipelined) Query(ctx context.Context, sql string, args ...any) (Rows, error) {
+	if err := p.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return p.q.Query(ctx, sql, args...)
+}
+
+// QueryRow implements [Querier].
+func (p *Pipelined) QueryRow(ctx context.Context, sql string, args ...any) Row {
+	b := p.batch()
+	if b == nil {
+		return p.q.QueryRow(ctx, sql, args...)
+	}
+	return batchRow{q: p.q, ctx: ctx, b: b, sql: sql, args: args}
+}
+
+// batchRow is a query for one row that goes out, when scanned, after the
+// statements of b in one round trip.
+type batchRow struct {
+	q    BatchQuerier
+	ctx  context.Context
+	b    *pgx.Batch
+	sql  string
+	args []any
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	r.b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return r.q.SendBatch(r.ctx, r.b).Close()
+}

@@ -121,7 +121,7 @@ func (s *Store) RecordUsage(ctx context.Context, rows []store.UsageRecord) error
 		if r.SessionID == "" || r.SourceType == "" || r.Key == "" {
 			return fmt.Errorf("store: record usage: row %d needs a session ID, source type and key", i)
 		}
-		_, err := s.q.Exec(ctx, `INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name,
+		err := execLater(ctx, s.q, `INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name,
 				input_tokens, output_tokens, cached_tokens, cache_write_tokens, value, duration_ms, success, key)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 			ON CONFLICT (session_id, key) DO NOTHING`,
