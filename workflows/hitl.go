@@ -7,12 +7,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/recv"
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // plan splits a step's calls (finish and finishWith aside) into the regular
@@ -156,11 +155,7 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 				}
 				take = &steps.Take{WorkflowID: t.j.wfID, StepID: t.j.next}
 				if !timedOut {
-					m, ok, err := t.answeredLast(c, rec, pending[i+1:], results)
-					if err != nil {
-						return steps.Outcome{}, true, err
-					}
-					if ok {
+					if m, ok := t.answeredLast(c, rec, pending[i+1:], results); ok {
 						// The step's last wait is over: the answer is
 						// taken in the step's commit (one transaction),
 						// the approved tool runs before it.
@@ -221,28 +216,23 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 // for, when the step can take it in its commit: the answer is recorded
 // (and not taken), no interrupt is requested, no finishWith tool runs
 // after the waits (its record would be written between), and this is not a
-// replay (whose resolution is recorded on its own). It reads the session
-// without locking it: the resolution in the commit's transaction works
-// from the locked row, and the commit ends the run interrupted if a
+// replay (whose resolution is recorded on its own). It uses what the wait
+// read last, locking nothing: the resolution in the commit's transaction
+// works from the locked row, and the commit ends the run interrupted if a
 // request arrives meanwhile.
 func (t *turn) answeredLast(c store.PendingClientToolCall, rec steps.SuspendedStep, later []store.PendingClientToolCall,
-	results []steps.ToolResult) (store.PendingClientToolCall, bool, error) {
-	if t.j.has(t.j.next) || len(waitingAfter(later, results)) > 0 {
-		return c, false, nil
+	results []steps.ToolResult) (store.PendingClientToolCall, bool) {
+	a := t.answer
+	if a == nil || t.j.has(t.j.next) || len(waitingAfter(later, results)) > 0 {
+		return c, false
 	}
 	if _, phase2, _ := t.classify(rec.Model.ToolCalls); len(phase2) > 0 {
-		return c, false, nil
+		return c, false
 	}
-	var m store.PendingClientToolCall
-	var found, interrupt bool
-	err := t.j.retry(t.ctx, "read the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
-		m, found, interrupt, err = t.env.Store.PeekPendingCall(ctx, t.run.SessionID, c.ToolCallID)
-		return err
-	})
-	if err != nil || !found || interrupt || m.Submission == nil || m.ConsumedAt != 0 {
-		return c, false, err
+	if !a.Found || a.Interrupt || a.Call.Submission == nil || a.Call.ConsumedAt != 0 {
+		return c, false
 	}
-	return m, true, nil
+	return a.Call, true
 }
 
 // waitPoll bounds a wait between two looks at the call's messages, should
@@ -255,6 +245,7 @@ const waitPoll = 5 * time.Second
 // resolution is already recorded (a replay). It records nothing: the
 // resolution that follows takes the message and records the outcome.
 func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
+	t.answer = nil
 	if t.j.has(t.j.next) {
 		return false, nil
 	}
@@ -263,15 +254,18 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 		return false, err
 	}
 	defer stop()
-	pool := t.env.Store.Pool()
 	for {
-		var there bool
+		var a postgres.Answer
 		err := t.j.retry(t.ctx, "look for the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
-			there, err = recv.Waiting[pgx.Row](ctx, pool, t.j.wfID, c.ToolCallID)
+			a, err = t.env.Store.PeekAnswer(ctx, t.run.SessionID, c.ToolCallID, t.j.wfID, recv.Topic(c.ToolCallID))
 			return err
 		})
-		if err != nil || there {
+		if err != nil {
 			return false, err
+		}
+		if a.MessageWaiting {
+			t.answer = &a
+			return false, nil
 		}
 		left := waitPoll
 		if c.DeadlineAt > 0 {

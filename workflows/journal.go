@@ -685,12 +685,10 @@ func (t *jtx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Command
 }
 
 func (t *jtx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.pipelined() {
-		if err := t.conn.SendBatch(ctx, t.batch()).Close(); err != nil {
-			return nil, err
-		}
+	if !t.pipelined() {
+		return t.conn.Query(ctx, sql, args...)
 	}
-	return t.conn.Query(ctx, sql, args...)
+	return postgres.QueryAfter(ctx, t.conn, t.batch(), sql, args...)
 }
 
 func (t *jtx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {

@@ -12,6 +12,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // TurnName is the registered name of the agent-turn workflow. The version
@@ -252,6 +253,9 @@ type turn struct {
 	// messageCount is the session's message count after this execution's
 	// last commit, 0 when the next step must read the session.
 	messageCount int
+	// answer is what the last wait for a call read when it ended (nil when
+	// it did not read: a replay, or a deadline).
+	answer *postgres.Answer
 }
 
 // step runs one agent step; done reports that the run ended.

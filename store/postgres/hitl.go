@@ -277,23 +277,43 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 	return &res, nil
 }
 
-// PeekPendingCall reads a call pending in a session and the session's
-// interrupt flag, locking nothing: what a run that was woken for the call
-// finds before it takes the answer (in a transaction of its own).
-func (s *Store) PeekPendingCall(ctx context.Context, sessionID, toolCallID string) (call store.PendingClientToolCall, found, interrupt bool, err error) {
+// Answer is what a run waiting for a tool call finds (PeekAnswer).
+type Answer struct {
+	// MessageWaiting reports an untaken message on the call's topic for
+	// the waiting workflow.
+	MessageWaiting bool
+	// Call is the pending call as recorded (Found false: not pending).
+	Call  store.PendingClientToolCall
+	Found bool
+	// Interrupt reports the session's interrupt flag.
+	Interrupt bool
+}
+
+// PeekAnswer reads, locking nothing and in one statement, whether a message
+// for a tool call waits for workflowID on topic (DBOS's notifications),
+// the call as pending in the session, and the session's interrupt flag:
+// what a run that waits for the call looks at when it is woken, before it
+// takes the answer in a transaction of its own.
+func (s *Store) PeekAnswer(ctx context.Context, sessionID, toolCallID, workflowID, topic string) (Answer, error) {
+	var a Answer
 	var raw []byte
-	err = s.q.QueryRow(ctx, `SELECT pending_client_tool_calls -> $2, interrupt_requested FROM helix.sessions WHERE session_id = $1`,
-		sessionID, toolCallID).Scan(&raw, &interrupt)
+	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dbos.notifications
+			WHERE destination_uuid = $3 AND topic = $4 AND NOT consumed),
+		pending_client_tool_calls -> $2, interrupt_requested
+		FROM helix.sessions WHERE session_id = $1`, sessionID, toolCallID, workflowID, topic).Scan(&a.MessageWaiting, &raw, &a.Interrupt)
 	if isNoRows(err) {
-		return call, false, false, notFound("session", sessionID)
+		return a, notFound("session", sessionID)
 	}
-	if err != nil || len(raw) == 0 {
-		return call, false, interrupt, wrap(err, "read pending call %s of %s", toolCallID, sessionID)
+	if err != nil {
+		return a, wrap(err, "read the answer to tool call %s of %s", toolCallID, sessionID)
 	}
-	if err := json.Unmarshal(raw, &call); err != nil {
-		return call, false, interrupt, fmt.Errorf("store: decode pending call %s of %s: %w", toolCallID, sessionID, err)
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &a.Call); err != nil {
+			return a, fmt.Errorf("store: decode pending call %s of %s: %w", toolCallID, sessionID, err)
+		}
+		a.Found = true
 	}
-	return call, true, interrupt, nil
+	return a, nil
 }
 
 // RecordSubmission implements store.SuspensionStore.

@@ -156,10 +156,55 @@ func (p *Pipelined) Exec(ctx context.Context, sql string, args ...any) (int64, e
 
 // Query implements [Querier].
 func (p *Pipelined) Query(ctx context.Context, sql string, args ...any) (Rows, error) {
-	if err := p.Flush(ctx); err != nil {
+	b := p.batch()
+	if b == nil {
+		return p.q.Query(ctx, sql, args...)
+	}
+	return QueryAfter(ctx, p.q, b, sql, args...)
+}
+
+// QueryAfter sends the statements of b and then the query, in one round
+// trip, and returns the query's rows (closing them ends the batch). An
+// error of a statement of b is returned, or reported by the rows.
+func QueryAfter(ctx context.Context, q interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}, b *pgx.Batch, sql string, args ...any) (pgx.Rows, error) {
+	n := b.Len()
+	b.Queue(sql, args...)
+	br := q.SendBatch(ctx, b)
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
 		return nil, err
 	}
-	return p.q.Query(ctx, sql, args...)
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows are a batch's last query's rows; Close ends the batch.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if err := r.br.Close(); err != nil && r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }
 
 // QueryRow implements [Querier].
