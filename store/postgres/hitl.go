@@ -114,6 +114,11 @@ func (s *Store) recordUsage(ctx context.Context, sessionID, runID string, step i
 // endInterrupted consumes the session's interrupt flag, when set, and ends
 // the session and the run interrupted with the chunk the caller builds.
 func (s *Store) endInterrupted(ctx context.Context, st *store.SessionState, runID string, step int, chunk func(string) helix.Chunk) (bool, string, error) {
+	if !st.InterruptRequested {
+		// st was read with the row locked (lockTree): the flag cannot be
+		// set before this transaction ends.
+		return false, "", nil
+	}
 	req, err := s.CheckInterruptFlag(ctx, st.SessionID)
 	if err != nil || !req.Requested {
 		return false, "", err
