@@ -531,16 +531,25 @@ func (j *journal) failDeferred(ctx dbos.Context, e *deferredError) error {
 	return e.err
 }
 
-// pendingAppends runs the pending stream appends in tx.
+// pendingAppends holds the pending stream appends in tx (they go out with
+// its next statement).
 func (j *journal) pendingAppends(ctx context.Context, tx *jtx) error {
-	st := j.st.WithQuerier(postgres.PgxQuerier(tx))
+	st := j.st.WithQuerier(heldQuerier{postgres.PgxQuerier(tx), tx})
 	for _, a := range j.appends {
-		if _, err := st.Append(ctx, a.stream, a.chunks); err != nil {
+		if err := st.AppendHeld(ctx, a.stream, a.chunks); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// heldQuerier is a journal transaction as a postgres.Deferrer.
+type heldQuerier struct {
+	postgres.Querier
+	tx *jtx
+}
+
+func (q heldQuerier) Defer(ctx context.Context, sql string, args ...any) { q.tx.Defer(ctx, sql, args...) }
 
 // runTxn runs fn as the journal's next step, in a transaction that also
 // records it (and the pending records): its writes and its record commit

@@ -92,8 +92,7 @@ func (s *Store) appendAll(ctx context.Context, st *store.SessionState, runID str
 	for i, c := range chunks {
 		writes[i] = store.ChunkWrite{RunID: runID, Chunk: c}
 	}
-	_, err := s.Append(ctx, st.StreamID, writes)
-	return err
+	return s.AppendHeld(ctx, st.StreamID, writes)
 }
 
 // recordUsage records usage rows for the session, defaulting run and step.

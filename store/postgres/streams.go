@@ -221,6 +221,30 @@ func (s *Store) Append(ctx context.Context, streamID string, chunks []store.Chun
 	return w.latest, nil
 }
 
+// AppendHeld is Append inside a transaction that can hold writes for its
+// next statement (a [Deferrer] querier, see [Store.WithQuerier]): the
+// append goes out with that statement, in the same round trip, and its
+// outcome is not read (a stream that is not active gets nothing; the
+// callers' transactions check the stream's status under a lock anyway).
+// On any other querier it is Append.
+func (s *Store) AppendHeld(ctx context.Context, streamID string, chunks []store.ChunkWrite) error {
+	d, ok := s.q.(Deferrer)
+	if !ok || len(chunks) == 0 {
+		_, err := s.Append(ctx, streamID, chunks)
+		return err
+	}
+	enc := make([]encodedChunk, len(chunks))
+	for i, c := range chunks {
+		e, err := encodeChunk(streamID, c.Chunk, c.RunID, c.Attempt)
+		if err != nil {
+			return fmt.Errorf("store: append to stream %s: chunk %d: %w", streamID, i, err)
+		}
+		enc[i] = e
+	}
+	d.Defer(ctx, insertChunksSQL, s.insertChunksArgs(enc, uuid.Nil)...)
+	return nil
+}
+
 // QueueAppend queues the append of chunks to streamID on b, for a caller
 // that sends it with other statements in one round trip (pgx sends a batch
 // in one implicit transaction): the statement Append runs, with Append's
