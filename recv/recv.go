@@ -154,6 +154,12 @@ func Consume[R Row](ctx context.Context, q Querier[R], workflowID, toolCallID st
 	return true, nil
 }
 
+// ConsumeStatement returns Consume's statement, for a caller that sends it
+// with others (its result, whether there was a message, is then not read).
+func ConsumeStatement(workflowID, toolCallID string, stepID int) (sql string, args []any) {
+	return consumeSQL, []any{workflowID, Topic(toolCallID), stepID}
+}
+
 // Take takes a message already waiting on the call's topic, without
 // waiting for one (it waits a millisecond); ok reports whether there was
 // one. Call it from a workflow body, never from a step.

@@ -211,7 +211,16 @@ func (e *Env) ResolveToolCall(in ResolveInput) dbos.Txn[ResolveOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (ResolveOutput, error) {
 		run, step := in.Run, in.Step
 		timedOut := in.TimedOut
-		if in.Take != nil {
+		switch d, held := tx.(interface {
+			Defer(ctx context.Context, sql string, args ...any)
+		}); {
+		case in.Take == nil:
+		case !timedOut && held:
+			// Whether a message was there changes nothing: it goes out
+			// with the next statement.
+			sql, args := recv.ConsumeStatement(in.Take.WorkflowID, in.Call.ToolCallID, in.Take.StepID)
+			d.Defer(ctx, sql, args...)
+		default:
 			took, err := recv.Consume[dbos.Row](ctx, tx, in.Take.WorkflowID, in.Call.ToolCallID, in.Take.StepID)
 			if err != nil {
 				return ResolveOutput{}, err

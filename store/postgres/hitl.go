@@ -202,7 +202,10 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if res.Interrupted, res.InterruptReason, err = tx.endInterrupted(ctx, sess, p.RunID, step, p.Interrupted); err != nil || res.Interrupted {
 			return err
 		}
-		if err := tx.UpdateRunStatus(ctx, p.RunID, helix.RunSuspendedClientTool, &store.RunUpdate{StepCount: &step}); err != nil {
+		// The run exists (the suspension's caller runs it): held for the
+		// next statement, its row count unread.
+		if err := execLater(ctx, q, `UPDATE helix.runs SET status = $2, step_count = $3, completed_at = NULL, updated_at = now()
+			WHERE run_id = $1`, p.RunID, string(helix.RunSuspendedClientTool), step); err != nil {
 			return err
 		}
 		return syncAwaiting(ctx, q, root.SessionID)
