@@ -549,7 +549,9 @@ type heldQuerier struct {
 	tx *jtx
 }
 
-func (q heldQuerier) Defer(ctx context.Context, sql string, args ...any) { q.tx.Defer(ctx, sql, args...) }
+func (q heldQuerier) Defer(ctx context.Context, sql string, args ...any) {
+	q.tx.Defer(ctx, sql, args...)
+}
 
 // runTxn runs fn as the journal's next step, in a transaction that also
 // records it (and the pending records): its writes and its record commit
