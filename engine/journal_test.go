@@ -78,8 +78,8 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 		t.Fatal("the execution went on recording after its workflow became another execution's")
 	}
 	var names []string
-	rows, err := pool.Query(t.Context(), `SELECT function_name FROM dbos.operation_outputs
-		WHERE workflow_uuid = $1 AND function_id >= $2 ORDER BY function_id`, h.WorkflowID, workflows.JournalBase)
+	rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal
+		WHERE workflow_id = $1 AND id >= $2 ORDER BY id`, h.WorkflowID, workflows.JournalBase)
 	require.NoError(t, err)
 	for rows.Next() {
 		var n string

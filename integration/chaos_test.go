@@ -701,8 +701,8 @@ var segmentSuffix = regexp.MustCompile(`-seg-[0-9]+$`)
 // (workflow ID / tool call ID) to the time it was checkpointed.
 func chaosCommittedTools(t *testing.T, pool *pgxpool.Pool) map[string]time.Time {
 	t.Helper()
-	rows, err := pool.Query(t.Context(), `SELECT workflow_uuid, output, COALESCE(serialization, ''), completed_at_epoch_ms
-		FROM dbos.operation_outputs WHERE function_name = $1 AND error IS NULL`, steps.NameRunTool)
+	rows, err := pool.Query(t.Context(), `SELECT workflow_id, output, 'portable_json', completed_at
+		FROM helix.step_journal WHERE name = $1 AND error IS NULL`, steps.NameRunTool)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string]time.Time{}

@@ -96,8 +96,8 @@ func (r *crashRig) companionModel(play func(req helix.ModelRequest, step int) he
 // companionOps counts the parent's checkpointed companion dispatches.
 func (r *crashRig) companionOps(ctx context.Context) (int, error) {
 	var n int
-	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM dbos.operation_outputs o JOIN helix.runs r ON r.workflow_id = o.workflow_uuid
-		WHERE r.session_id = $1 AND o.function_name = $2`, companionTarget, steps.NameCompanion).Scan(&n)
+	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM helix.step_journal j JOIN helix.runs r ON r.workflow_id = j.workflow_id
+		WHERE r.session_id = $1 AND j.name = $2`, companionTarget, steps.NameCompanion).Scan(&n)
 	return n, err
 }
 

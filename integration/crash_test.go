@@ -439,6 +439,7 @@ func (d *crashDB) dump(t *testing.T) {
 		`SELECT session_id, run_id, status, workflow_id FROM helix.runs ORDER BY run_id`,
 		`SELECT workflow_uuid, status, name, executor_id, recovery_attempts FROM dbos.workflow_status ORDER BY created_at`,
 		`SELECT workflow_uuid, function_id, function_name, error IS NOT NULL AS failed, left(output, 120) FROM dbos.operation_outputs ORDER BY workflow_uuid, function_id`,
+		`SELECT workflow_id, id, name, error IS NOT NULL AS failed, left(output, 120) FROM helix.step_journal ORDER BY workflow_id, id`,
 		`SELECT destination_uuid, topic, left(message, 120) FROM dbos.notifications`,
 		`SELECT session_id, tool_call_id, phase, gen FROM crash_tool_runs ORDER BY at`,
 	} {
@@ -547,9 +548,14 @@ func (d *crashDB) toolRuns(t *testing.T, sid string) map[string]crashToolRuns {
 // checkpoints returns the DBOS step outputs recorded for the session's
 // workflow, by step name, decoded to JSON.
 func (d *crashDB) checkpoints(ctx context.Context, sid string) (map[string][]json.RawMessage, error) {
-	rows, err := d.pool.Query(ctx, `SELECT o.function_name, o.output, COALESCE(o.serialization, '')
-		FROM dbos.operation_outputs o JOIN helix.runs r ON r.workflow_id = o.workflow_uuid
-		WHERE r.session_id = $1 AND o.error IS NULL ORDER BY o.function_id`, sid)
+	rows, err := d.pool.Query(ctx, `SELECT name, output, ser FROM (
+			SELECT o.function_id AS id, o.function_name AS name, o.output, COALESCE(o.serialization, '') AS ser
+			FROM dbos.operation_outputs o JOIN helix.runs r ON r.workflow_id = o.workflow_uuid
+			WHERE r.session_id = $1 AND o.error IS NULL
+			UNION ALL
+			SELECT j.id, j.name, j.output, 'portable_json'
+			FROM helix.step_journal j JOIN helix.runs r ON r.workflow_id = j.workflow_id
+			WHERE r.session_id = $1 AND j.error IS NULL) s ORDER BY id`, sid)
 	if err != nil {
 		return nil, err
 	}

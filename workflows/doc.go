@@ -4,8 +4,8 @@
 // a step of package steps; the body only decides, from recorded step
 // outputs, which step comes next.
 //
-// The loop records its steps in a step journal of its own (journal.go), in
-// dbos.operation_outputs beside the DBOS operations it still uses: the
+// The loop records its steps in a step journal of its own (journal.go,
+// table helix.step_journal) beside the DBOS operations it still uses: the
 // journal is the only code here that talks to Postgres directly, and only
 // to read and write step records (and a waiting run's wake-up check).
 //

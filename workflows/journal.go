@@ -20,10 +20,11 @@ import (
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
-// JournalBase is the DBOS function ID of a workflow execution's first
-// journaled step: the journal's records live in dbos.operation_outputs
-// beside DBOS's own operations (which number theirs from 0), so DBOS's tools
-// list them and DBOS's retention deletes them with the workflow.
+// JournalBase is the ID of a workflow's first journaled step. The records
+// live in helix.step_journal (migration 00012; one index, narrow rows), not
+// in dbos.operation_outputs, whose three indexes took a third of the
+// journal's WAL; the IDs stay clear of DBOS's own step IDs (numbered from
+// 0), which a message's consumer ID (consumed_by_function_id) shares.
 const JournalBase = 1_000_000
 
 // A journal records the agent loop's steps (model calls, tools, hooks and
@@ -80,11 +81,11 @@ type journalRecord struct {
 	Completed int64
 }
 
-const openJournalSQL = `SELECT w.owner_xid, w.status, o.function_id, o.function_name, o.output, o.error
+const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.name, o.output, o.error
 FROM dbos.workflow_status w
-LEFT JOIN dbos.operation_outputs o ON o.workflow_uuid = w.workflow_uuid AND o.function_id >= $2
+LEFT JOIN helix.step_journal o ON o.workflow_id = w.workflow_uuid AND o.id >= $2
 WHERE w.workflow_uuid = $1
-ORDER BY o.function_id`
+ORDER BY o.id`
 
 // openJournal reads the workflow's owner token and its journal, waiting out
 // a database outage. An execution that does not own its workflow (it was
@@ -232,7 +233,7 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
 			var one int
-			err := j.pool.QueryRow(c, `SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = $1 AND function_id = $2`,
+			err := j.pool.QueryRow(c, `SELECT 1 FROM helix.step_journal WHERE workflow_id = $1 AND id = $2`,
 				j.wfID, all[len(all)-1].ID).Scan(&one)
 			if err == nil {
 				return nil
@@ -474,7 +475,7 @@ func (j *journal) writeDeferred(ctx dbos.Context, recs []journalRecord) error {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
 			var one int
-			err := tx.QueryRow(c, `SELECT 1 FROM dbos.operation_outputs WHERE workflow_uuid = $1 AND function_id = $2`,
+			err := tx.QueryRow(c, `SELECT 1 FROM helix.step_journal WHERE workflow_id = $1 AND id = $2`,
 				j.wfID, j.deferred[0].id).Scan(&one)
 			if err == nil {
 				return nil
@@ -579,8 +580,8 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
 			var r journalRecord
-			err := tx.QueryRow(c, `SELECT function_name, output, error FROM dbos.operation_outputs
-				WHERE workflow_uuid = $1 AND function_id = $2`, j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
+			err := tx.QueryRow(c, `SELECT name, output, error FROM helix.step_journal
+				WHERE workflow_id = $1 AND id = $2`, j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
 			if err == nil {
 				r.ID = id
 				j.pending, j.appends, j.deferred = nil, nil, nil
