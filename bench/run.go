@@ -257,9 +257,14 @@ func (h *harness) verify(ctx context.Context, r *run) ([]time.Duration, error) {
 
 // progress reports the model calls played every two seconds until stop.
 func (h *harness) progress(label string, total int) (stop func()) {
+	from := h.script.played.Load()
+	return h.every2s(func() string { return fmt.Sprintf("%s: %d/%d steps", label, h.script.played.Load()-from, total) })
+}
+
+// every2s sends line() to the progress output every two seconds until stop.
+func (h *harness) every2s(line func() string) (stop func()) {
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
-	from := h.script.played.Load()
 	wg.Go(func() {
 		tick := time.NewTicker(2 * time.Second)
 		defer tick.Stop()
@@ -268,7 +273,7 @@ func (h *harness) progress(label string, total int) (stop func()) {
 			case <-quit:
 				return
 			case <-tick.C:
-				h.cfg.Progress(fmt.Sprintf("%s: %d/%d steps", label, h.script.played.Load()-from, total))
+				h.cfg.Progress(line())
 			}
 		}
 	})

@@ -173,19 +173,5 @@ func readDeltas(ctx context.Context, r store.Reader, n int, read *atomic.Int64) 
 
 // streamProgress reports the deltas read every two seconds until stop.
 func (h *harness) streamProgress(read *atomic.Int64, total int) (stop func()) {
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(2 * time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-tick.C:
-				h.cfg.Progress(fmt.Sprintf("token streaming: %d/%d deltas read", read.Load(), total))
-			}
-		}
-	})
-	return func() { close(quit); wg.Wait() }
+	return h.every2s(func() string { return fmt.Sprintf("token streaming: %d/%d deltas read", read.Load(), total) })
 }

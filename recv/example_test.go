@@ -10,9 +10,9 @@ import (
 	"github.com/helix-agents/helix-dbos/recv"
 )
 
-// Take the answer to a tool call in a transaction of your own, after
-// checking that one waits (the agent loop does this in the transaction that
-// records the call's outcome).
+// Take the answer to a tool call in a transaction of your own (the agent
+// loop does this in the transaction that records the call's outcome, so
+// the message is taken exactly when the outcome is recorded).
 func ExampleConsume() {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, os.Getenv("HELIX_DATABASE_URL"))
@@ -21,11 +21,6 @@ func ExampleConsume() {
 		return
 	}
 	defer func() { _ = conn.Close(ctx) }()
-	there, err := recv.Waiting[pgx.Row](ctx, conn, "session-1-turn-1", "call-1")
-	if err != nil || !there {
-		fmt.Println(there, err)
-		return
-	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		fmt.Println(err)
@@ -37,5 +32,5 @@ func ExampleConsume() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("took the answer:", took, tx.Commit(ctx))
+	fmt.Println("took an answer:", took, tx.Commit(ctx))
 }

@@ -10,8 +10,9 @@
 // submission's durable record and its message commit together, once.
 //
 // The agent loop waits without DBOS's Recv: it watches the NOTIFY that
-// DBOS's notifications trigger sends for the call's topic (Waiting tells
-// whether a message is there), and takes the message with Consume inside
+// DBOS's notifications trigger sends for the call's topic (WakePayload;
+// the store's PeekAnswer tells whether a message is there), and takes the
+// message with Consume inside
 // the journal transaction that resolves the call, so the message is taken
 // exactly when the call's outcome is recorded. A queued run's driver, which
 // has no journal, waits with Wait and Take (DBOS Recv).
@@ -105,10 +106,6 @@ func Wait(ctx dbos.Context, toolCallID string, deadlineAt int64) (msg Message, t
 	return msg, false, nil
 }
 
-// waitingSQL tells whether a message waits, untaken, on a topic.
-const waitingSQL = `SELECT EXISTS (SELECT 1 FROM dbos.notifications
-	WHERE destination_uuid = $1 AND topic = $2 AND NOT consumed)`
-
 // consumeSQL takes the oldest untaken message on a topic, as DBOS's Recv
 // does (consumed_by_function_id names the step that took it).
 const consumeSQL = `WITH oldest AS (
@@ -128,16 +125,6 @@ type Row interface{ Scan(dest ...any) error }
 // through an adapter).
 type Querier[R Row] interface {
 	QueryRow(ctx context.Context, sql string, args ...any) R
-}
-
-// Waiting reports whether a message for the call waits, untaken, for
-// workflowID.
-func Waiting[R Row](ctx context.Context, q Querier[R], workflowID, toolCallID string) (bool, error) {
-	var ok bool
-	if err := q.QueryRow(ctx, waitingSQL, workflowID, Topic(toolCallID)).Scan(&ok); err != nil {
-		return false, fmt.Errorf("recv: look for the message of tool call %s: %w", toolCallID, err)
-	}
-	return ok, nil
 }
 
 // Consume takes the oldest untaken message for the call in q's

@@ -279,13 +279,16 @@ type rowsAdapter struct{ dbos.Rows }
 
 func (r rowsAdapter) Close() { _ = r.Rows.Close() }
 
-// deferringTx is txQuerier on a transaction that can hold writes for its
-// next statement (the step journal's): a postgres.Deferrer.
+// deferrer is a transaction that can hold writes for its next statement
+// (the step journal's transactions).
+type deferrer interface {
+	Defer(ctx context.Context, sql string, args ...any)
+}
+
+// deferringTx is txQuerier on a deferrer: a postgres.Deferrer.
 type deferringTx struct {
 	txQuerier
-	d interface {
-		Defer(ctx context.Context, sql string, args ...any)
-	}
+	d deferrer
 }
 
 func (q deferringTx) Defer(ctx context.Context, sql string, args ...any) {
@@ -296,9 +299,7 @@ var _ postgres.Deferrer = deferringTx{}
 
 // InTx returns a view of the store running on a DBOS transaction.
 func (e *Env) InTx(tx dbos.Tx) *postgres.Store {
-	if d, ok := tx.(interface {
-		Defer(ctx context.Context, sql string, args ...any)
-	}); ok {
+	if d, ok := tx.(deferrer); ok {
 		return e.Store.WithQuerier(deferringTx{txQuerier{tx}, d})
 	}
 	return e.Store.WithQuerier(txQuerier{tx})

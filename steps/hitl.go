@@ -211,9 +211,7 @@ func (e *Env) ResolveToolCall(in ResolveInput) dbos.Txn[ResolveOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (ResolveOutput, error) {
 		run, step := in.Run, in.Step
 		timedOut := in.TimedOut
-		switch d, held := tx.(interface {
-			Defer(ctx context.Context, sql string, args ...any)
-		}); {
+		switch d, held := tx.(deferrer); {
 		case in.Take == nil:
 		case !timedOut && held:
 			// Whether a message was there changes nothing: it goes out

@@ -232,13 +232,7 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
-			var one int
-			err := j.pool.QueryRow(c, `SELECT 1 FROM helix.step_journal WHERE workflow_id = $1 AND id = $2`,
-				j.wfID, all[len(all)-1].ID).Scan(&one)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
+			if _, done, err := j.committed(c, j.pool, all[len(all)-1].ID); done || err != nil {
 				return err
 			}
 		}
@@ -261,6 +255,23 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 	}
 	j.pending, j.appends = nil, nil
 	return nil
+}
+
+// committed reads step id's record, if a write committed it (done): what a
+// retry after a lost acknowledgement looks at first.
+func (j *journal) committed(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, id int) (r journalRecord, done bool, err error) {
+	err = q.QueryRow(ctx, `SELECT name, output, error FROM helix.step_journal WHERE workflow_id = $1 AND id = $2`,
+		j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r, false, nil
+	case err != nil:
+		return r, false, err
+	}
+	r.ID = id
+	return r, true, nil
 }
 
 // flush writes the pending records.
@@ -474,13 +485,7 @@ func (j *journal) writeDeferred(ctx dbos.Context, recs []journalRecord) error {
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
-			var one int
-			err := tx.QueryRow(c, `SELECT 1 FROM helix.step_journal WHERE workflow_id = $1 AND id = $2`,
-				j.wfID, j.deferred[0].id).Scan(&one)
-			if err == nil {
-				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
+			if _, done, err := j.committed(c, tx, j.deferred[0].id); done || err != nil {
 				return err
 			}
 		}
@@ -579,17 +584,14 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
-			var r journalRecord
-			err := tx.QueryRow(c, `SELECT name, output, error FROM helix.step_journal
-				WHERE workflow_id = $1 AND id = $2`, j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
-			if err == nil {
-				r.ID = id
+			r, done, err := j.committed(c, tx, id)
+			if err != nil {
+				return err
+			}
+			if done {
 				j.pending, j.appends, j.deferred = nil, nil, nil
 				out, stepErr = decode[R](r)
 				return nil
-			}
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
 			}
 		}
 		retried = true
@@ -707,22 +709,7 @@ func (t *jtx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if !t.pipelined() {
 		return t.conn.QueryRow(ctx, sql, args...)
 	}
-	return batchRow{t: t, ctx: ctx, b: t.batch(), sql: sql, args: args}
-}
-
-// batchRow is a query for one row that goes out, when scanned, with the
-// transaction's BEGIN and held writes, in one round trip.
-type batchRow struct {
-	t    *jtx
-	ctx  context.Context
-	b    *pgx.Batch
-	sql  string
-	args []any
-}
-
-func (r batchRow) Scan(dest ...any) error {
-	r.b.Queue(r.sql, r.args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
-	return r.t.conn.SendBatch(r.ctx, r.b).Close()
+	return postgres.QueryRowAfter(ctx, t.conn, t.batch(), sql, args...)
 }
 
 // commitWith runs a last statement (after the held writes) and commits,

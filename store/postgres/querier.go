@@ -213,13 +213,22 @@ func (p *Pipelined) QueryRow(ctx context.Context, sql string, args ...any) Row {
 	if b == nil {
 		return p.q.QueryRow(ctx, sql, args...)
 	}
-	return batchRow{q: p.q, ctx: ctx, b: b, sql: sql, args: args}
+	return QueryRowAfter(ctx, p.q, b, sql, args...)
 }
 
-// batchRow is a query for one row that goes out, when scanned, after the
-// statements of b in one round trip.
+// QueryRowAfter returns a query for one row that goes out, when scanned,
+// after the statements of b, in one round trip.
+func QueryRowAfter(ctx context.Context, q interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}, b *pgx.Batch, sql string, args ...any) pgx.Row {
+	return batchRow{q: q, ctx: ctx, b: b, sql: sql, args: args}
+}
+
+// batchRow is QueryRowAfter's row.
 type batchRow struct {
-	q    BatchQuerier
+	q interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}
 	ctx  context.Context
 	b    *pgx.Batch
 	sql  string
