@@ -58,9 +58,10 @@ type ResumeOptions struct {
 // Resume continues a session.
 //
 // A session whose run waits for human input (suspended on a client tool or
-// an approval, or answered and about to continue) is continued by that same
-// run: Resume returns a handle on it (RunID unchanged; the run's
-// OnAgentResumed reports it as its own previous run) and starts nothing.
+// an approval, or answered and going on in place, however far it got) is
+// continued by that same run: Resume returns a handle on it (RunID
+// unchanged; the run's OnAgentResumed reports it as its own previous run)
+// and starts nothing.
 //
 // An interrupted session continues from its last committed step in a new
 // run (workflow {sessionId}-resume-{N}), emitting run_resumed. When it was
@@ -100,7 +101,9 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 					return err
 				}
 			}
-			if cur != nil && waitingRun(cur, pending) {
+			// A message for a run that already took its answers and goes
+			// on is refused as for any running session (below).
+			if cur != nil && waitingRun(cur, pending) && (opts.Message == "" || cur.Status.Suspended() || len(pending) > 0) {
 				if opts.Message != "" {
 					return refuse(RefusedAwaitingToolResults, sessionID, "session %s waits for tool results in run %s: submit them with SubmitToolResult; a message cannot be added now", sessionID, cur.RunID)
 				}

@@ -152,7 +152,7 @@ func waitingRun(run *store.Run, pending []store.PendingClientToolCall) bool {
 	if run.Status.Suspended() {
 		return true
 	}
-	return !run.Status.Final() && len(pending) > 0
+	return !run.Status.Final() && (len(pending) > 0 || run.AnsweredAt != nil)
 }
 
 // suspension returns the routing information of a suspended run: the calls

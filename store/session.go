@@ -236,6 +236,10 @@ type Run struct {
 	StartedAt   time.Time  `json:"startedAt"`
 	CompletedAt *time.Time `json:"completedAt,omitempty"`
 	UpdatedAt   time.Time  `json:"updatedAt"`
+	// AnsweredAt is when the run's last wait for human input ended (every
+	// call answered, or timed out) and the run went on in place; nil for a
+	// run that never waited.
+	AnsweredAt *time.Time `json:"answeredAt,omitempty"`
 }
 
 // Admission is how a run is admitted through a queue (engine.Config.Queue):

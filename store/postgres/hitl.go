@@ -268,7 +268,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 		}
 		res.Unresolved = unresolved(sess.PendingClientToolCalls, p.RunID)
 		if newly && len(res.Unresolved) == 0 {
-			if err := execLater(ctx, q, `UPDATE helix.runs SET status = 'running', updated_at = now()
+			if err := execLater(ctx, q, `UPDATE helix.runs SET status = 'running', answered_at = now(), updated_at = now()
 				WHERE run_id = $1 AND status = 'suspended_client_tool'`, p.RunID); err != nil {
 				return err
 			}
@@ -421,7 +421,7 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		}
 		res.Unresolved = unresolved(owner.PendingClientToolCalls, call.RunID)
 		if len(res.Unresolved) == 0 {
-			if err := execLater(ctx, q, `UPDATE helix.runs SET status = 'running', updated_at = now()
+			if err := execLater(ctx, q, `UPDATE helix.runs SET status = 'running', answered_at = now(), updated_at = now()
 				WHERE run_id = $1 AND status = 'suspended_client_tool'`, call.RunID); err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 
 const runColumns = `run_id, session_id, turn, status, step_count, start_sequence, COALESCE(workflow_id, ''),
 	COALESCE(previous_run_id, ''), COALESCE(error, ''), COALESCE(error_code, ''), queue, COALESCE(queue_partition_key, ''),
-	COALESCE(queue_priority, 0), started_at, completed_at, updated_at`
+	COALESCE(queue_priority, 0), started_at, completed_at, updated_at, answered_at`
 
 func scanRun(row Row) (*store.Run, error) {
 	var r store.Run
@@ -19,7 +19,7 @@ func scanRun(row Row) (*store.Run, error) {
 	var queue *string
 	var adm store.Admission
 	if err := row.Scan(&r.RunID, &r.SessionID, &r.Turn, &status, &r.StepCount, &r.StartSequence, &r.WorkflowID,
-		&r.PreviousRunID, &r.Error, &r.ErrorCode, &queue, &adm.PartitionKey, &adm.Priority, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt); err != nil {
+		&r.PreviousRunID, &r.Error, &r.ErrorCode, &queue, &adm.PartitionKey, &adm.Priority, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt, &r.AnsweredAt); err != nil {
 		return nil, err
 	}
 	r.Status = helix.RunStatus(status)
