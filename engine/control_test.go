@@ -81,6 +81,49 @@ func TestInterruptResumeRetry(t *testing.T) {
 	require.Equal(t, 2, runs[1].Turn)
 }
 
+// An interrupt that lands while a later step's tool runs is seen by that
+// step's commit: after its first step, an execution sends a step's commit
+// whole, assuming no interrupt was requested; the database refuses it, and
+// the commit is made again under the session's lock, which consumes the
+// interrupt. The step is committed once, and the run ends interrupted.
+func TestInterruptDuringALaterStepsTool(t *testing.T) {
+	t.Parallel()
+	started := make(chan string, 10)
+	release := make(chan struct{})
+	agent := &helix.Agent{Name: "interruptible-later", Tools: []*helix.Tool{gateTool(started, release)}, Model: script(
+		calls(call("w1", "wait", `{}`)),
+		calls(call("w2", "wait", `{}`)),
+		text("not reached"),
+	)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "start"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "w1", <-started)
+	release <- struct{}{}
+	require.Equal(t, "w2", <-started)
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "user pressed stop"))
+	release <- struct{}{}
+
+	res := result(t, h)
+	require.Equal(t, helix.AgentInterrupted, res.Status)
+	st, err := e.Session(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.StepCount, "the step that ran when the interrupt came is committed")
+	msgs, err := e.Messages(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs.Messages, 5, "the user's message and two steps, each once")
+	require.Equal(t, "w2", msgs.Messages[4].ToolCallID)
+	types := chunkTypes(t, h)
+	require.Equal(t, "run_interrupted", types[len(types)-1])
+	committed := 0
+	for _, typ := range types {
+		if typ == "step_committed" {
+			committed++
+		}
+	}
+	require.Equal(t, 2, committed)
+}
+
 func TestRetryAfterFailureAndBranch(t *testing.T) {
 	t.Parallel()
 	fail := true

@@ -466,7 +466,8 @@ func (d *crashDB) hasChunk(ctx context.Context, sid string, step int, typ helix.
 	var found bool
 	err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM helix.stream_chunks c
 		JOIN helix.sessions s ON s.stream_id = c.stream_id
-		WHERE s.session_id = $1 AND c.step = $2 AND c.chunk->>'type' = $3)`, sid, step, string(typ)).Scan(&found)
+		WHERE s.session_id = $1 AND c.step = $2 AND CASE WHEN c.n = 1 THEN c.chunk->>'type' = $3
+			ELSE EXISTS (SELECT 1 FROM json_array_elements(c.chunk) e WHERE e->>'type' = $3) END)`, sid, step, string(typ)).Scan(&found)
 	return found, err
 }
 

@@ -146,6 +146,12 @@ type CommitInput struct {
 	// Suspended is set when the step waited for human input: the commit
 	// also ends the suspension.
 	Suspended bool `json:"suspended,omitempty"`
+	// MessageCount, when not 0, is the session's message count before the
+	// step as this execution's last commit left it: the commit then goes
+	// out as one statement with its record (store.StepCommit's
+	// ExpectMessageCount), and falls back to locking first when the
+	// session changed meanwhile.
+	MessageCount int `json:"messageCount,omitempty"`
 }
 
 // stepRunID returns the run that began the step.
@@ -185,6 +191,7 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		}
 		stepID := StepID(in.stepRunID(), step)
 		c.ClearSuspension = in.Suspended
+		c.ExpectMessageCount, c.StreamID = in.MessageCount, run.StreamID
 		c.ReadInbox = run.Persistent
 		if in.Complete && run.Parent != nil {
 			c.RefStatus = helix.SubSessionCompleted

@@ -107,6 +107,16 @@ type StepCommit struct {
 	// calls, their ownership on the root session and the suspended-step
 	// record are removed with the commit that appends their results.
 	ClearSuspension bool
+	// ExpectMessageCount, when not 0, is the session's message count
+	// before the step as the caller knows it (its own last commit), and
+	// StreamID the session's stream. With both, no patches and no inbox, a
+	// store whose querier holds writes may send the whole commit as one
+	// statement with the transaction's next one, assuming them (and that
+	// no interrupt was requested): the Postgres store then fails the
+	// transaction with postgres.CommitRefused when they do not hold, and
+	// the caller commits again with postgres.LockedCommit.
+	ExpectMessageCount int
+	StreamID           string
 	// Closing returns the chunks appended after the checkpoint, given the
 	// checkpoint's ID and whether the commit consumed an interrupt
 	// request. Nil appends nothing.

@@ -574,8 +574,8 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	started := time.Now()
 	var out R
 	var stepErr error
-	retried := false
-	err := j.retry(ctx, "run step "+name, func(c context.Context) error {
+	retried, locked := false, false
+	attempt := func(c context.Context) error {
 		tx, err := j.begin(c)
 		if err != nil {
 			return err
@@ -602,9 +602,13 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if err != nil {
 			return err
 		}
-		o, ferr := fn(stepContext{ctx}, pgxTx{tx})
+		body := context.Context(ctx)
+		if locked {
+			body = postgres.LockedCommit(ctx)
+		}
+		o, ferr := fn(stepContext{body}, pgxTx{tx})
 		if ferr != nil {
-			if transient(ferr) {
+			if transient(ferr) || postgres.CommitRefused(ferr) {
 				return ferr
 			}
 			// The body's error is its outcome: recorded without its
@@ -627,6 +631,17 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		j.pending, j.appends, j.deferred = nil, nil, nil
 		out = o
 		return nil
+	}
+	err := j.retry(ctx, "run step "+name, func(c context.Context) error {
+		err := attempt(c)
+		if postgres.CommitRefused(err) && !locked {
+			// A step commit sent whole assumed what no longer holds
+			// (an interrupt came, say): it wrote nothing. Again, deciding
+			// under the locks.
+			locked = true
+			err = attempt(c)
+		}
+		return err
 	})
 	if err != nil {
 		if stepErr != nil && errors.Is(err, stepErr) {

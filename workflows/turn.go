@@ -367,7 +367,8 @@ func (t *turn) classify(calls []helix.ToolCall) (finish int, phase2, rest []int)
 // that waited for human input.
 func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult, stepRunID string, suspended bool) (steps.Outcome, bool, error) {
 	ctx, env, run := t.ctx, t.env, t.run
-	in := steps.CommitInput{Run: run, Step: step, Model: res, StepRunID: stepRunID, Suspended: suspended}
+	in := steps.CommitInput{Run: run, Step: step, Model: res, StepRunID: stepRunID, Suspended: suspended,
+		MessageCount: t.messageCount}
 	finish, phase2, _ := t.classify(res.ToolCalls)
 	// Phase 2: finishWith tools, sequentially, seeing the state changes
 	// made before them in the step, in the model's order.

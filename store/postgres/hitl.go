@@ -525,38 +525,22 @@ func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.P
 }
 
 // clearSuspensionSQL removes the pending calls of a session's suspended
-// step and their ownership on the root session ($2: the call IDs), ahead of
-// the commit that appends their results. It locks the root row first.
-const clearSuspensionSQL = `WITH root AS (
-		UPDATE helix.sessions r SET client_tool_call_ownership = r.client_tool_call_ownership - $2::text[],
-			version = r.version + 1, updated_at = now()
-		FROM helix.sessions s WHERE s.session_id = $1 AND r.session_id = s.root_session_id
-		RETURNING r.session_id
-	)
-	SELECT count(*) FROM root`
+// step from their ownership on the root session, ahead of the commit that
+// appends their results. It locks the root row first.
+const clearSuspensionSQL = `UPDATE helix.sessions r
+	SET client_tool_call_ownership = r.client_tool_call_ownership - ARRAY(SELECT jsonb_object_keys(s.pending_client_tool_calls)),
+		version = r.version + 1, updated_at = now()
+	FROM helix.sessions s WHERE s.session_id = $1 AND r.session_id = s.root_session_id`
 
 // clearSuspension runs clearSuspensionSQL and clears the session's own
-// suspension fields.
+// suspension fields: two writes, held for the transaction's next statement
+// when q holds writes (two statements, not one: the root is often the
+// session itself, and one statement cannot update a row twice).
 func clearSuspension(ctx context.Context, q Querier, sessionID string) error {
-	var raw []byte
-	err := q.QueryRow(ctx, `SELECT pending_client_tool_calls FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&raw)
-	if err != nil {
+	if err := execLater(ctx, q, clearSuspensionSQL, sessionID); err != nil {
 		return err
 	}
-	var pending map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &pending); err != nil {
-		return fmt.Errorf("decode pending calls: %w", err)
-	}
-	ids := make([]string, 0, len(pending))
-	for id := range pending {
-		ids = append(ids, id)
-	}
-	var n int
-	if err := q.QueryRow(ctx, clearSuspensionSQL, sessionID, ids).Scan(&n); err != nil {
-		return err
-	}
-	_, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
+	return execLater(ctx, q, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
 		suspended_step_id = NULL, suspended_awaiting_children = '{}', version = version + 1, updated_at = now()
 		WHERE session_id = $1`, sessionID)
-	return err
 }

@@ -49,7 +49,7 @@ func (s *Store) ReadStep(ctx context.Context, p store.ReadStepParams) (*store.St
 // CleanupAttempt implements store.StepStore.
 func (s *Store) CleanupAttempt(ctx context.Context, streamID, runID string, step int, minSequence int64) (store.CleanupResult, error) {
 	res, err := s.cleanup(ctx, streamID, step,
-		`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND seq > $2 AND run_id = $3 AND step > $4 RETURNING seq`,
+		`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND seq > $2 AND run_id = $3 AND step > $4 RETURNING seq, n`,
 		streamID, minSequence, runID, step)
 	return res, wrap(err, "clean up run %s of stream %s after step %d", runID, streamID, step)
 }
@@ -63,17 +63,37 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 	WHERE s.session_id = $1
 	FOR UPDATE OF s, st`
 
-// commitStepSQL writes a whole step in one statement. $1 session, $2 run,
-// $3 step, $4 message count before, $5 messages, $6 new custom state (NULL:
-// unchanged), $7 mode ('continue', 'complete' or 'interrupt'), $8 output,
-// $9 interrupt context, $10 checkpoint ID, $11 checkpoint status, $12
-// checkpoint stream sequence, $13 usage rows (JSON), $14 run status, $15
-// run error, $16 stream, $17 first chunk sequence, $18 chunks, $19 chunk
-// steps, $20 chunk run IDs, $21 end the stream, $22 notify channel, $23 the
-// run status is final.
-const commitStepSQL = `WITH msgs AS (
+// commitStepSQL writes a whole step in one statement, under the locks of
+// the session and its stream (taken by lockStepSQL before it, or by its own
+// lk when it is the transaction's only word on the step: see CommitStep).
+// $1 session, $2 run, $3 step, $4 message count before, $5 messages, $6
+// new custom state (NULL: unchanged), $7 mode ('continue', 'complete' or
+// 'interrupt'), $8 output, $9 interrupt context, $10 checkpoint ID, $11
+// checkpoint status, $12 how many of the chunks precede the checkpoint, $13
+// usage rows (JSON), $14 run status, $15 run error, $16 stream, $17 the
+// expected message count (negative: the caller decided under lockStepSQL's
+// locks, nothing to check), $18 chunk rows (packed, chunkpack.go), $19
+// their steps, $20 their run IDs, $21 end the stream, $22 notify channel,
+// $23 the run status is final, $24 the rows' chunk counts, $25 the number
+// of chunks.
+//
+// With $17 >= 0 the statement writes only when what the caller assumed
+// holds (the session and stream active, no interrupt requested, $17
+// messages, the run exists); otherwise it writes nothing and fails with
+// SQLSTATE HX412 (helix.refuse_step_commit, migration 00016), and the
+// caller commits the step the long way (CommitRefused).
+const commitStepSQL = `WITH lk AS (
+		SELECT s.status, s.message_count, s.interrupt_requested, st.status AS stream_status, st.latest_seq
+		FROM helix.sessions s JOIN helix.streams st ON st.stream_id = s.stream_id
+		WHERE s.session_id = $1 AND st.stream_id = $16
+		FOR UPDATE OF s, st
+	), ok AS (
+		SELECT latest_seq FROM lk
+		WHERE $17::int < 0 OR (status = 'active' AND stream_status = 'active' AND NOT interrupt_requested
+			AND message_count = $17::int)
+	), msgs AS (
 		INSERT INTO helix.messages (session_id, seq, message)
-		SELECT $1, $4::int + u.ord - 1, u.m FROM unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
+		SELECT $1, $4::int + u.ord - 1, u.m FROM ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
 	), sess AS (
 		UPDATE helix.sessions SET
 			status = CASE $7 WHEN 'complete' THEN 'completed' WHEN 'interrupt' THEN 'interrupted' ELSE status END,
@@ -88,21 +108,21 @@ const commitStepSQL = `WITH msgs AS (
 			interrupt_reason = CASE WHEN $7 = 'continue' THEN interrupt_reason END,
 			checkpoint_id = $10, checkpointed_at = now(), checkpoint_source = 'step',
 			version = version + 1, updated_at = now()
-		WHERE session_id = $1
+		WHERE session_id = $1 AND EXISTS (SELECT 1 FROM ok)
 		RETURNING version, custom_state, output
 	), cp AS (
 		INSERT INTO helix.checkpoints
 			(checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence, status, custom_state, output)
-		SELECT $10, $1, $2, $3::int, $4::int + cardinality($5::jsonb[]), $12::bigint, $11, sess.custom_state,
+		SELECT $10, $1, $2, $3::int, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11, sess.custom_state,
 			CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END
-		FROM sess
+		FROM sess, ok
 	), usage AS (
 		INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, input_tokens, output_tokens,
 			cached_tokens, cache_write_tokens, value, duration_ms, success, key)
 		SELECT $1, COALESCE(NULLIF(u."runId", ''), $2), COALESCE(NULLIF(u.step, 0), $3), u."sourceType", NULLIF(u."sourceName", ''),
 			COALESCE(u."inputTokens", 0), COALESCE(u."outputTokens", 0), COALESCE(u."cachedTokens", 0),
 			COALESCE(u."cacheWriteTokens", 0), u.value, u."durationMs", u.success, u.key
-		FROM jsonb_to_recordset($13::jsonb) AS u("runId" text, step int, "sourceType" text, "sourceName" text,
+		FROM ok, jsonb_to_recordset($13::jsonb) AS u("runId" text, step int, "sourceType" text, "sourceName" text,
 			"inputTokens" int, "outputTokens" int, "cachedTokens" int, "cacheWriteTokens" int, value float8,
 			"durationMs" bigint, success boolean, key text)
 		ON CONFLICT (session_id, key) DO NOTHING
@@ -110,23 +130,49 @@ const commitStepSQL = `WITH msgs AS (
 		UPDATE helix.runs SET status = $14, step_count = $3, error = COALESCE($15, error),
 			completed_at = CASE WHEN $23 THEN COALESCE(completed_at, now()) END,
 			updated_at = now()
-		WHERE run_id = $2
+		WHERE run_id = $2 AND EXISTS (SELECT 1 FROM ok)
 		RETURNING 1
 	), chunks AS (
-		INSERT INTO helix.stream_chunks (stream_id, seq, run_id, step, chunk)
-		SELECT $16::text, $17::bigint + u.ord - 1, NULLIF(u.r, ''), u.s, u.c
-		FROM unnest($18::json[], $19::int[], $20::text[]) WITH ORDINALITY AS u(c, s, r, ord)
+		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk)
+		SELECT $16::text, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
+		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
 	), strm AS (
-		UPDATE helix.streams SET latest_seq = $17::bigint + cardinality($18::json[]) - 1,
+		UPDATE helix.streams SET latest_seq = latest_seq + $25::int,
 			status = CASE WHEN $21 THEN 'ended' ELSE status END,
 			final_output = CASE WHEN $21 THEN $8::jsonb ELSE final_output END,
 			error = CASE WHEN $21 THEN NULL ELSE error END,
 			updated_at = now()
-		WHERE stream_id = $16
+		WHERE stream_id = $16 AND EXISTS (SELECT 1 FROM ok)
 	), note AS (
-		SELECT pg_notify($22, $16)
+		SELECT pg_notify($22, $16) FROM ok
 	)
-	SELECT sess.version, (SELECT count(*) FROM run), (SELECT count(*) FROM note) FROM sess`
+	SELECT CASE WHEN EXISTS (SELECT 1 FROM sess) AND ($17::int < 0 OR EXISTS (SELECT 1 FROM run))
+			THEN (SELECT version FROM sess) ELSE helix.refuse_step_commit($1) END,
+		(SELECT count(*) FROM run), (SELECT count(*) FROM note)`
+
+// CodeCommitRefused is the SQLSTATE of a held step commit whose
+// expectations did not hold (commitStepSQL).
+const CodeCommitRefused = "HX412"
+
+// CommitRefused reports a step commit that wrote nothing because what its
+// caller expected did not hold (store.StepCommit.ExpectMessageCount): the
+// transaction is lost; run the step's transaction again with
+// [LockedCommit], which decides under the locks.
+func CommitRefused(err error) bool { return pgCode(err) == CodeCommitRefused }
+
+type lockedCommitKey struct{}
+
+// LockedCommit returns ctx with which CommitStep locks the session and
+// decides before it writes, whatever the commit expects: the way to commit
+// a step after CommitRefused.
+func LockedCommit(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lockedCommitKey{}, true)
+}
+
+func lockedCommit(ctx context.Context) bool {
+	v, _ := ctx.Value(lockedCommitKey{}).(bool)
+	return v
+}
 
 // Commit modes of commitStepSQL.
 const (
@@ -153,6 +199,12 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 	usage, err := encodeUsage(c.Usage)
 	if err != nil {
 		return nil, fmt.Errorf("store: commit step of %s: %w", c.SessionID, err)
+	}
+	if c.ExpectMessageCount > 0 && c.StreamID != "" && len(c.Patches) == 0 && !c.ReadInbox && !lockedCommit(ctx) {
+		if d, ok := s.q.(Deferrer); ok {
+			res, err := s.commitHeld(ctx, d, c, msgs, usage)
+			return res, wrap(err, "commit step %d of %s", c.Step, c.SessionID)
+		}
 	}
 	var res store.StepCommitResult
 	err = s.tx(ctx, func(q Querier) error {
@@ -215,49 +267,13 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 			mode = commitInterrupt
 			res.Interrupted, res.InterruptReason = true, reason
 		}
-		res.CheckpointID = helix.GenerateCheckpointID(c.SessionID, c.Step)
-		res.MessageCount = count + len(msgs)
-
-		chunks := newChunkBatch(streamID, latest)
-		if err := chunks.add(c.RunID, c.Chunks...); err != nil {
+		w, err := s.stepWrite(c, streamID, count, msgs, latest, mode, &res)
+		if err != nil {
 			return err
 		}
-		res.CheckpointSequence = chunks.last()
-		if c.Closing != nil {
-			if err := chunks.add(c.RunID, c.Closing(res.StepClosing)...); err != nil {
-				return err
-			}
-		}
-		end := complete && c.EndStream
-		if end {
-			if err := chunks.addStreamEnd(c.Output); err != nil {
-				return err
-			}
-		}
-		res.LatestSequence = chunks.last()
-
-		cpStatus, runStatus := helix.SessionActive, helix.RunRunning
-		var interruptCtx []byte
-		var runErr any
-		switch mode {
-		case commitComplete:
-			cpStatus, runStatus = helix.SessionCompleted, helix.RunCompleted
-		case commitInterrupt:
-			runStatus, runErr = helix.RunInterrupted, nullIfEmpty(reason)
-			if interruptCtx, err = jsonOrNil(store.InterruptContext{Reason: reason, StepCount: c.Step, Timestamp: time.Now().UnixMilli()}); err != nil {
-				return err
-			}
-		}
-		var output []byte
-		if complete {
-			output = rawOrNil(c.Output)
-		}
+		w.next = next
 		var runs, notified int64
-		if err := q.QueryRow(ctx, commitStepSQL,
-			c.SessionID, c.RunID, c.Step, count, msgs, next, mode, output, interruptCtx,
-			res.CheckpointID, string(cpStatus), res.CheckpointSequence, usage, string(runStatus), runErr,
-			streamID, latest+1, chunks.raws, chunks.steps, chunks.runIDs, end, s.shared.opts.notifyChannel, runStatus.Final(),
-		).Scan(&res.Version, &runs, &notified); err != nil {
+		if err := q.QueryRow(ctx, commitStepSQL, w.args(c, usage, -1)...).Scan(&res.Version, &runs, &notified); err != nil {
 			return err
 		}
 		if runs == 0 {
@@ -272,6 +288,117 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 		return nil, wrap(err, "commit step %d of %s", c.Step, c.SessionID)
 	}
 	return &res, nil
+}
+
+// commitHeld is CommitStep as one held statement (commitStepSQL with its
+// own locks and checks) on a querier that holds writes: the step's
+// transaction sends it with its next statement (the step journal: its
+// records and COMMIT), so the whole commit is one round trip. It assumes
+// what the caller expects (ExpectMessageCount, StreamID) and what is the
+// rule (no interrupt requested, session and stream active); when that does
+// not hold, the statement writes nothing and fails with CommitRefused, and
+// the caller runs the commit again with LockedCommit. The result has no
+// Version, CheckpointSequence or LatestSequence (zero).
+func (s *Store) commitHeld(ctx context.Context, d Deferrer, c store.StepCommit, msgs []string, usage []byte) (*store.StepCommitResult, error) {
+	if c.ClearSuspension {
+		if err := clearSuspension(ctx, d, c.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	mode := commitContinue
+	if c.Complete {
+		mode = commitComplete
+	}
+	var res store.StepCommitResult
+	w, err := s.stepWrite(c, c.StreamID, c.ExpectMessageCount, msgs, 0, mode, &res)
+	if err != nil {
+		return nil, err
+	}
+	res.CheckpointSequence, res.LatestSequence = 0, 0 // not known before the statement runs
+	d.Defer(ctx, commitStepSQL, w.args(c, usage, c.ExpectMessageCount)...)
+	if c.RefStatus != "" {
+		if err := setOwnRef(ctx, d, c.SessionID, c.RefStatus); err != nil {
+			return nil, err
+		}
+	}
+	return &res, nil
+}
+
+// stepWrite is what commitStepSQL writes for a commit decided in mode.
+type stepWrite struct {
+	count         int
+	msgs          []string
+	next          []byte
+	mode          string
+	reason        string
+	checkpointID  string
+	cpStatus      helix.SessionStatus
+	runStatus     helix.RunStatus
+	interruptCtx  []byte
+	output        []byte
+	end           bool
+	streamID      string
+	beforeCheckpt int
+	packed        packedChunks
+	chunks        int
+	channel       string
+}
+
+// stepWrite renders a commit decided in mode, with count messages before
+// it and msgs its own (inbox messages included): it fills res's
+// checkpoint ID and message count, and its sequences from latest (the
+// stream's latest sequence before the commit), and renders the chunks,
+// closing ones included (res's StepClosing decided).
+func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs []string, latest int64, mode string, res *store.StepCommitResult) (*stepWrite, error) {
+	res.CheckpointID = helix.GenerateCheckpointID(c.SessionID, c.Step)
+	res.MessageCount = count + len(msgs)
+	w := &stepWrite{count: count, msgs: msgs, mode: mode, reason: res.InterruptReason, checkpointID: res.CheckpointID,
+		streamID: streamID, cpStatus: helix.SessionActive, runStatus: helix.RunRunning, channel: s.shared.opts.notifyChannel}
+	chunks := newChunkBatch(streamID, latest)
+	if err := chunks.add(c.RunID, c.Chunks...); err != nil {
+		return nil, err
+	}
+	w.beforeCheckpt = len(chunks.chunks)
+	res.CheckpointSequence = chunks.last()
+	if c.Closing != nil {
+		if err := chunks.add(c.RunID, c.Closing(res.StepClosing)...); err != nil {
+			return nil, err
+		}
+	}
+	if mode == commitComplete {
+		w.cpStatus, w.runStatus, w.output = helix.SessionCompleted, helix.RunCompleted, rawOrNil(c.Output)
+		if w.end = c.EndStream; w.end {
+			if err := chunks.addStreamEnd(c.Output); err != nil {
+				return nil, err
+			}
+		}
+	}
+	res.LatestSequence = chunks.last()
+	if mode == commitInterrupt {
+		w.runStatus = helix.RunInterrupted
+		var err error
+		if w.interruptCtx, err = jsonOrNil(store.InterruptContext{Reason: res.InterruptReason, StepCount: c.Step, Timestamp: time.Now().UnixMilli()}); err != nil {
+			return nil, err
+		}
+	}
+	packed, err := chunks.pack()
+	if err != nil {
+		return nil, err
+	}
+	w.packed, w.chunks = packed, len(chunks.chunks)
+	return w, nil
+}
+
+// args returns commitStepSQL's arguments; expect is its $17.
+func (w *stepWrite) args(c store.StepCommit, usage []byte, expect int) []any {
+	var runErr any
+	if w.mode == commitInterrupt {
+		runErr = nullIfEmpty(w.reason)
+	}
+	return []any{c.SessionID, c.RunID, c.Step, w.count, w.msgs, w.next, w.mode, w.output, w.interruptCtx,
+		w.checkpointID, string(w.cpStatus), w.beforeCheckpt, usage, string(w.runStatus), runErr,
+		w.streamID, expect, w.packed.bodies, w.packed.steps, w.packed.runIDs, w.end, w.channel, w.runStatus.Final(),
+		w.packed.counts, w.chunks}
 }
 
 // takeInbox marks a session's unread inbox messages read and returns them
@@ -311,34 +438,29 @@ func takeInbox(ctx context.Context, q Querier, sessionID string) ([]helix.Messag
 }
 
 // setOwnRef moves a child session's reference on its parent to status (a
-// final status stamps the completion time once).
+// final status stamps the completion time once): held for the
+// transaction's next statement when q holds writes.
 func setOwnRef(ctx context.Context, q Querier, sessionID string, status helix.SubSessionStatus) error {
 	if !status.Valid() {
 		return fmt.Errorf("unknown sub-session status %q", status)
 	}
-	_, err := q.Exec(ctx, `UPDATE helix.sub_session_refs r SET status = $2,
+	return execLater(ctx, q, `UPDATE helix.sub_session_refs r SET status = $2,
 			completed_at = CASE WHEN $2 IN ('completed', 'failed', 'terminated') THEN COALESCE(r.completed_at, now()) END,
 			updated_at = now()
 		FROM helix.sessions s
 		WHERE s.session_id = $1 AND r.session_id = s.parent_session_id AND r.sub_session_id = s.session_id`,
 		sessionID, string(status))
-	return err
 }
 
 // chunkBatch collects encoded chunks of one stream with their sequences.
 type chunkBatch struct {
 	streamID string
 	latest   int64
-	raws     []string
-	steps    []int32
-	runIDs   []string
+	chunks   []encodedChunk
 }
 
-// newChunkBatch starts an empty batch. Its slices are non-nil: pgx sends a
-// nil slice as NULL, and commitStepSQL's cardinality($18) would then set the
-// stream's latest_seq to NULL on a commit without chunks.
 func newChunkBatch(streamID string, latest int64) *chunkBatch {
-	return &chunkBatch{streamID: streamID, latest: latest, raws: []string{}, steps: []int32{}, runIDs: []string{}}
+	return &chunkBatch{streamID: streamID, latest: latest}
 }
 
 func (b *chunkBatch) add(runID string, chunks ...helix.Chunk) error {
@@ -347,7 +469,7 @@ func (b *chunkBatch) add(runID string, chunks ...helix.Chunk) error {
 		if err != nil {
 			return err
 		}
-		b.raws, b.steps, b.runIDs = append(b.raws, string(e.raw)), append(b.steps, int32(e.step)), append(b.runIDs, runID)
+		b.chunks = append(b.chunks, e)
 	}
 	return nil
 }
@@ -357,13 +479,35 @@ func (b *chunkBatch) addStreamEnd(output json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	b.raws, b.steps, b.runIDs = append(b.raws, string(end)), append(b.steps, 0), append(b.runIDs, "")
+	b.chunks = append(b.chunks, encodedChunk{streamID: b.streamID, raw: end})
 	return nil
 }
 
 // last is the sequence of the last chunk added (the stream's latest before
 // the batch when it is empty).
-func (b *chunkBatch) last() int64 { return b.latest + int64(len(b.raws)) }
+func (b *chunkBatch) last() int64 { return b.latest + int64(len(b.chunks)) }
+
+// packedChunks is a batch's rows as commitStepSQL's $18, $19, $20 and $24.
+// The slices are non-nil: pgx sends a nil slice as NULL.
+type packedChunks struct {
+	bodies []string
+	steps  []int32
+	runIDs []string
+	counts []int32
+}
+
+func (b *chunkBatch) pack() (packedChunks, error) {
+	rows, err := packChunks(b.chunks)
+	if err != nil {
+		return packedChunks{}, err
+	}
+	p := packedChunks{bodies: make([]string, len(rows)), steps: make([]int32, len(rows)),
+		runIDs: make([]string, len(rows)), counts: make([]int32, len(rows))}
+	for i, r := range rows {
+		p.bodies[i], p.steps[i], p.runIDs[i], p.counts[i] = r.body, int32(r.step), r.runID, int32(r.n)
+	}
+	return p, nil
+}
 
 // encodeUsage renders usage rows as the JSON array commitStepSQL reads.
 func encodeUsage(rows []store.UsageRecord) ([]byte, error) {

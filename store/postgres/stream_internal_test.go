@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"testing"
 
@@ -65,4 +66,74 @@ func TestRetryableErrors(t *testing.T) {
 	require.True(t, retryableError(&pgconn.PgError{Code: "08006"}), "connection failure")
 	require.False(t, retryableError(&pgconn.PgError{Code: "23505"}), "a constraint violation is final")
 	require.True(t, retryableError(io.ErrUnexpectedEOF), "a network-level failure")
+}
+
+// TestPackedRowsReadBackByteForByte appends chunks that pack into rows of
+// several (same run, step and attempt) and alone, and reads them back: the
+// same chunks, byte for byte, at consecutive sequences, from any sequence
+// inside a row and under any page size; cleanup removes whole rows and
+// reports the chunks it removed.
+func TestPackedRowsReadBackByteForByte(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, err := New(pgtest.NewPool(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: "p", AgentType: "x"})
+	require.NoError(t, err)
+
+	base := func(step int, ts int64) helix.Base {
+		return helix.Base{AgentID: "p", AgentType: "x", Timestamp: ts, Step: step}
+	}
+	chunks := []helix.Chunk{
+		&helix.StepStartChunk{Base: base(1, 10), StepID: "r1:1"},
+		&helix.TextDeltaChunk{Base: base(1, 10), Delta: `a "quoted" <b>`},
+		&helix.TextDeltaChunk{Base: base(1, 11), Delta: "b"},
+		&helix.ToolStartChunk{Base: base(1, 11), ToolCallID: "c1", ToolName: "noop", Arguments: []byte(`{"i": 1}`)},
+		&helix.TextDeltaChunk{Base: base(2, 12), Delta: "alone"},
+		&helix.TextDeltaChunk{Base: base(3, 13), Delta: "c"},
+		&helix.TextDeltaChunk{Base: base(3, 13), Delta: "d"},
+	}
+	var writes []store.ChunkWrite
+	for _, c := range chunks {
+		writes = append(writes, store.ChunkWrite{Chunk: c, RunID: "r1"})
+	}
+	latest, err := st.Append(ctx, "p", writes)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(chunks)), latest)
+
+	var rows int
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT count(*) FROM helix.stream_chunks WHERE stream_id = 'p'`).Scan(&rows))
+	require.Equal(t, 3, rows, "steps 1 and 3 pack into one row each")
+	info, err := st.GetStreamInfo(ctx, "p")
+	require.NoError(t, err)
+	require.Equal(t, int64(len(chunks)), info.ChunkCount)
+
+	want := make([]string, len(chunks))
+	for i, c := range chunks {
+		raw, err := json.Marshal(c)
+		require.NoError(t, err)
+		want[i] = string(raw)
+	}
+	for after := range int64(len(chunks)) {
+		for _, limit := range []int{1, 2, 3, 100} {
+			page, err := st.ReadChunks(ctx, "p", after, limit)
+			require.NoError(t, err)
+			require.Len(t, page, min(limit, len(chunks)-int(after)), "after %d, limit %d", after, limit)
+			for i, sc := range page {
+				seq := after + int64(i) + 1
+				require.Equal(t, seq, sc.Sequence)
+				require.Equal(t, want[seq-1], string(sc.Raw), "chunk %d", seq)
+				require.Equal(t, chunks[seq-1].ChunkBase().Step, sc.Step)
+				require.Equal(t, "r1", sc.RunID)
+			}
+		}
+	}
+
+	res, err := st.CleanupToStep(ctx, "p", 1, 0)
+	require.NoError(t, err)
+	require.Equal(t, store.CleanupResult{Removed: 3, MinSequence: 5, MaxSequence: 7, AtSequence: 7}, res)
+	page, err := st.ReadChunks(ctx, "p", 0, 100)
+	require.NoError(t, err)
+	require.Len(t, page, 4)
 }

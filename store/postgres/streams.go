@@ -15,7 +15,8 @@ import (
 	"github.com/helix-agents/helix-dbos/store"
 )
 
-// insertChunksSQL appends chunks for any number of streams in one statement.
+// insertChunksSQL appends chunks for any number of streams in one statement,
+// packed into rows (chunkpack.go).
 // Stream rows are locked in stream_id order (no deadlock between concurrent
 // batches), each stream's sequence range is allocated under its row lock, so
 // ranges commit in order and readers never see a later sequence before an
@@ -24,10 +25,10 @@ import (
 // streams written) so a retry after a lost acknowledgement can tell whether
 // the batch already committed. One NOTIFY per statement wakes readers.
 const insertChunksSQL = `WITH input AS (
-		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[])
-			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, ord)
+		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
+			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
 	), counts AS (
-		SELECT stream_id, count(*)::bigint AS n FROM input GROUP BY stream_id
+		SELECT stream_id, sum(n)::bigint AS n FROM input GROUP BY stream_id
 	), locked AS (
 		SELECT s.stream_id, s.status, s.latest_seq FROM helix.streams s JOIN counts c USING (stream_id)
 		ORDER BY s.stream_id FOR UPDATE OF s
@@ -37,8 +38,8 @@ const insertChunksSQL = `WITH input AS (
 		WHERE s.stream_id = c.stream_id AND l.stream_id = c.stream_id AND l.status = 'active'
 		RETURNING s.stream_id, s.latest_seq - c.n AS base, s.latest_seq AS latest
 	), ins AS (
-		INSERT INTO helix.stream_chunks (stream_id, seq, run_id, step, attempt, chunk)
-		SELECT i.stream_id, u.base + row_number() OVER (PARTITION BY i.stream_id ORDER BY i.ord),
+		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, attempt, chunk)
+		SELECT i.stream_id, u.base + sum(i.n) OVER (PARTITION BY i.stream_id ORDER BY i.ord), i.n,
 			NULLIF(i.run_id, ''), i.step, i.attempt, i.chunk
 		FROM input i JOIN upd u USING (stream_id)
 	), batch AS (
@@ -90,7 +91,11 @@ type streamWrite struct {
 
 // insertChunks runs insertChunksSQL; token may be uuid.Nil for no token.
 func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChunk, token uuid.UUID) (map[string]streamWrite, error) {
-	rows, err := q.Query(ctx, insertChunksSQL, s.insertChunksArgs(chunks, token)...)
+	args, err := s.insertChunksArgs(chunks, token)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, insertChunksSQL, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -98,26 +103,31 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 	return scanChunkWrites(rows, len(chunks))
 }
 
-// insertChunksArgs returns insertChunksSQL's arguments.
-func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) []any {
-	n := len(chunks)
-	ids, raws, runIDs := make([]string, n), make([]string, n), make([]string, n)
-	steps, attempts := make([]int32, n), make([]int32, n)
+// insertChunksArgs packs chunks into rows and returns insertChunksSQL's
+// arguments.
+func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) ([]any, error) {
+	packed, err := packChunks(chunks)
+	if err != nil {
+		return nil, err
+	}
+	n := len(packed)
+	ids, bodies, runIDs := make([]string, n), make([]string, n), make([]string, n)
+	steps, attempts, counts := make([]int32, n), make([]int32, n), make([]int32, n)
 	seen := map[string]bool{}
 	var distinct []string
-	for i, c := range chunks {
-		ids[i], raws[i], runIDs[i] = c.streamID, string(c.raw), c.runID
-		steps[i], attempts[i] = int32(c.step), int32(c.attempt)
-		if !seen[c.streamID] {
-			seen[c.streamID] = true
-			distinct = append(distinct, c.streamID)
+	for i, r := range packed {
+		ids[i], bodies[i], runIDs[i] = r.streamID, r.body, r.runID
+		steps[i], attempts[i], counts[i] = int32(r.step), int32(r.attempt), int32(r.n)
+		if !seen[r.streamID] {
+			seen[r.streamID] = true
+			distinct = append(distinct, r.streamID)
 		}
 	}
 	var tok any
 	if token != uuid.Nil {
 		tok = token
 	}
-	return []any{ids, raws, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct)}
+	return []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts}, nil
 }
 
 // scanChunkWrites reads insertChunksSQL's per-stream outcomes.
@@ -241,7 +251,11 @@ func (s *Store) AppendHeld(ctx context.Context, streamID string, chunks []store.
 		}
 		enc[i] = e
 	}
-	d.Defer(ctx, insertChunksSQL, s.insertChunksArgs(enc, uuid.Nil)...)
+	args, err := s.insertChunksArgs(enc, uuid.Nil)
+	if err != nil {
+		return fmt.Errorf("store: append to stream %s: %w", streamID, err)
+	}
+	d.Defer(ctx, insertChunksSQL, args...)
 	return nil
 }
 
@@ -262,7 +276,10 @@ func (s *Store) QueueAppend(b *pgx.Batch, streamID string, chunks []store.ChunkW
 		}
 		enc[i] = e
 	}
-	args := s.insertChunksArgs(enc, uuid.Nil)
+	args, err := s.insertChunksArgs(enc, uuid.Nil)
+	if err != nil {
+		return fmt.Errorf("store: append to stream %s: %w", streamID, err)
+	}
 	b.Queue(insertChunksSQL, args...).Query(func(rows pgx.Rows) error {
 		out, err := scanChunkWrites(rows, 1)
 		if err != nil {
@@ -356,12 +373,12 @@ func (s *Store) ReactivateStream(ctx context.Context, streamID string) error {
 // CleanupToStep implements store.StreamStore.
 func (s *Store) CleanupToStep(ctx context.Context, streamID string, step int, minSequence int64) (store.CleanupResult, error) {
 	res, err := s.cleanup(ctx, streamID, step,
-		`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND step > $2 AND seq > $3 RETURNING seq`,
+		`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND step > $2 AND seq > $3 RETURNING seq, n`,
 		streamID, step, minSequence)
 	return res, wrap(err, "cleanup stream %s to step %d", streamID, step)
 }
 
-// cleanup runs a RETURNING-seq delete of chunks after step under the stream
+// cleanup runs a RETURNING seq, n delete of chunk rows after step under the stream
 // row lock (see truncate); nothing removed reports a zero result.
 func (s *Store) cleanup(ctx context.Context, streamID string, step int, del string, args ...any) (store.CleanupResult, error) {
 	var res store.CleanupResult
@@ -388,7 +405,7 @@ func (s *Store) ResetStream(ctx context.Context, streamID string) error {
 		}
 		res := store.CleanupResult{AtSequence: latest}
 		if err := s.truncate(ctx, q, streamID, 0, &res,
-			`DELETE FROM helix.stream_chunks WHERE stream_id = $1 RETURNING seq`, streamID); err != nil {
+			`DELETE FROM helix.stream_chunks WHERE stream_id = $1 RETURNING seq, n`, streamID); err != nil {
 			return err
 		}
 		_, err = q.Exec(ctx, `UPDATE helix.streams SET status = 'active', final_output = NULL, error = NULL,
@@ -398,11 +415,13 @@ func (s *Store) ResetStream(ctx context.Context, streamID string) error {
 	return wrap(err, "reset stream %s", streamID)
 }
 
-// truncate runs a RETURNING-seq delete and, when it removed chunks, records a
-// truncation epoch and wakes readers.
+// truncate runs a RETURNING seq, n delete of chunk rows and, when it
+// removed chunks, records a truncation epoch and wakes readers. A row goes
+// whole: the chunks a row packs share their run and step, which is what
+// every delete selects on.
 func (s *Store) truncate(ctx context.Context, q Querier, streamID string, step int, res *store.CleanupResult, del string, args ...any) error {
 	var minSeq, maxSeq *int64
-	err := q.QueryRow(ctx, `WITH d AS (`+del+`) SELECT count(*), min(seq), max(seq) FROM d`, args...).
+	err := q.QueryRow(ctx, `WITH d AS (`+del+`) SELECT COALESCE(sum(n), 0), min(seq - n + 1), max(seq) FROM d`, args...).
 		Scan(&res.Removed, &minSeq, &maxSeq)
 	if err != nil || res.Removed == 0 {
 		return err
@@ -441,7 +460,7 @@ func (s *Store) GetStreamInfo(ctx context.Context, streamID string) (*store.Stre
 	var status string
 	var final []byte
 	err := s.q.QueryRow(ctx, `SELECT stream_id, COALESCE(owner_session_id, ''), status, latest_seq,
-			(SELECT count(*) FROM helix.stream_chunks c WHERE c.stream_id = s.stream_id),
+			(SELECT COALESCE(sum(c.n), 0) FROM helix.stream_chunks c WHERE c.stream_id = s.stream_id),
 			final_output, COALESCE(error, ''), truncation_epoch, created_at, updated_at
 		FROM helix.streams s WHERE stream_id = $1`, streamID).
 		Scan(&info.StreamID, &info.OwnerSessionID, &status, &info.LatestSequence, &info.ChunkCount, &final,
@@ -480,13 +499,14 @@ type streamState struct {
 }
 
 // fetch reads the stream's state and up to limit chunks after a sequence in
-// one query.
+// one query (rows pack several chunks: it reads up to limit rows, and drops
+// the chunks of the first row at or before after and those beyond limit).
 func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit int) ([]store.StoredChunk, streamState, error) {
 	rows, err := s.shared.pool.Query(ctx, `SELECT st.status, st.latest_seq, COALESCE(st.error, ''), st.truncation_epoch,
-			c.seq, COALESCE(c.run_id, ''), c.step, c.attempt, c.chunk, c.created_at
+			c.seq, c.n, COALESCE(c.run_id, ''), c.step, c.attempt, c.chunk, c.created_at
 		FROM helix.streams st
 		LEFT JOIN LATERAL (
-			SELECT seq, run_id, step, attempt, chunk, created_at FROM helix.stream_chunks
+			SELECT seq, n, run_id, step, attempt, chunk, created_at FROM helix.stream_chunks
 			WHERE stream_id = st.stream_id AND seq > $2 ORDER BY seq LIMIT $3
 		) c ON true
 		WHERE st.stream_id = $1`, streamID, after, limit)
@@ -504,28 +524,36 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 		var (
 			status  string
 			seq     *int64
+			n       *int
 			step    *int
 			attempt *int
-			raw     []byte
-			sc      store.StoredChunk
+			body    []byte
+			runID   string
 			created *time.Time
 		)
-		if err := rows.Scan(&status, &state.latest, &state.errMsg, &state.epoch, &seq, &sc.RunID, &step, &attempt, &raw, &created); err != nil {
+		if err := rows.Scan(&status, &state.latest, &state.errMsg, &state.epoch, &seq, &n, &runID, &step, &attempt, &body, &created); err != nil {
 			return nil, streamState{}, err
 		}
 		state.status = helix.StreamStatus(status)
-		if seq == nil {
+		if seq == nil || len(out) >= limit {
 			continue
 		}
-		c, err := helix.UnmarshalChunk(raw)
+		chunks, raws, err := unpackRow(body, *n)
 		if err != nil {
 			return nil, streamState{}, fmt.Errorf("chunk %d: %w", *seq, err)
 		}
-		sc.StreamID, sc.Sequence, sc.Step, sc.Attempt, sc.Chunk, sc.Raw = streamID, *seq, *step, *attempt, c, raw
-		if created != nil {
-			sc.CreatedAt = *created
+		first := *seq - int64(len(chunks)) + 1
+		for i, c := range chunks {
+			at := first + int64(i)
+			if at <= after || len(out) >= limit {
+				continue
+			}
+			sc := store.StoredChunk{StreamID: streamID, Sequence: at, RunID: runID, Step: *step, Attempt: *attempt, Chunk: c, Raw: raws[i]}
+			if created != nil {
+				sc.CreatedAt = *created
+			}
+			out = append(out, sc)
 		}
-		out = append(out, sc)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, streamState{}, err
