@@ -7,7 +7,6 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -63,10 +62,11 @@ func (e *Engine) control() control {
 
 func (c control) submit(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	res := helix.SubmitResult{ToolCallID: sub.ToolCallID}
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		// The submission's writes go out together with the next read (the
-		// DBOS-cancel check), in one round trip.
-		pq := postgres.NewPipelined(tx)
+	var wf string
+	// One transaction in two round trips for a call of the root session:
+	// BEGIN with the lock and read of the conversation, then the
+	// submission's writes and the message to the waiting run with COMMIT.
+	err := pipelinedTx(ctx, c.pool, func(pq *postgres.Pipelined) error {
 		rec, err := c.store.WithQuerier(pq).RecordSubmission(ctx, rootSessionID, sub)
 		if err != nil {
 			return err
@@ -74,17 +74,23 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 		res.OwnerSessionID, res.RunID, res.Remaining = rec.Call.OwnerSessionID, rec.Call.RunID, rec.Unresolved
 		res.ToolName, res.Kind = rec.Call.ToolName, rec.Call.Kind
 		if res.AlreadyCompleted = rec.AlreadyCompleted; res.AlreadyCompleted {
-			return pq.Flush(ctx) // nothing held today; never commit without it
+			return nil
 		}
-		if err := notCancelled(ctx, pq, rec.Call.OwnerSessionID, sub.ToolCallID, rec.Call.WorkflowID); err != nil {
-			return err
-		}
-		if err := pq.Flush(ctx); err != nil {
-			return err
-		}
-		return recv.Send(c.dbos, tx, rec.Call.WorkflowID, sub.ToolCallID,
+		wf = rec.Call.WorkflowID
+		sql, args, err := recv.SendStatement(wf, sub.ToolCallID,
 			recv.Message{Kind: recv.KindSubmission, Submission: &sub, SubmittedAt: rec.Call.SubmittedAt}, recv.SubmissionKey(sub.ToolCallID))
+		if err != nil {
+			return err
+		}
+		pq.Defer(ctx, sql, args...)
+		return nil
 	})
+	if recv.Cancelled(err) {
+		// Cancelled with DBOS's tools and not yet aborted by the engine's
+		// sweep: nothing would ever take the answer.
+		err = &helix.SubmissionError{Code: helix.SubmissionNotWaiting, SessionID: res.OwnerSessionID, ToolCallID: sub.ToolCallID,
+			Reason: fmt.Sprintf("session %s is being aborted: %s", res.OwnerSessionID, cancelledByDBOS(wf))}
+	}
 	if err != nil {
 		var se *helix.SubmissionError
 		if errors.As(err, &se) {
@@ -205,20 +211,28 @@ func (h *Handle) suspension(ctx context.Context, status helix.RunStatus) (*helix
 	return s, nil
 }
 
-// notCancelled refuses a submission to a run whose workflow was cancelled
-// with DBOS's tools and not yet aborted by the engine's sweep: nothing would
-// ever take it.
-func notCancelled(ctx context.Context, tx postgres.Querier, sessionID, toolCallID, workflowID string) error {
-	var status string
-	err := tx.QueryRow(ctx, `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&status)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil
-	case err != nil:
-		return fmt.Errorf("engine: read the status of workflow %s: %w", workflowID, err)
-	case status == "CANCELLED":
-		return &helix.SubmissionError{Code: helix.SubmissionNotWaiting, SessionID: sessionID, ToolCallID: toolCallID,
-			Reason: fmt.Sprintf("session %s is being aborted: %s", sessionID, cancelledByDBOS(workflowID))}
+// pipelinedTx runs fn in a transaction on a connection of the pool whose
+// BEGIN goes out with its first statement and whose COMMIT with the writes
+// fn held (postgres.Pipelined): a transaction of n reads costs n round
+// trips. Whatever fn or the commit fails with rolls it back.
+func pipelinedTx(ctx context.Context, pool *pgxpool.Pool, fn func(*postgres.Pipelined) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	pq := postgres.NewPipelined(conn)
+	pq.Defer(ctx, "BEGIN")
+	err = fn(pq)
+	if err == nil {
+		pq.Defer(ctx, "COMMIT")
+		err = pq.Flush(ctx)
+	}
+	if err != nil {
+		// Without a transaction in progress (nothing was sent) this is a
+		// no-op; a connection it cannot reset is closed on release.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		return err
 	}
 	return nil
 }

@@ -34,3 +34,33 @@ func ExampleConsume() {
 	}
 	fmt.Println("took an answer:", took, tx.Commit(ctx))
 }
+
+// Send the answer to a tool call in a transaction of your own, with its
+// COMMIT in one round trip: the message commits with your records, once
+// per key, and a workflow cancelled with DBOS's tools refuses it.
+func ExampleSendStatement() {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, os.Getenv("HELIX_DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	sql, args, err := recv.SendStatement("session-1-turn-1", "call-1",
+		recv.Message{Kind: recv.KindWake}, recv.WakeKey("call-1", "request-7"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	err = conn.SendBatch(ctx, b).Close()
+	if recv.Cancelled(err) {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		fmt.Println("the run's workflow was cancelled: nothing will take the message")
+		return
+	}
+	fmt.Println("sent:", err)
+}

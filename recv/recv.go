@@ -22,12 +22,15 @@ package recv
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	helix "github.com/helix-agents/helix-dbos"
 )
@@ -139,6 +142,34 @@ func Consume[R Row](ctx context.Context, q Querier[R], workflowID, toolCallID st
 		return false, fmt.Errorf("recv: take the message of tool call %s: %w", toolCallID, err)
 	}
 	return true, nil
+}
+
+// CodeCancelled is the SQLSTATE of a message refused because its
+// destination workflow was cancelled with DBOS's tools (SendStatement).
+const CodeCancelled = "HX410"
+
+// SendStatement returns the statement that sends m to the workflow waiting
+// for the call, for a caller that sends it with the other statements of its
+// transaction (a submission: the message then commits with its record, in
+// the same round trip as the COMMIT). It writes what Send writes, in DBOS's
+// format (helix.send_tool_message, migration 00017): DBOS's default JSON
+// serialization, one message per key and destination, and DBOS's trigger
+// wakes the waiting run. A workflow cancelled with DBOS's tools gets
+// nothing: the statement fails with [CodeCancelled] ([Cancelled]).
+func SendStatement(workflowID, toolCallID string, m Message, key string) (sql string, args []any, err error) {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return "", nil, fmt.Errorf("recv: encode the message for tool call %s: %w", toolCallID, err)
+	}
+	return `SELECT helix.send_tool_message($1, $2, $3, $4)`,
+		[]any{workflowID, Topic(toolCallID), base64.StdEncoding.EncodeToString(raw), key + "::" + workflowID}, nil
+}
+
+// Cancelled reports a SendStatement refused because the destination
+// workflow was cancelled.
+func Cancelled(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == CodeCancelled
 }
 
 // ConsumeStatement returns Consume's statement, for a caller that sends it

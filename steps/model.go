@@ -32,6 +32,9 @@ type ModelOutput struct {
 	Result     helix.StepResult `json:"result"`
 	Failure    *Failure         `json:"failure,omitempty"`
 	DurationMS int64            `json:"durationMs"`
+	// MessageCount is the session's message count the request was built
+	// from: what the step's commit expects to find (CommitInput).
+	MessageCount int `json:"messageCount,omitempty"`
 }
 
 // CallModel returns the model step: it builds the request from the
@@ -130,7 +133,7 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 		}
 		began := time.Now()
 		res, err := generate(ctx, def.Agent.Model, req, cb)
-		out := ModelOutput{Result: res, DurationMS: time.Since(began).Milliseconds()}
+		out := ModelOutput{Result: res, DurationMS: time.Since(began).Milliseconds(), MessageCount: st.MessageCount}
 		if err != nil {
 			if ctx.Err() != nil {
 				// Shutdown or cancellation: not an outcome of the model.

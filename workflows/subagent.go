@@ -107,6 +107,9 @@ func (t *turn) detachChildren(step int, res helix.StepResult, p stepPlan, result
 // ended interrupted are returned, their results left empty: the parent
 // decides whether its own interrupt stopped them.
 func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results []steps.ToolResult) (stopped []int, err error) {
+	if len(children) == 0 {
+		return nil, nil // nothing to wait for: the records wait for the next write
+	}
 	if err := t.j.flush(t.ctx); err != nil {
 		return nil, err
 	}

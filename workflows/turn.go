@@ -251,7 +251,9 @@ type turn struct {
 	// waits for, taken by its driver.
 	childOutcomes map[string]steps.Outcome
 	// messageCount is the session's message count after this execution's
-	// last commit, 0 when the next step must read the session.
+	// last commit, 0 when the next step must read the session; between a
+	// step's model call and its commit, the count the model call read,
+	// which the commit expects to find (steps.CommitInput.MessageCount).
 	messageCount int
 	// answer is what the last wait for a call read when it ended (nil when
 	// it did not read: a replay, or a deadline).
@@ -281,6 +283,9 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if m.Failure != nil {
 		out, err := t.fail(step-1, *m.Failure)
 		return out, true, err
+	}
+	if t.messageCount == 0 {
+		t.messageCount = m.MessageCount
 	}
 	res := m.Result
 	results := make([]steps.ToolResult, len(res.ToolCalls))

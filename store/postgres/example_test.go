@@ -81,3 +81,45 @@ func ExampleStore_QueueAppend() {
 		fmt.Println(err)
 	}
 }
+
+// Commit an agent step as one statement sent with the transaction's
+// COMMIT, assuming what your last commit left (the message count, no
+// interrupt requested), and again under the session's locks when the
+// database refuses the assumption.
+func ExampleCommitRefused() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("HELIX_DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	st, err := postgres.New(pool)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	step := store.StepCommit{SessionID: "session-1", RunID: "run-1", Step: 3, StreamID: "session-1",
+		Messages:           []helix.Message{helix.AssistantMessage("done")},
+		ExpectMessageCount: 5}
+	commit := func(ctx context.Context) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		pq := postgres.NewPipelined(tx)
+		if _, err := st.WithQuerier(pq).CommitStep(ctx, step); err != nil {
+			return err
+		}
+		if err := pq.Flush(ctx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	err = commit(ctx)
+	if postgres.CommitRefused(err) {
+		err = commit(postgres.LockedCommit(ctx))
+	}
+	fmt.Println("committed:", err)
+}

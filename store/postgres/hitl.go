@@ -158,6 +158,9 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if pending == nil {
 			pending = map[string]store.PendingClientToolCall{}
 		}
+		// A root that waits alone, before and after (ownsEveryCall): no
+		// sub-agent's waiting changes.
+		alone := sess.SessionID == root.SessionID && ownsEveryCall(root)
 		if root.ClientToolCallOwnership == nil {
 			root.ClientToolCallOwnership = map[string]string{}
 		}
@@ -207,6 +210,9 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if err := execLater(ctx, q, `UPDATE helix.runs SET status = $2, step_count = $3, completed_at = NULL, updated_at = now()
 			WHERE run_id = $1`, p.RunID, string(helix.RunSuspendedClientTool), step); err != nil {
 			return err
+		}
+		if alone {
+			return nil
 		}
 		return syncAwaiting(ctx, q, root.SessionID)
 	})
@@ -273,7 +279,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 				return err
 			}
 		}
-		if newly {
+		if newly && !ownsEveryCall(root) {
 			return syncAwaiting(ctx, q, root.SessionID)
 		}
 		return nil
@@ -426,12 +432,35 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 				return err
 			}
 		}
+		if ownsEveryCall(root) {
+			// No sub-agent waits, before or after this answer (the root's
+			// ownership map routes every waiting call of the conversation):
+			// nothing to recompute.
+			return nil
+		}
 		return syncAwaiting(ctx, q, root.SessionID)
 	})
 	if err != nil {
 		return nil, wrap(err, "submit tool call %s to %s", sub.ToolCallID, rootSessionID)
 	}
 	return &res, nil
+}
+
+// ownsEveryCall reports whether every call routed by a root session's
+// ownership map is the root's own, and the root waits for no sub-agent: no
+// sub-agent of the conversation waits for a person (the map routes every
+// call that waits in it), so syncAwaiting would change nothing while the
+// map stays so.
+func ownsEveryCall(root *store.SessionState) bool {
+	if len(root.SuspendedAwaitingChildren) > 0 {
+		return false
+	}
+	for _, owner := range root.ClientToolCallOwnership {
+		if owner != root.SessionID {
+			return false
+		}
+	}
+	return true
 }
 
 // RetargetPending implements store.SuspensionStore.
