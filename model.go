@@ -28,7 +28,9 @@ func (f ModelFunc) GenerateStep(ctx context.Context, req ModelRequest, cb Stream
 
 // ModelRequest is what a [Model] receives for one step.
 type ModelRequest struct {
-	// Messages is the conversation, system prompt first.
+	// Messages is the conversation, system prompt first. The engine shares
+	// it with its copy of the session's log, for the call's duration: read
+	// it, never modify it or its messages (copy what you change).
 	Messages []Message `json:"messages"`
 	// Tools are the tools the model may call this step, __finish__ included
 	// when the agent has an output schema.

@@ -18,9 +18,24 @@ type messageCache struct {
 	m  map[string]*cachedLog
 }
 
+// cachedLog is a session's log, buf[1:], behind one free slot: buf[0] takes
+// a request's system message, so a model request is a slice of the log,
+// not a copy of it (a copy per step grows with the conversation, and so
+// does the garbage collector's work).
 type cachedLog struct {
-	mu   sync.Mutex
-	msgs []helix.Message
+	mu  sync.Mutex
+	buf []helix.Message
+}
+
+// n is the number of messages in the log.
+func (l *cachedLog) n() int { return max(len(l.buf)-1, 0) }
+
+// add appends messages to the log.
+func (l *cachedLog) add(msgs ...helix.Message) {
+	if len(l.buf) == 0 {
+		l.buf = make([]helix.Message, 1, 1+max(len(msgs), 64))
+	}
+	l.buf = append(l.buf, msgs...)
 }
 
 func (c *messageCache) log(sessionID string) *cachedLog {
@@ -52,34 +67,56 @@ func (e *Env) Remember(sessionID string, count int, msgs []helix.Message) {
 	l := e.cache.log(sessionID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.msgs) < from {
+	switch {
+	case l.n() < from:
 		return
+	case l.n() == from:
+		// In place, amortized: the slices handed out end at or before
+		// from, so nothing they hold changes.
+		l.add(msgs...)
+	default:
+		// Over positions a caller may still hold: a copy.
+		old := l.buf[1 : 1+from]
+		l.buf = nil
+		l.add(old...)
+		l.add(msgs...)
 	}
-	l.msgs = append(l.msgs[:from:from], msgs...)
 }
 
 // Messages returns the session's first count messages (count is the durable
 // message count read in the same step), loading only what the cache lacks.
+// The slice is the cache's: read it, never modify it.
 func (e *Env) Messages(ctx context.Context, sessionID string, count int) ([]helix.Message, error) {
+	return e.request(ctx, sessionID, count, nil)
+}
+
+// request is Messages preceded by system when it is not nil: the cache's
+// memory, with the system message in the slot before the log.
+func (e *Env) request(ctx context.Context, sessionID string, count int, system *helix.Message) ([]helix.Message, error) {
 	l := e.cache.log(sessionID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.msgs) > count { // truncated by a retry: reload
-		l.msgs = nil
+	if l.n() > count { // truncated by a retry: reload
+		l.buf = nil
 	}
-	for len(l.msgs) < count {
-		page, err := e.Store.GetMessages(ctx, sessionID, &store.GetMessagesOptions{Offset: len(l.msgs), Limit: store.MaxPageSize})
+	for l.n() < count {
+		page, err := e.Store.GetMessages(ctx, sessionID, &store.GetMessagesOptions{Offset: l.n(), Limit: store.MaxPageSize})
 		if err != nil {
-			l.msgs = nil
+			l.buf = nil
 			return nil, err
 		}
 		if len(page.Messages) == 0 {
 			break
 		}
-		l.msgs = append(l.msgs, page.Messages...)
+		l.add(page.Messages...)
 	}
-	if len(l.msgs) > count {
-		l.msgs = l.msgs[:count]
+	if len(l.buf) == 0 {
+		l.add()
 	}
-	return l.msgs[:len(l.msgs):len(l.msgs)], nil
+	end := 1 + min(count, l.n())
+	if system == nil {
+		return l.buf[1:end:end], nil
+	}
+	l.buf[0] = *system
+	return l.buf[0:end:end], nil
 }

@@ -70,13 +70,20 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 			hc := helix.HookContext{SessionID: in.Run.SessionID, RunID: in.Run.RunID, AgentType: in.Run.AgentType, Step: in.Step}
 			e.hook(ctx, "stepStart", hc, func() error { return h.OnStepStart(ctx, hc) })
 		}
-		history, err := e.Messages(ctx, in.Run.SessionID, st.MessageCount)
-		if err != nil {
-			return ModelOutput{}, err
-		}
 		prompt, failure := systemPrompt(ctx, def, st.CustomState)
 		if failure != nil {
 			return ModelOutput{Failure: failure}, nil
+		}
+		var system *helix.Message
+		if prompt != "" {
+			sm := helix.SystemMessage(prompt)
+			system = &sm
+		}
+		// The conversation is the process's cached log, not a copy of it
+		// (helix.ModelRequest: a model reads it and never modifies it).
+		messages, err := e.request(ctx, in.Run.SessionID, st.MessageCount, system)
+		if err != nil {
+			return ModelOutput{}, err
 		}
 		req := helix.ModelRequest{
 			Tools:     def.Specs,
@@ -85,11 +92,7 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 			AgentType: in.Run.AgentType,
 			Step:      in.Step,
 		}
-		req.Messages = make([]helix.Message, 0, len(history)+1)
-		if prompt != "" {
-			req.Messages = append(req.Messages, helix.SystemMessage(prompt))
-		}
-		req.Messages = append(req.Messages, history...)
+		req.Messages = messages
 
 		w := e.Store.NewWriter(in.Run.StreamID, &store.WriterOptions{RunID: in.Run.RunID,
 			Guard: func(ctx context.Context) error { return e.Check(ctx, in.Run.Ticket) }})
