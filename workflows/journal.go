@@ -639,6 +639,8 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 			// (an interrupt came, say): it wrote nothing. Again, deciding
 			// under the locks.
 			locked = true
+			j.log.Debug().Str("event", "journal.commit_refused").Str("workflowId", j.wfID).Str("step", name).
+				Msg("the step's commit assumed what no longer held; committing it again under the session's locks")
 			err = attempt(c)
 		}
 		return err
