@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	helix "github.com/helix-agents/helix-dbos"
 )
@@ -55,7 +56,8 @@ func sameRow(a, b encodedChunk) bool {
 }
 
 // packBody renders chunks as one row's body: the chunk itself when there is
-// one, else [common fields, chunk without them, ...].
+// one, else [common fields, chunk without them, ...], compacted
+// (compactRow) when that reads back byte for byte.
 func packBody(chunks []encodedChunk) (string, error) {
 	if len(chunks) == 1 {
 		return string(chunks[0].raw), nil
@@ -82,12 +84,26 @@ func packBody(chunks []encodedChunk) (string, error) {
 			common[k] = v
 		}
 	}
-	parts := make([]any, 0, len(chunks)+1)
-	parts = append(parts, common)
 	for _, f := range fields {
 		for k := range common {
 			delete(f, k)
 		}
+	}
+	plain, err := renderRow(common, fields)
+	if err != nil {
+		return "", err
+	}
+	compact, err := compactRow(common, fields, chunks[0].runID, chunks[0].step)
+	if err != nil || compact == "" || !readsBack(compact, chunks) {
+		return plain, nil // the plain form reads back by construction
+	}
+	return compact, nil
+}
+
+func renderRow(common map[string]json.RawMessage, fields []map[string]json.RawMessage) (string, error) {
+	parts := make([]any, 0, len(fields)+1)
+	parts = append(parts, common)
+	for _, f := range fields {
 		parts = append(parts, f)
 	}
 	b, err := json.Marshal(parts)
@@ -97,10 +113,120 @@ func packBody(chunks []encodedChunk) (string, error) {
 	return string(b), nil
 }
 
+// compactKey is the reserved key of a packed row's compaction: in the
+// common object, the [key, value] pairs some of the chunks share; in a
+// chunk, what it takes back: "r" its runId (the row's run), "s" its stepId
+// (the row's run and step), a digit a shared pair. No chunk field is "~".
+const compactKey = "~"
+
+// compactRow removes from each chunk (already without the common fields)
+// the fields the row's run and step give (runId, stepId) and those two or
+// more chunks share with the same value (a step's checkpointId), and
+// returns the row's body, or "" when there is nothing to remove.
+func compactRow(common map[string]json.RawMessage, fields []map[string]json.RawMessage, runID string, step int) (string, error) {
+	runJSON, err := json.Marshal(runID)
+	if err != nil {
+		return "", err
+	}
+	stepJSON, err := json.Marshal(fmt.Sprintf("%s:%d", runID, step))
+	if err != nil {
+		return "", err
+	}
+	// Pairs shared by at least two chunks, in a fixed order.
+	seen := map[string]int{}
+	for _, f := range fields {
+		for k, v := range f {
+			if k != "type" && k != "runId" && k != "stepId" {
+				seen[k+"\x00"+string(v)]++
+			}
+		}
+	}
+	var shared [][2]string
+	for kv, n := range seen {
+		if n > 1 && len(kv) > 24 {
+			shared = append(shared, [2]string{kv[:strings.IndexByte(kv, 0)], kv[strings.IndexByte(kv, 0)+1:]})
+		}
+	}
+	slices.SortFunc(shared, func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
+	if len(shared) > 10 {
+		shared = shared[:10]
+	}
+	removed := false
+	out := make([]map[string]json.RawMessage, len(fields))
+	for i, f := range fields {
+		g := make(map[string]json.RawMessage, len(f))
+		var flags strings.Builder
+		for k, v := range f {
+			g[k] = v
+		}
+		if v, ok := g["runId"]; ok && runID != "" && bytes.Equal(v, runJSON) {
+			delete(g, "runId")
+			flags.WriteByte('r')
+		}
+		if v, ok := g["stepId"]; ok && runID != "" && bytes.Equal(v, stepJSON) {
+			delete(g, "stepId")
+			flags.WriteByte('s')
+		}
+		for j, kv := range shared {
+			if v, ok := g[kv[0]]; ok && string(v) == kv[1] {
+				delete(g, kv[0])
+				flags.WriteByte(byte('0' + j))
+			}
+		}
+		if flags.Len() > 0 {
+			removed = true
+			fl, err := json.Marshal(flags.String())
+			if err != nil {
+				return "", err
+			}
+			g[compactKey] = fl
+		}
+		out[i] = g
+	}
+	if !removed {
+		return "", nil
+	}
+	c := make(map[string]json.RawMessage, len(common)+1)
+	for k, v := range common {
+		c[k] = v
+	}
+	if len(shared) > 0 {
+		pairs := make([][2]json.RawMessage, len(shared))
+		for i, kv := range shared {
+			k, err := json.Marshal(kv[0])
+			if err != nil {
+				return "", err
+			}
+			pairs[i] = [2]json.RawMessage{k, json.RawMessage(kv[1])}
+		}
+		pv, err := json.Marshal(pairs)
+		if err != nil {
+			return "", err
+		}
+		c[compactKey] = pv
+	}
+	return renderRow(c, out)
+}
+
+// readsBack reports whether body unpacks to exactly the chunks packed.
+func readsBack(body string, chunks []encodedChunk) bool {
+	_, raws, err := unpackRow([]byte(body), len(chunks), chunks[0].runID, chunks[0].step)
+	if err != nil || len(raws) != len(chunks) {
+		return false
+	}
+	for i, c := range chunks {
+		if !bytes.Equal(raws[i], c.raw) {
+			return false
+		}
+	}
+	return true
+}
+
 // unpackRow returns the chunks of a row written with packBody (or before
 // packing), as the raw JSON they were appended with: json.Marshal of the
-// decoded chunk, which is how encodeChunk wrote them.
-func unpackRow(body []byte, n int) ([]helix.Chunk, [][]byte, error) {
+// decoded chunk, which is how encodeChunk wrote them. runID and step are
+// the row's.
+func unpackRow(body []byte, n int, runID string, step int) ([]helix.Chunk, [][]byte, error) {
 	if n <= 1 {
 		c, err := helix.UnmarshalChunk(body)
 		if err != nil {
@@ -115,9 +241,16 @@ func unpackRow(body []byte, n int) ([]helix.Chunk, [][]byte, error) {
 	if len(parts) != n+1 {
 		return nil, nil, fmt.Errorf("decode packed chunks: row says %d chunks, holds %d", n, len(parts)-1)
 	}
-	common := bytes.TrimSpace(parts[0])
+	common, shared, err := splitCommon(parts[0])
+	if err != nil {
+		return nil, nil, err
+	}
 	chunks, raws := make([]helix.Chunk, 0, n), make([][]byte, 0, n)
 	for _, p := range parts[1:] {
+		p, err := expand(p, shared, runID, step)
+		if err != nil {
+			return nil, nil, err
+		}
 		c, err := helix.UnmarshalChunk(mergeObjects(p, common))
 		if err != nil {
 			return nil, nil, err
@@ -129,6 +262,68 @@ func unpackRow(body []byte, n int) ([]helix.Chunk, [][]byte, error) {
 		chunks, raws = append(chunks, c), append(raws, raw)
 	}
 	return chunks, raws, nil
+}
+
+// splitCommon returns a packed row's common fields without the shared
+// pairs of a compacted row, and those pairs.
+func splitCommon(raw json.RawMessage) (json.RawMessage, [][2]json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if !bytes.Contains(raw, []byte(`"~"`)) {
+		return raw, nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, nil, fmt.Errorf("decode packed chunks: %w", err)
+	}
+	var shared [][2]json.RawMessage
+	if v, ok := m[compactKey]; ok {
+		if err := json.Unmarshal(v, &shared); err != nil {
+			return nil, nil, fmt.Errorf("decode packed chunks' shared fields: %w", err)
+		}
+		delete(m, compactKey)
+	}
+	b, err := json.Marshal(m)
+	return b, shared, err
+}
+
+// expand gives a compacted chunk back the fields its flags name.
+func expand(p json.RawMessage, shared [][2]json.RawMessage, runID string, step int) (json.RawMessage, error) {
+	if !bytes.Contains(p, []byte(`"~"`)) {
+		return p, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(p, &m); err != nil {
+		return nil, fmt.Errorf("decode packed chunk: %w", err)
+	}
+	raw, ok := m[compactKey]
+	if !ok {
+		return p, nil // "~" was in a value
+	}
+	var flags string
+	if err := json.Unmarshal(raw, &flags); err != nil {
+		return nil, fmt.Errorf("decode packed chunk's flags: %w", err)
+	}
+	delete(m, compactKey)
+	for _, f := range flags {
+		var err error
+		switch {
+		case f == 'r':
+			m["runId"], err = json.Marshal(runID)
+		case f == 's':
+			m["stepId"], err = json.Marshal(fmt.Sprintf("%s:%d", runID, step))
+		case f >= '0' && int(f-'0') < len(shared):
+			var k string
+			if err = json.Unmarshal(shared[f-'0'][0], &k); err == nil {
+				m[k] = shared[f-'0'][1]
+			}
+		default:
+			err = fmt.Errorf("unknown flag %q", f)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode packed chunk: %w", err)
+		}
+	}
+	return json.Marshal(m)
 }
 
 // mergeObjects joins two JSON objects without common keys into one.

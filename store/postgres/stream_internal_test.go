@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -136,4 +137,53 @@ func TestPackedRowsReadBackByteForByte(t *testing.T) {
 	page, err := st.ReadChunks(ctx, "p", 0, 100)
 	require.NoError(t, err)
 	require.Len(t, page, 4)
+}
+
+// TestCompactedRowsReadBackByteForByte packs a step's commit chunks, which
+// repeat the row's run (runId), its run and step (stepId) and the step's
+// checkpoint ID: the row stores each once, and every chunk reads back byte
+// for byte, including one whose text holds the compaction's marker and one
+// whose runId is another run's.
+func TestCompactedRowsReadBackByteForByte(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, err := New(pgtest.NewPool(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: "cp", AgentType: "x"})
+	require.NoError(t, err)
+
+	const run, cp = "01a215ce-0829-70cb-9613-e1fc6768ed49", "cpv1-cp-s4-t1795662153813-28b066"
+	base := helix.Base{AgentID: "cp", AgentType: "x", Timestamp: 7, Step: 4}
+	chunks := []helix.Chunk{
+		&helix.TextDeltaChunk{Base: base, Delta: `"~" {"~":"rs0"}`},
+		&helix.StepEndChunk{Base: base, StepID: run + ":4", FinishReason: "stop"},
+		&helix.CheckpointCreatedChunk{Base: base, RunID: run, CheckpointID: cp, StepCount: 4},
+		&helix.StepCommittedChunk{Base: base, RunID: run, StepID: run + ":4", CheckpointID: cp},
+		&helix.StepCommittedChunk{Base: base, RunID: "another-run", StepID: "another-run:4", CheckpointID: cp},
+	}
+	var writes []store.ChunkWrite
+	want := make([]string, len(chunks))
+	plain := 0
+	for i, c := range chunks {
+		writes = append(writes, store.ChunkWrite{Chunk: c, RunID: run})
+		raw, err := json.Marshal(c)
+		require.NoError(t, err)
+		want[i], plain = string(raw), plain+len(raw)
+	}
+	_, err = st.Append(ctx, "cp", writes)
+	require.NoError(t, err)
+
+	var body string
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.stream_chunks WHERE stream_id = 'cp'`).Scan(&body))
+	require.Equal(t, 1, strings.Count(body, cp), "the checkpoint ID once: %s", body)
+	require.Equal(t, 0, strings.Count(body, run), "the run's ID comes from the row: %s", body)
+	require.Less(t, len(body), plain/2)
+
+	page, err := st.ReadChunks(ctx, "cp", 0, 100)
+	require.NoError(t, err)
+	require.Len(t, page, len(chunks))
+	for i, sc := range page {
+		require.Equal(t, want[i], string(sc.Raw), "chunk %d", i+1)
+	}
 }
