@@ -57,7 +57,10 @@ func sameRow(a, b encodedChunk) bool {
 
 // packBody renders chunks as one row's body: the chunk itself when there is
 // one, else [common fields, chunk without them, ...], compacted
-// (compactRow) when that reads back byte for byte.
+// (compactRow). Both read back byte for byte by construction: a field is
+// left out only where its exact bytes come back (from the row's run and
+// step, or from the first element), and readers render every chunk
+// through its type, as encodeChunk did.
 func packBody(chunks []encodedChunk) (string, error) {
 	if len(chunks) == 1 {
 		return string(chunks[0].raw), nil
@@ -89,15 +92,11 @@ func packBody(chunks []encodedChunk) (string, error) {
 			delete(f, k)
 		}
 	}
-	plain, err := renderRow(common, fields)
-	if err != nil {
-		return "", err
-	}
 	compact, err := compactRow(common, fields, chunks[0].runID, chunks[0].step)
-	if err != nil || compact == "" || !readsBack(compact, chunks) {
-		return plain, nil // the plain form reads back by construction
+	if err != nil || compact != "" {
+		return compact, err
 	}
-	return compact, nil
+	return renderRow(common, fields)
 }
 
 func renderRow(common map[string]json.RawMessage, fields []map[string]json.RawMessage) (string, error) {
@@ -206,20 +205,6 @@ func compactRow(common map[string]json.RawMessage, fields []map[string]json.RawM
 		c[compactKey] = pv
 	}
 	return renderRow(c, out)
-}
-
-// readsBack reports whether body unpacks to exactly the chunks packed.
-func readsBack(body string, chunks []encodedChunk) bool {
-	_, raws, err := unpackRow([]byte(body), len(chunks), chunks[0].runID, chunks[0].step)
-	if err != nil || len(raws) != len(chunks) {
-		return false
-	}
-	for i, c := range chunks {
-		if !bytes.Equal(raws[i], c.raw) {
-			return false
-		}
-	}
-	return true
 }
 
 // unpackRow returns the chunks of a row written with packBody (or before

@@ -1,0 +1,31 @@
+package postgres
+
+import (
+	"testing"
+
+	helix "github.com/helix-agents/helix-dbos"
+)
+
+func BenchmarkPackCommitRow(b *testing.B) {
+	const run, cp = "01a215ce-0829-70cb-9613-e1fc6768ed49", "cpv1-01a215ce-0819-7c98-9b5b-0d73b259660a-s1-t1795662153813-28b066"
+	base := helix.Base{AgentID: "01a215ce-0819-7c98-9b5b-0d73b259660a", AgentType: "bench", Timestamp: 1795662153813, Step: 1}
+	var chunks []encodedChunk
+	for _, c := range []helix.Chunk{
+		&helix.ToolEndChunk{Base: base, ToolCallID: "call_0", ToolName: "noop", Result: []byte(`{"ok":"ok 0"}`)},
+		&helix.StepEndChunk{Base: base, StepID: run + ":1", FinishReason: "other", Usage: &helix.Usage{}},
+		&helix.CheckpointCreatedChunk{Base: base, RunID: run, CheckpointID: cp, StepCount: 1},
+		&helix.StepCommittedChunk{Base: base, RunID: run, StepID: run + ":1", CheckpointID: cp},
+	} {
+		e, err := encodeChunk("s", c, run, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		chunks = append(chunks, e)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := packChunks(chunks); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
