@@ -240,3 +240,30 @@ func TestFailuresAreOutcomes(t *testing.T) {
 	require.Equal(t, helix.CodeMaxStepsExceeded, res2.ErrorCode)
 	require.Contains(t, res2.Error, "MaxSteps")
 }
+
+// A model that reuses a tool-call ID (scripted models do, and nothing
+// forbids it) gets a usage row for each call it made: usage keys name the
+// run and the step, not the call ID alone.
+func TestReusedToolCallIDKeepsEachUsageRow(t *testing.T) {
+	t.Parallel()
+	var x executions
+	agent := &helix.Agent{Name: "reuser", Tools: []*helix.Tool{noteTool(&x)}, InitialState: json.RawMessage(`{"notes":[]}`),
+		Model: script(
+			calls(call("c1", "note", `{"text":"a"}`)),
+			calls(call("c1", "note", `{"text":"b"}`)),
+			text("done"),
+		)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	usage, err := e.Store().ListUsage(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	tools := 0
+	for _, u := range usage {
+		if u.SourceType == "tool" {
+			tools++
+		}
+	}
+	require.Equal(t, 2, tools, "one row per tool call: %+v", usage)
+}

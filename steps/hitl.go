@@ -293,6 +293,8 @@ func outcomeRecords(run RunInfo, step int, c store.PendingClientToolCall) ([]hel
 }
 
 // resultRecords returns the tool_end chunk and the usage row of a result.
+// The row's key names the run and step as well as the call: a model may
+// reuse a call ID, and each call is a row.
 func resultRecords(run RunInfo, step int, r ToolResult) ([]helix.Chunk, []store.UsageRecord) {
 	executed := true
 	result := r.Result
@@ -307,7 +309,7 @@ func resultRecords(run RunInfo, step int, r ToolResult) ([]helix.Chunk, []store.
 	return []helix.Chunk{&helix.ToolEndChunk{Base: base(run, step), ToolCallID: r.ToolCallID, ToolName: r.ToolName,
 			Result: result, Error: r.Error, ErrorCode: r.ErrorCode, ProviderExecuted: &executed}},
 		[]store.UsageRecord{{SourceType: source, SourceName: r.ToolName, DurationMS: &d, Success: r.Error == "",
-			Key: "tool:" + r.ToolCallID}}
+			Key: "tool:" + StepID(run.RunID, step) + ":" + r.ToolCallID}}
 }
 
 // interruptedChunk builds the run_interrupted chunk of run at step.
