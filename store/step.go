@@ -146,7 +146,9 @@ type StepCommitResult struct {
 	// Version is the session's version after the commit.
 	Version int64
 	// CheckpointSequence is the stream sequence the checkpoint points at;
-	// LatestSequence the stream's latest after the commit.
+	// LatestSequence the stream's latest after the commit. Both, and
+	// Version, are zero for a commit sent as one held statement
+	// (ExpectMessageCount): it has not run when CommitStep returns.
 	CheckpointSequence int64
 	LatestSequence     int64
 	// Warnings lists patch operations that could not be applied.

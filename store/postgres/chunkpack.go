@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -118,6 +119,17 @@ func renderRow(common map[string]json.RawMessage, fields []map[string]json.RawMe
 // (the row's run and step), a digit a shared pair. No chunk field is "~".
 const compactKey = "~"
 
+// A pair of key and value is stored once when two or more chunks of a row
+// have it and it is at least minSharedPair bytes long; a row stores at most
+// maxSharedPairs (the flags name them by one digit).
+const (
+	minSharedPair  = 24
+	maxSharedPairs = 10
+)
+
+// rowStepID is the stepId a row's run and step give (steps.StepID's form).
+func rowStepID(runID string, step int) string { return fmt.Sprintf("%s:%d", runID, step) }
+
 // compactRow removes from each chunk (already without the common fields)
 // the fields the row's run and step give (runId, stepId) and those two or
 // more chunks share with the same value (a step's checkpointId), and
@@ -127,37 +139,33 @@ func compactRow(common map[string]json.RawMessage, fields []map[string]json.RawM
 	if err != nil {
 		return "", err
 	}
-	stepJSON, err := json.Marshal(fmt.Sprintf("%s:%d", runID, step))
+	stepJSON, err := json.Marshal(rowStepID(runID, step))
 	if err != nil {
 		return "", err
 	}
-	// Pairs shared by at least two chunks, in a fixed order.
-	seen := map[string]int{}
+	// Pairs shared by at least two chunks and worth storing once, in a
+	// fixed order.
+	seen := map[[2]string]int{}
 	for _, f := range fields {
 		for k, v := range f {
 			if k != "type" && k != "runId" && k != "stepId" {
-				seen[k+"\x00"+string(v)]++
+				seen[[2]string{k, string(v)}]++
 			}
 		}
 	}
 	var shared [][2]string
 	for kv, n := range seen {
-		if n > 1 && len(kv) > 24 {
-			shared = append(shared, [2]string{kv[:strings.IndexByte(kv, 0)], kv[strings.IndexByte(kv, 0)+1:]})
+		if n > 1 && len(kv[0])+len(kv[1]) >= minSharedPair {
+			shared = append(shared, kv)
 		}
 	}
 	slices.SortFunc(shared, func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
-	if len(shared) > 10 {
-		shared = shared[:10]
-	}
+	shared = shared[:min(len(shared), maxSharedPairs)]
 	removed := false
 	out := make([]map[string]json.RawMessage, len(fields))
 	for i, f := range fields {
-		g := make(map[string]json.RawMessage, len(f))
+		g := maps.Clone(f)
 		var flags strings.Builder
-		for k, v := range f {
-			g[k] = v
-		}
 		if v, ok := g["runId"]; ok && runID != "" && bytes.Equal(v, runJSON) {
 			delete(g, "runId")
 			flags.WriteByte('r')
@@ -185,10 +193,7 @@ func compactRow(common map[string]json.RawMessage, fields []map[string]json.RawM
 	if !removed {
 		return "", nil
 	}
-	c := make(map[string]json.RawMessage, len(common)+1)
-	for k, v := range common {
-		c[k] = v
-	}
+	c := maps.Clone(common)
 	if len(shared) > 0 {
 		pairs := make([][2]json.RawMessage, len(shared))
 		for i, kv := range shared {
@@ -295,7 +300,7 @@ func expand(p json.RawMessage, shared [][2]json.RawMessage, runID string, step i
 		case f == 'r':
 			m["runId"], err = json.Marshal(runID)
 		case f == 's':
-			m["stepId"], err = json.Marshal(fmt.Sprintf("%s:%d", runID, step))
+			m["stepId"], err = json.Marshal(rowStepID(runID, step))
 		case f >= '0' && int(f-'0') < len(shared):
 			var k string
 			if err = json.Unmarshal(shared[f-'0'][0], &k); err == nil {
