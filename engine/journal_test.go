@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +79,7 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 		t.Fatal("the execution went on recording after its workflow became another execution's")
 	}
 	var names []string
-	rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal
+	rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal_records
 		WHERE workflow_id = $1 AND id >= $2 ORDER BY id`, h.WorkflowID, workflows.JournalBase)
 	require.NoError(t, err)
 	for rows.Next() {
@@ -94,4 +95,87 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 	msgs, err := e.Messages(t.Context(), h.SessionID, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs.Messages, 1, "only the user's message")
+}
+
+// The records of one write share a row (migration 00020): a step's tool
+// record and its commit, written together, are one row of two records,
+// which a recovery replays: the tool is not run again, the commit not
+// applied twice.
+func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var x executions
+	blocked, dead := make(chan struct{}), make(chan struct{})
+	build := func(block bool) *helix.Agent {
+		return &helix.Agent{Name: "journal-rows", Tools: []*helix.Tool{noteTool(&x)}, Model: script(
+			calls(call("n1", "note", `{"text":"a"}`)),
+			func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+				if block {
+					close(blocked)
+					<-dead // the process "dies" here, after the first step's commit
+					return helix.StepResult{}, context.Canceled
+				}
+				return helix.StepResult{Type: helix.StepText, Content: "done"}, nil
+			},
+		)}
+	}
+	first, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: "exec-rows", ShutdownTimeout: 200e6})
+	require.NoError(t, err)
+	a1 := build(true)
+	require.NoError(t, first.Register(a1))
+	require.NoError(t, first.Launch(t.Context()))
+	h, err := first.Execute(t.Context(), a1, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	<-blocked
+	_ = first.Shutdown(context.Background())
+	close(dead)
+
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+	type row struct{ ID, N int }
+	var got []row
+	rows, err := pool.Query(t.Context(), `SELECT id, n FROM helix.step_journal WHERE workflow_id = $1 ORDER BY id`, h.WorkflowID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var r row
+		require.NoError(t, rows.Scan(&r.ID, &r.N))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	base := workflows.JournalBase
+	require.Equal(t, []row{{base, 1}, {base + 1, 2}}, got, "the model call alone, then the tool and the commit in one row")
+
+	type record struct {
+		ID   int
+		Name string
+	}
+	var recs []record
+	rows, err = pool.Query(t.Context(), `SELECT id, name, output, error, started_at, completed_at
+		FROM helix.step_journal_records WHERE workflow_id = $1 ORDER BY id`, h.WorkflowID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var r record
+		var output, stepErr *string
+		var started, completed int64
+		require.NoError(t, rows.Scan(&r.ID, &r.Name, &output, &stepErr, &started, &completed))
+		require.Nil(t, stepErr, r.Name)
+		require.NotNil(t, output, r.Name)
+		require.True(t, json.Valid([]byte(*output)), "%s's output is its JSON, as written: %s", r.Name, *output)
+		require.Positive(t, started, r.Name)
+		require.GreaterOrEqual(t, completed, started, r.Name)
+		recs = append(recs, r)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []record{{base, steps.NameCallModel}, {base + 1, steps.NameRunTool}, {base + 2, steps.NameCommitStep}},
+		recs, "the view shows a row per record")
+
+	second := newEngineWithID(t, url, "exec-rows", build(false))
+	h2, err := second.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	res := result(t, h2)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.JSONEq(t, `"done"`, string(res.Output))
+	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the recorded tool step was replayed, not run again")
+	require.Len(t, allMessages(t, second, h.SessionID), 4, "user, assistant, tool result, assistant: the commit applied once")
 }

@@ -702,7 +702,7 @@ var segmentSuffix = regexp.MustCompile(`-seg-[0-9]+$`)
 func chaosCommittedTools(t *testing.T, pool *pgxpool.Pool) map[string]time.Time {
 	t.Helper()
 	rows, err := pool.Query(t.Context(), `SELECT workflow_id, output, 'portable_json', completed_at
-		FROM helix.step_journal WHERE name = $1 AND error IS NULL`, steps.NameRunTool)
+		FROM helix.step_journal_records WHERE name = $1 AND error IS NULL`, steps.NameRunTool)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string]time.Time{}

@@ -96,7 +96,7 @@ func (r *crashRig) companionModel(play func(req helix.ModelRequest, step int) he
 // companionOps counts the parent's checkpointed companion dispatches.
 func (r *crashRig) companionOps(ctx context.Context) (int, error) {
 	var n int
-	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM helix.step_journal j JOIN helix.runs r ON r.workflow_id = j.workflow_id
+	err := r.pool.QueryRow(ctx, `SELECT count(*) FROM helix.step_journal_records j JOIN helix.runs r ON r.workflow_id = j.workflow_id
 		WHERE r.session_id = $1 AND j.name = $2`, companionTarget, steps.NameCompanion).Scan(&n)
 	return n, err
 }

@@ -24,7 +24,8 @@ import (
 // live in helix.step_journal (migration 00012; one index, narrow rows), not
 // in dbos.operation_outputs, whose three indexes took a third of the
 // journal's WAL; the IDs stay clear of DBOS's own step IDs (numbered from
-// 0), which a message's consumer ID (consumed_by_function_id) shares.
+// 0), which a message's consumer ID (consumed_by_function_id) shares. The
+// records of one write share a row (migration 00020; unpack).
 const JournalBase = 1_000_000
 
 // A journal records the agent loop's steps (model calls, tools, hooks and
@@ -81,7 +82,7 @@ type journalRecord struct {
 	Completed int64
 }
 
-const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.name, o.output, o.error
+const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.n, o.name, o.output, o.error
 FROM dbos.workflow_status w
 LEFT JOIN helix.step_journal o ON o.workflow_id = w.workflow_uuid AND o.id >= $2
 WHERE w.workflow_uuid = $1
@@ -106,15 +107,24 @@ func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID 
 		found := false
 		for rows.Next() {
 			found = true
-			var id *int32
-			var name *string
-			var r journalRecord
-			if err := rows.Scan(&owner, &status, &id, &name, &r.Output, &r.Err); err != nil {
+			var id, n *int32
+			var name, output, stepErr *string
+			if err := rows.Scan(&owner, &status, &id, &n, &name, &output, &stepErr); err != nil {
 				return err
 			}
-			if id != nil {
-				r.ID, r.Name = int(*id), *name
-				j.replay[r.ID] = r
+			if id == nil {
+				continue
+			}
+			recs, err := unpack(int(*id), int(*n), *name, output, stepErr)
+			if err != nil {
+				return fmt.Errorf("workflow %s: %w", wfID, err)
+			}
+			for _, r := range recs {
+				// Rows never overlap (the journal writes a record once);
+				// should a bug make them, the first record stands.
+				if _, dup := j.replay[r.ID]; !dup {
+					j.replay[r.ID] = r
+				}
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -198,7 +208,13 @@ func encode(id int, name string, out any, stepErr error, started time.Time) (jou
 	return r, nil
 }
 
-// recordSQL writes records (helix.record_steps, migration 00010).
+// recordSQL writes records (helix.record_steps, migration 00010; one row
+// per call since 00020). The records of a call are the journal's next
+// steps, reserved one after another (the pending ones, the deferred ones,
+// then the step being recorded), so they have consecutive IDs and
+// become one row; the function would write a row per run of consecutive
+// IDs otherwise. Their outputs are JSON (encode), which the row embeds as
+// is.
 const recordSQL = `SELECT helix.record_steps($1, $2, $3, $4, $5, $6, $7, $8)`
 
 func recordArgs(wfID, owner string, recs []journalRecord) []any {
@@ -257,21 +273,73 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 	return nil
 }
 
+// committedSQL reads the row that covers step $2 if there is one: the last
+// row that starts at or before it.
+const committedSQL = `SELECT id, n, name, output, error FROM helix.step_journal
+WHERE workflow_id = $1 AND id <= $2 ORDER BY id DESC LIMIT 1`
+
 // committed reads step id's record, if a write committed it (done): what a
 // retry after a lost acknowledgement looks at first.
 func (j *journal) committed(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, id int) (r journalRecord, done bool, err error) {
-	err = q.QueryRow(ctx, `SELECT name, output, error FROM helix.step_journal WHERE workflow_id = $1 AND id = $2`,
-		j.wfID, id).Scan(&r.Name, &r.Output, &r.Err)
+	var first, n int32
+	var name string
+	var output, stepErr *string
+	err = q.QueryRow(ctx, committedSQL, j.wfID, id).Scan(&first, &n, &name, &output, &stepErr)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return r, false, nil
 	case err != nil:
 		return r, false, err
+	case int(first)+int(n) <= id:
+		return r, false, nil
 	}
-	r.ID = id
-	return r, true, nil
+	recs, err := unpack(int(first), int(n), name, output, stepErr)
+	if err != nil {
+		return r, false, fmt.Errorf("workflow %s: %w", j.wfID, err)
+	}
+	return recs[id-int(first)], true, nil
+}
+
+// unpack returns the records of a helix.step_journal row: the row's own
+// columns when it holds one record (n = 1), else those its output packs
+// (migration 00020): a JSON array of [name, started, completed, error,
+// output] entries, output (JSON text, kept as is) left out when NULL.
+// Replay needs neither time, which it leaves zero.
+func unpack(id, n int, name string, output, stepErr *string) ([]journalRecord, error) {
+	if n == 1 {
+		return []journalRecord{{ID: id, Name: name, Output: output, Err: stepErr}}, nil
+	}
+	var entries [][]json.RawMessage
+	if output == nil {
+		return nil, fmt.Errorf("the step journal's row of steps %d to %d has no records", id, id+n-1)
+	}
+	if err := json.Unmarshal([]byte(*output), &entries); err != nil {
+		return nil, fmt.Errorf("decode the step journal's row of steps %d to %d: %w", id, id+n-1, err)
+	}
+	if len(entries) != n {
+		return nil, fmt.Errorf("the step journal's row of steps %d to %d holds %d records", id, id+n-1, len(entries))
+	}
+	recs := make([]journalRecord, n)
+	for i, e := range entries {
+		r := &recs[i]
+		r.ID = id + i
+		if len(e) != 4 && len(e) != 5 {
+			return nil, fmt.Errorf("the step journal's record of step %d has %d fields", r.ID, len(e))
+		}
+		if err := json.Unmarshal(e[0], &r.Name); err != nil {
+			return nil, fmt.Errorf("decode the name of step %d: %w", r.ID, err)
+		}
+		if err := json.Unmarshal(e[3], &r.Err); err != nil {
+			return nil, fmt.Errorf("decode the error of step %d: %w", r.ID, err)
+		}
+		if len(e) == 5 {
+			out := string(e[4])
+			r.Output = &out
+		}
+	}
+	return recs, nil
 }
 
 // flush writes the pending records.
