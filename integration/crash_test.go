@@ -3,6 +3,7 @@ package integration_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -439,7 +440,7 @@ func (d *crashDB) dump(t *testing.T) {
 		`SELECT session_id, run_id, status, workflow_id FROM helix.runs ORDER BY run_id`,
 		`SELECT workflow_uuid, status, name, executor_id, recovery_attempts FROM dbos.workflow_status ORDER BY created_at`,
 		`SELECT workflow_uuid, function_id, function_name, error IS NOT NULL AS failed, left(output, 120) FROM dbos.operation_outputs ORDER BY workflow_uuid, function_id`,
-		`SELECT workflow_id, id, name, error IS NOT NULL AS failed, left(output, 120) FROM helix.step_journal ORDER BY workflow_id, id`,
+		`SELECT workflow_id, id, name, error IS NOT NULL AS failed, left(output, 120) FROM helix.step_journal_records ORDER BY workflow_id, id`,
 		`SELECT destination_uuid, topic, left(message, 120) FROM dbos.notifications`,
 		`SELECT session_id, tool_call_id, phase, gen FROM crash_tool_runs ORDER BY at`,
 	} {
@@ -462,13 +463,30 @@ func (d *crashDB) dump(t *testing.T) {
 	}
 }
 
+// hasChunk reports whether the session's stream holds a chunk of type typ
+// at step, reading it through the store (stored rows are packed and
+// compacted: store/postgres/chunkpack.go). A session not created yet has
+// none.
 func (d *crashDB) hasChunk(ctx context.Context, sid string, step int, typ helix.ChunkType) (bool, error) {
-	var found bool
-	err := d.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM helix.stream_chunks c
-		JOIN helix.sessions s ON s.stream_id = c.stream_id
-		WHERE s.session_id = $1 AND c.step = $2 AND CASE WHEN c.n = 1 THEN c.chunk->>'type' = $3
-			ELSE EXISTS (SELECT 1 FROM json_array_elements(c.chunk) e WHERE e->>'type' = $3) END)`, sid, step, string(typ)).Scan(&found)
-	return found, err
+	st, err := d.st.LoadState(ctx, sid)
+	if errors.Is(err, helix.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for after := int64(0); ; {
+		page, err := d.st.ReadChunks(ctx, st.StreamID, after, 500)
+		if err != nil || len(page) == 0 {
+			return false, err
+		}
+		for _, c := range page {
+			if c.Step == step && c.Chunk.ChunkType() == typ {
+				return true, nil
+			}
+		}
+		after = page[len(page)-1].Sequence
+	}
 }
 
 // chunks reads the session's whole stream from sequence 0.
@@ -555,7 +573,7 @@ func (d *crashDB) checkpoints(ctx context.Context, sid string) (map[string][]jso
 			WHERE r.session_id = $1 AND o.error IS NULL
 			UNION ALL
 			SELECT j.id, j.name, j.output, 'portable_json'
-			FROM helix.step_journal j JOIN helix.runs r ON r.workflow_id = j.workflow_id
+			FROM helix.step_journal_records j JOIN helix.runs r ON r.workflow_id = j.workflow_id
 			WHERE r.session_id = $1 AND j.error IS NULL) s ORDER BY id`, sid)
 	if err != nil {
 		return nil, err

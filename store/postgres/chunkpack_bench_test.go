@@ -6,6 +6,8 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 )
 
+// BenchmarkPackCommitRow packs a step's commit chunks into their row, as
+// every step's commit does, and reports the row's body size.
 func BenchmarkPackCommitRow(b *testing.B) {
 	const run, cp = "01a215ce-0829-70cb-9613-e1fc6768ed49", "cpv1-01a215ce-0819-7c98-9b5b-0d73b259660a-s1-t1795662153813-28b066"
 	base := helix.Base{AgentID: "01a215ce-0819-7c98-9b5b-0d73b259660a", AgentType: "bench", Timestamp: 1795662153813, Step: 1}
@@ -23,9 +25,15 @@ func BenchmarkPackCommitRow(b *testing.B) {
 		chunks = append(chunks, e)
 	}
 	b.ReportAllocs()
+	var rows []chunkRow
 	for b.Loop() {
-		if _, err := packChunks(chunks); err != nil {
+		var err error
+		if rows, err = packChunks(chunks); err != nil {
 			b.Fatal(err)
 		}
 	}
+	if len(rows) != 1 {
+		b.Fatalf("%d rows, want 1", len(rows))
+	}
+	b.ReportMetric(float64(len(rows[0].body)), "body-B")
 }

@@ -103,9 +103,10 @@ func TestPackedRowsReadBackByteForByte(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(len(chunks)), latest)
 
-	var rows int
-	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT count(*) FROM helix.stream_chunks WHERE stream_id = 'p'`).Scan(&rows))
+	var rows, coded int
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE chunk::text LIKE '[2,%') FROM helix.stream_chunks WHERE stream_id = 'p'`).Scan(&rows, &coded))
 	require.Equal(t, 3, rows, "steps 1 and 3 pack into one row each")
+	require.Equal(t, 2, coded, "packed rows are coded")
 	info, err := st.GetStreamInfo(ctx, "p")
 	require.NoError(t, err)
 	require.Equal(t, int64(len(chunks)), info.ChunkCount)
@@ -141,9 +142,10 @@ func TestPackedRowsReadBackByteForByte(t *testing.T) {
 
 // TestCompactedRowsReadBackByteForByte packs a step's commit chunks, which
 // repeat the row's run (runId), its run and step (stepId) and the step's
-// checkpoint ID: the row stores each once, and every chunk reads back byte
-// for byte, including one whose text holds the compaction's marker and one
-// whose runId is another run's.
+// checkpoint ID: the row stores the run not at all, the checkpoint ID by its
+// random suffix, and every chunk reads back byte for byte, including one
+// whose text holds the codes and markers and one whose runId is another
+// run's.
 func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -156,7 +158,7 @@ func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	const run, cp = "01a215ce-0829-70cb-9613-e1fc6768ed49", "cpv1-cp-s4-t1795662153813-28b066"
 	base := helix.Base{AgentID: "cp", AgentType: "x", Timestamp: 7, Step: 4}
 	chunks := []helix.Chunk{
-		&helix.TextDeltaChunk{Base: base, Delta: `"~" {"~":"rs0"}`},
+		&helix.TextDeltaChunk{Base: base, Delta: `"~" {"~":"rs0"} [2,{"t":0,"R":0,"P":"x"}]`},
 		&helix.StepEndChunk{Base: base, StepID: run + ":4", FinishReason: "stop"},
 		&helix.CheckpointCreatedChunk{Base: base, RunID: run, CheckpointID: cp, StepCount: 4},
 		&helix.StepCommittedChunk{Base: base, RunID: run, StepID: run + ":4", CheckpointID: cp},
@@ -176,7 +178,8 @@ func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 
 	var body string
 	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.stream_chunks WHERE stream_id = 'cp'`).Scan(&body))
-	require.Equal(t, 1, strings.Count(body, cp), "the checkpoint ID once: %s", body)
+	require.Equal(t, 0, strings.Count(body, cp), "the checkpoint ID comes from the chunk's agent, step and timestamp: %s", body)
+	require.Equal(t, 3, strings.Count(body, `"28b066"`), "its random suffix, in each of three chunks: %s", body)
 	require.Equal(t, 0, strings.Count(body, run), "the run's ID comes from the row: %s", body)
 	require.Less(t, len(body), plain/2)
 
@@ -185,5 +188,39 @@ func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	require.Len(t, page, len(chunks))
 	for i, sc := range page {
 		require.Equal(t, want[i], string(sc.Raw), "chunk %d", i+1)
+	}
+}
+
+// TestEarlierRowsReadBackByteForByte reads rows stored before coding (the
+// compacted format, and packed rows before compaction) from the table.
+func TestEarlierRowsReadBackByteForByte(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, err := New(pgtest.NewPool(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: "old", AgentType: "x"})
+	require.NoError(t, err)
+
+	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
+	begin, commit := benchStep(run)
+	_, err = st.shared.pool.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk) VALUES
+		('old', 2, 2, $1, 52, $2), ('old', 6, 4, $1, 52, $3), ('old', 8, 2, $1, 52, $4)`, run,
+		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"type":"step_start","~":"s"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`,
+		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664694,"~":[["checkpointId","cpv1-bench-8fbee99f-2-s52-t1795667664694-a3cf5d"]]},{"providerExecuted":true,"result":{"ok":true},"toolCallId":"call-52","toolName":"noop","type":"tool_end"},{"finishReason":"tool-calls","type":"step_end","usage":{"inputTokens":0,"outputTokens":0},"~":"s"},{"stepCount":52,"type":"checkpoint_created","~":"r0"},{"type":"step_committed","~":"rs0"}]`,
+		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"stepId":"`+run+`:52","type":"step_start"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`)
+	require.NoError(t, err)
+	_, err = st.shared.pool.Exec(ctx, `UPDATE helix.streams SET latest_seq = 8 WHERE stream_id = 'old'`)
+	require.NoError(t, err)
+
+	page, err := st.ReadChunks(ctx, "old", 0, 100)
+	require.NoError(t, err)
+	want := append(append(append([]helix.Chunk{}, begin...), commit...), begin...)
+	require.Len(t, page, len(want))
+	for i, sc := range page {
+		raw, err := json.Marshal(want[i])
+		require.NoError(t, err)
+		require.Equal(t, string(raw), string(sc.Raw), "chunk %d", i+1)
+		require.Equal(t, int64(i+1), sc.Sequence)
 	}
 }

@@ -1,0 +1,328 @@
+package postgres
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+)
+
+// benchStep is one agent step of `helix-dbos bench` as the engine streams
+// it: step_start and tool_start appended when the step begins, the rest with
+// its commit.
+func benchStep(run string) (begin, commit []helix.Chunk) {
+	const cp = "cpv1-bench-8fbee99f-2-s52-t1795667664694-a3cf5d"
+	base := func(ts int64) helix.Base {
+		return helix.Base{AgentID: "bench-8fbee99f-2", AgentType: "helix-bench", Timestamp: ts, Step: 52}
+	}
+	yes := true
+	begin = []helix.Chunk{
+		&helix.StepStartChunk{Base: base(1795667664693), StepID: run + ":52"},
+		&helix.ToolStartChunk{Base: base(1795667664693), ToolCallID: "call-52", ToolName: "noop", Arguments: json.RawMessage(`{}`)},
+	}
+	commit = []helix.Chunk{
+		&helix.ToolEndChunk{Base: base(1795667664694), ToolCallID: "call-52", ToolName: "noop", Result: json.RawMessage(`{"ok":true}`), ProviderExecuted: &yes},
+		&helix.StepEndChunk{Base: base(1795667664694), StepID: run + ":52", FinishReason: "tool-calls", Usage: &helix.Usage{}},
+		&helix.CheckpointCreatedChunk{Base: base(1795667664694), RunID: run, CheckpointID: cp, StepCount: 52},
+		&helix.StepCommittedChunk{Base: base(1795667664694), RunID: run, StepID: run + ":52", CheckpointID: cp},
+	}
+	return begin, commit
+}
+
+func encodeAll(t testing.TB, run string, chunks []helix.Chunk) []encodedChunk {
+	t.Helper()
+	out := make([]encodedChunk, len(chunks))
+	for i, c := range chunks {
+		if end, ok := c.(*helix.StreamEnd); ok { // as chunkBatch.addStreamEnd writes it
+			raw, err := json.Marshal(end)
+			require.NoError(t, err)
+			out[i] = encodedChunk{streamID: "s", raw: raw}
+			continue
+		}
+		e, err := encodeChunk("s", c, run, 0)
+		require.NoError(t, err)
+		out[i] = e
+	}
+	return out
+}
+
+// requireReadsBack packs chunks and requires every row to read back byte for
+// byte; it returns the rows.
+func requireReadsBack(t *testing.T, chunks []encodedChunk) []chunkRow {
+	t.Helper()
+	rows, err := packChunks(chunks)
+	require.NoError(t, err)
+	var got [][]byte
+	for _, r := range rows {
+		_, raws, err := unpackRow([]byte(r.body), r.n, r.runID, r.step)
+		require.NoError(t, err, "row %s", r.body)
+		got = append(got, raws...)
+	}
+	require.Len(t, got, len(chunks))
+	for i, c := range chunks {
+		require.Equal(t, string(c.raw), string(got[i]), "chunk %d", i)
+	}
+	return rows
+}
+
+// TestCodedRowSizes packs one bench step's two rows in the earlier format
+// and coded, and pins the coded bodies: they are the stored format.
+func TestCodedRowSizes(t *testing.T) {
+	t.Parallel()
+	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
+	begin, commit := benchStep(run)
+	want := []string{
+		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664693,"S":0},{"t":0,"J":0},{"t":1,"c":"call-52","n":"noop","g":{}}]`,
+		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664694,"S":0},{"t":2,"c":"call-52","n":"noop","r":{"ok":true},"x":true},` +
+			`{"t":3,"J":0,"U":[0,0],"f":"tool-calls"},{"t":4,"R":0,"P":"a3cf5d","k":52},{"t":5,"R":0,"J":0,"P":"a3cf5d"}]`,
+	}
+	var plain, v1, v2 int
+	for i, chunks := range [][]helix.Chunk{begin, commit} {
+		enc := encodeAll(t, run, chunks)
+		rowPlain := 0
+		for _, e := range enc {
+			rowPlain += len(e.raw)
+		}
+		plain += rowPlain
+		old, err := packV1(enc)
+		require.NoError(t, err)
+		require.True(t, readsBack(old, enc))
+		rows := requireReadsBack(t, enc)
+		require.Len(t, rows, 1)
+		require.Equal(t, want[i], rows[0].body)
+		v1, v2 = v1+len(old), v2+len(rows[0].body)
+		t.Logf("%d chunks: %d B unpacked, %d B before coding, %d B coded\n  %s\n  %s", len(enc), rowPlain, len(old), len(rows[0].body), old, rows[0].body)
+	}
+	t.Logf("one step: %d B unpacked, %d B before coding, %d B coded", plain, v1, v2)
+	require.Less(t, v2*10, v1*6, "coding saves 40%% or more")
+}
+
+// TestCodedRowsRoundTrip packs rows that exercise every code and every
+// reason not to use one, and requires each chunk back byte for byte.
+func TestCodedRowsRoundTrip(t *testing.T) {
+	t.Parallel()
+	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
+	yes := true
+	base := func(agent string, step int, ts int64) helix.Base {
+		return helix.Base{AgentID: agent, AgentType: "x", Timestamp: ts, Step: step}
+	}
+	b := base("ag", 4, 1795662153813)
+	cases := map[string]struct {
+		chunks []helix.Chunk
+		run    string
+		coded  bool     // written as a coded row
+		in     []string // substrings of the stored body
+		out    []string // not in it
+	}{
+		"user data with code-like keys is left alone": {
+			chunks: []helix.Chunk{
+				&helix.ToolStartChunk{Base: b, ToolCallID: "c", ToolName: "t", Arguments: json.RawMessage(`{"t":0,"a":"x","R":0,"P":"abc","U":[1],"~":"rs","type":"step_start","usage":{"inputTokens":1}}`)},
+				&helix.ToolEndChunk{Base: b, ToolCallID: "c", ToolName: "t", Result: json.RawMessage(`[2,{"S":0},{"t":1}]`), ProviderExecuted: &yes},
+				&helix.CustomEventChunk{Base: b, EventName: "S", Data: json.RawMessage(`{"checkpointId":"cpv1-ag-s4-t1795662153813-abc","runId":"` + run + `"}`)},
+				&helix.TextDeltaChunk{Base: b, Delta: `[2,{"t":0}] "~" \u0000 <&>`},
+			},
+			run: run, coded: true,
+			in: []string{`"P":"abc"`, `"checkpointId":"cpv1-ag-s4-t1795662153813-abc"`, `"type":"step_start"`, `"usage":{"inputTokens":1}`},
+		},
+		"a checkpoint ID of another agent, step or form is kept": {
+			chunks: []helix.Chunk{
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "cpv1-other-s4-t1795662153813-abc", StepCount: 4},
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "cpv1-ag-s5-t1795662153813-abc", StepCount: 4},
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "cpv1-ag-s04-t1795662153813-abc", StepCount: 4},
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "cpv1-ag-s4-t1795662153813-a-b", StepCount: 4},
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "not a checkpoint", StepCount: 4},
+				&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":4", CheckpointID: ""},
+			},
+			run: run, coded: true,
+			in:  []string{`"cpv1-other-s4-`, `"cpv1-ag-s5-`, `"cpv1-ag-s04-`, `-a-b"`, `"not a checkpoint"`, `"p":""`},
+			out: []string{`"P"`},
+		},
+		"a checkpoint ID stamped at another millisecond keeps the difference": {
+			chunks: []helix.Chunk{
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "cpv1-ag-s4-t1795662153820-abc", StepCount: 4},
+				&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":4", CheckpointID: "cpv1-ag-s4-t1795662153800-abc"},
+			},
+			run: run, coded: true,
+			in: []string{`"P":[7,"abc"]`, `"P":[-13,"abc"]`},
+		},
+		"an agent ID JSON escapes, with dashes and -s1-t2 fragments": {
+			chunks: []helix.Chunk{
+				&helix.CheckpointCreatedChunk{Base: base("a<b>-s1-t2", 4, 9), RunID: run, CheckpointID: "cpv1-a<b>-s1-t2-s4-t9-abc", StepCount: 4},
+				&helix.CheckpointCreatedChunk{Base: base("é-s1-t2", 4, 9), RunID: run, CheckpointID: "cpv1-é-s1-t2-s4-t9-abc", StepCount: 4},
+			},
+			run: run, coded: true,
+			in: []string{`"p":"cpv1-a\u003cb\u003e-s1-t2-s4-t9-abc"`, `"P":"abc"`},
+		},
+		"another run's IDs and another step's are kept": {
+			chunks: []helix.Chunk{
+				&helix.StepCommittedChunk{Base: b, RunID: "another", StepID: "another:4", CheckpointID: "c1"},
+				&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":5", CheckpointID: "c1"},
+			},
+			run: run, coded: true,
+			in: []string{`"i":"another"`, `"j":"another:4"`, `"j":"` + run + `:5"`, `"R":0`},
+		},
+		"a row without a run keeps runId and stepId": {
+			chunks: []helix.Chunk{
+				&helix.StepStartChunk{Base: b, StepID: ":4"},
+				&helix.StepCommittedChunk{Base: b, RunID: "", StepID: ":4", CheckpointID: "c1"},
+			},
+			coded: true,
+			in:    []string{`"i":""`, `"j":":4"`},
+			out:   []string{`"R"`, `"J"`},
+		},
+		"usage: a prefix of its keys is coded, anything else kept": {
+			chunks: []helix.Chunk{
+				&helix.StepEndChunk{Base: b, Usage: &helix.Usage{InputTokens: 3, OutputTokens: 4, CachedTokens: 5}},
+				&helix.StepEndChunk{Base: b, Usage: &helix.Usage{InputTokens: 3, OutputTokens: 4, CachedTokens: 5, CacheWriteTokens: 6}},
+				&helix.StepEndChunk{Base: b, Usage: &helix.Usage{InputTokens: 3, CacheWriteTokens: 6}},
+				&helix.StepEndChunk{Base: b},
+			},
+			coded: true,
+			in:    []string{`"U":[3,4,5]`, `"U":[3,4,5,6]`, `"u":{"inputTokens":3,"outputTokens":0,"cacheWriteTokens":6}`},
+		},
+		"all types, every key": {
+			chunks: allChunkTypes(b, run),
+			run:    run, coded: true,
+		},
+		"a stream's end, with no base fields": {
+			chunks: []helix.Chunk{
+				&helix.RunQueuedChunk{Base: base("ag", 0, 5), Queue: "q"},
+				&helix.StreamEnd{StreamID: "s", Timestamp: 5, FinalOutput: json.RawMessage(`{"w":1}`)},
+			},
+			coded: true,
+			in:    []string{`"w":"s"`, `"W":{"w":1}`, `"t":32`},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rows := requireReadsBack(t, encodeAll(t, tc.run, tc.chunks))
+			require.Len(t, rows, 1)
+			body := rows[0].body
+			require.Equal(t, tc.coded, strings.HasPrefix(body, "[2,"), body)
+			for _, s := range tc.in {
+				require.Contains(t, body, s)
+			}
+			for _, s := range tc.out {
+				require.NotContains(t, body, s)
+			}
+		})
+	}
+}
+
+// allChunkTypes returns a chunk of every type, with every field set.
+func allChunkTypes(b helix.Base, run string) []helix.Chunk {
+	yes, cp := true, "cpv1-ag-s4-t1795662153813-abc"
+	raw := json.RawMessage(`{"k":[1,"v"]}`)
+	return []helix.Chunk{
+		&helix.TextDeltaChunk{Base: b, Delta: "d"},
+		&helix.ThinkingChunk{Base: b, Content: "c", IsComplete: true},
+		&helix.ToolArgStreamStartChunk{Base: b, ToolCallID: "c", ToolName: "n"},
+		&helix.ToolArgStreamDeltaChunk{Base: b, ToolCallID: "c", Delta: "d"},
+		&helix.ToolArgStreamEndChunk{Base: b, ToolCallID: "c"},
+		&helix.ToolStartChunk{Base: b, ToolCallID: "c", ToolName: "n", Arguments: raw, ProviderExecuted: &yes},
+		&helix.ToolEndChunk{Base: b, ToolCallID: "c", ToolName: "n", Result: raw, Error: "e", ErrorCode: "E", ProviderExecuted: &yes},
+		&helix.ToolApprovalRequestChunk{Base: b, ToolCallID: "c", ToolName: "n", ApprovalID: "a", Input: raw, IsAutomatic: &yes},
+		&helix.ToolApprovalResponseChunk{Base: b, ToolCallID: "c", ToolName: "n", ApprovalID: "a", Approved: true, Reason: "r", IsAutomatic: &yes},
+		&helix.ToolInputErrorChunk{Base: b, ToolCallID: "c", ToolName: "n", Error: "e", PartialInput: raw},
+		&helix.ToolOutputErrorChunk{Base: b, ToolCallID: "c", ToolName: "n", Error: "e"},
+		&helix.SubAgentStartChunk{Base: b, SubAgentType: "t", SubSessionID: "s", CallID: "c"},
+		&helix.SubAgentEndChunk{Base: b, SubAgentType: "t", SubSessionID: "s", CallID: "c", Result: raw},
+		&helix.CustomEventChunk{Base: b, EventName: "e", Data: raw},
+		&helix.StatePatchChunk{Base: b, Patches: []helix.PatchOp{{Op: "add", Path: "/a", Value: raw}}},
+		&helix.ErrorChunk{Base: b, Error: "e", Code: "c", Recoverable: true, ErrorDetail: &helix.ErrorDetail{Message: "m", Code: "c", Retryable: &yes}},
+		&helix.OutputChunk{Base: b, Output: raw},
+		&helix.SourceURLChunk{Base: b, SourceID: "s", URL: "u", Title: "t"},
+		&helix.SourceDocumentChunk{Base: b, SourceID: "s", MediaType: "m", Title: "t", Filename: "f"},
+		&helix.StepStartChunk{Base: b, StepID: run + ":4"},
+		&helix.StepEndChunk{Base: b, StepID: run + ":4", Usage: &helix.Usage{InputTokens: 1}, FinishReason: "stop"},
+		&helix.FileChunk{Base: b, URL: "u", MediaType: "m", Filename: "f"},
+		&helix.RunInterruptedChunk{Base: b, RunID: run, CheckpointID: &cp, Reason: "r"},
+		&helix.RunResumedChunk{Base: b, RunID: run, FromCheckpointID: &cp, FromStepCount: 4, Mode: "m"},
+		&helix.RunPausedChunk{Base: b, RunID: run, Reason: "r", PendingToolName: "n", PendingToolCallID: "c"},
+		&helix.ExecutorSupersededChunk{Base: b},
+		&helix.RunQueuedChunk{Base: b, RunID: run, Queue: "q", PartitionKey: "p"},
+		&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: cp, StepCount: 4},
+		&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":4", CheckpointID: cp},
+		&helix.StepDiscardedChunk{Base: b, RunID: run, StepID: run + ":4", Reason: "r"},
+		&helix.StreamResyncChunk{Base: b, CheckpointID: cp, StepCount: 4, MessageCount: 2, FromSequence: 9, Reason: "r"},
+		&helix.SuspensionMarkerChunk{Base: b, Kind: "k", Payload: raw},
+	}
+}
+
+// TestUncodableRowsFallBack packs chunks coding cannot hold: one with a key
+// of one character (a code's length) or twice is written in the earlier
+// format when that reads back, else a row per chunk, each as it is.
+func TestUncodableRowsFallBack(t *testing.T) {
+	t.Parallel()
+	ok, err := encodeChunk("s", &helix.TextDeltaChunk{Base: helix.Base{AgentID: "a", AgentType: "x", Step: 1, Timestamp: 2}, Delta: "d"}, "r", 0)
+	require.NoError(t, err)
+	for _, raw := range []string{
+		`{"type":"text_delta","agentId":"a","agentType":"x","timestamp":2,"step":1,"delta":"d","t":0}`,
+		`{"type":"text_delta","agentId":"a","agentType":"x","timestamp":2,"step":1,"delta":"d","delta":"e"}`,
+		`{"type":"text_delta","agentId":"a","agentType":"x","timestamp":2,"step":1,"~":"rs"}`,
+		`[1]`,
+	} {
+		odd := ok
+		odd.raw = []byte(raw)
+		_, codable := packV2([]encodedChunk{ok, odd})
+		require.False(t, codable, raw)
+		rows, err := packChunks([]encodedChunk{ok, odd, ok})
+		if err != nil {
+			continue // not a JSON object: not a chunk encodeChunk writes
+		}
+		require.Len(t, rows, 3, raw)
+		for i, want := range []encodedChunk{ok, odd, ok} {
+			require.Equal(t, string(want.raw), rows[i].body)
+			require.Equal(t, 1, rows[i].n)
+		}
+	}
+}
+
+// TestEarlierRowsStillRead reads rows written before coding, as stored.
+func TestEarlierRowsStillRead(t *testing.T) {
+	t.Parallel()
+	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
+	begin, commit := benchStep(run)
+	for _, tc := range []struct {
+		chunks []helix.Chunk
+		body   string
+	}{
+		{begin, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"type":"step_start","~":"s"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`},
+		{commit, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664694,"~":[["checkpointId","cpv1-bench-8fbee99f-2-s52-t1795667664694-a3cf5d"]]},{"providerExecuted":true,"result":{"ok":true},"toolCallId":"call-52","toolName":"noop","type":"tool_end"},{"finishReason":"tool-calls","type":"step_end","usage":{"inputTokens":0,"outputTokens":0},"~":"s"},{"stepCount":52,"type":"checkpoint_created","~":"r0"},{"type":"step_committed","~":"rs0"}]`},
+		{begin, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"stepId":"` + run + `:52","type":"step_start"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`},
+	} {
+		_, raws, err := unpackRow([]byte(tc.body), len(tc.chunks), run, 52)
+		require.NoError(t, err)
+		for i, c := range tc.chunks {
+			want, err := json.Marshal(c)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(raws[i]))
+		}
+	}
+}
+
+// FuzzCodedRows packs rows of user text and JSON and requires them back byte
+// for byte, coded or not.
+func FuzzCodedRows(f *testing.F) {
+	f.Add("d", `{"a":1}`, "ag", int64(5), 3, "abc")
+	f.Add(`"~"`, `{"t":0,"P":"x"}`, "a<b>-s1-t2", int64(0), 0, "0")
+	f.Add("[2,", `[2,{"S":0}]`, "é", int64(-1), 12, "")
+	f.Add("0", `{}`, "0", int64(5), 3, "\x80") // json.Marshal writes \ufffd, readers would write U+FFFD
+	f.Fuzz(func(t *testing.T, text, data, agent string, ts int64, step int, random string) {
+		if !json.Valid([]byte(data)) {
+			return
+		}
+		b := helix.Base{AgentID: agent, AgentType: text, Timestamp: ts, Step: step}
+		cp := helix.FormatCheckpointID(helix.ParsedCheckpointID{SessionID: agent, StepCount: step, Timestamp: ts + int64(len(text)), Random: random})
+		requireReadsBack(t, encodeAll(t, "run", []helix.Chunk{
+			&helix.TextDeltaChunk{Base: b, Delta: text},
+			&helix.CustomEventChunk{Base: b, EventName: text, Data: json.RawMessage(data)},
+			&helix.CheckpointCreatedChunk{Base: b, RunID: "run", CheckpointID: cp, StepCount: step},
+			&helix.StepCommittedChunk{Base: b, RunID: text, StepID: "run:" + text, CheckpointID: cp},
+		}))
+	})
+}
