@@ -212,7 +212,7 @@ const (
 	queryRuns     = `SELECT status, count(*) FROM helix.runs GROUP BY status`
 	querySessions = `SELECT status, count(*) FROM helix.sessions GROUP BY status`
 	querySteps    = `SELECT count(*) FROM helix.checkpoints`
-	queryUsage    = `SELECT source_type, success, count(*), COALESCE(sum(value), 0) FROM helix.usage
+	queryUsage    = `SELECT source_type, success, count(*), COALESCE(sum(value), 0) FROM helix.usage_records
 		WHERE source_type IN ('model', 'tool', 'subagent', 'client_tool_wait_ms') GROUP BY source_type, success`
 	queryPending = `SELECT COALESCE(p.value->>'kind', ''), count(*)
 		FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p

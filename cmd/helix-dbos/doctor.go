@@ -456,7 +456,7 @@ func checkSessions(ctx context.Context, conn *pgx.Conn, execs []executorInfo, gr
 	defer cancel()
 	rows, err := conn.Query(qctx, `
 SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''), coalesce(r.workflow_id, ''),
-       coalesce(r.updated_at < now() - make_interval(secs => $1), true),
+       coalesce(greatest(r.updated_at, s.updated_at) < now() - make_interval(secs => $1), true),
        coalesce(w.status, ''), coalesce(w.executor_id, ''),
        (SELECT string_agg(c.key || ' (' || coalesce(c.value->>'toolName', '?') || ')', ', ' ORDER BY c.key)
           FROM jsonb_each(s.pending_client_tool_calls) c

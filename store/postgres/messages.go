@@ -124,8 +124,20 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 			return err
 		}
 		// Checkpoints that reference removed messages are no longer valid
-		// restore points.
-		if _, err := q.Exec(ctx, `DELETE FROM helix.checkpoints WHERE session_id = $1 AND message_count > $2`, sessionID, count); err != nil {
+		// restore points. The usage they hold stays (the tokens were
+		// spent): it moves to helix.usage.
+		if _, err := q.Exec(ctx, `WITH gone AS (
+				DELETE FROM helix.checkpoints WHERE session_id = $1 AND message_count > $2
+				RETURNING session_id, run_id, step_count, usage, created_at, created_seq
+			)
+			INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, input_tokens, output_tokens,
+				cached_tokens, cache_write_tokens, value, duration_ms, success, key, created_at)
+			SELECT u.session_id, u.run_id, u.step, u.source_type, u.source_name, u.input_tokens, u.output_tokens,
+				u.cached_tokens, u.cache_write_tokens, u.value, u.duration_ms, u.success, u.key, u.created_at
+			FROM gone g, LATERAL helix.checkpoint_usage(g.session_id, g.run_id, g.step_count, g.usage, g.created_at) AS u
+			WHERE g.usage IS NOT NULL
+			ORDER BY g.created_seq, u.ord
+			ON CONFLICT (session_id, key) DO NOTHING`, sessionID, count); err != nil {
 			return err
 		}
 		_, err = q.Exec(ctx, `UPDATE helix.sessions s SET checkpoint_id = (

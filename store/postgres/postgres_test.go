@@ -218,3 +218,69 @@ func TestWriterGuardDropsRefusedChunks(t *testing.T) {
 		require.Equal(t, want, got, "stream %s", id)
 	}
 }
+
+// TestDeleteSessionLeavesNoRows proves that deleting a session tree takes
+// every row the steps of its sessions appended (messages, checkpoints with
+// their usage, stream chunks), although those tables have no foreign keys
+// since migration 00021 (statement triggers delete them), and leaves another
+// session's rows alone.
+func TestDeleteSessionLeavesNoRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	pool := st.Pool()
+	step := func(id string) {
+		_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: id, AgentType: "a",
+			ParentSessionID: map[bool]string{true: "gone"}[id == "gone-sub"]})
+		require.NoError(t, err)
+		_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: id + "-run", SessionID: id})
+		require.NoError(t, err)
+		s, err := st.LoadState(ctx, id)
+		require.NoError(t, err)
+		_, err = st.CommitStep(ctx, store.StepCommit{SessionID: id, RunID: id + "-run", Step: 1,
+			Messages: []helix.Message{helix.UserMessage("q"), helix.AssistantMessage("a")},
+			Usage:    []store.UsageRecord{{SourceType: store.UsageModel, Success: true, Key: "model:1"}},
+			Chunks: []helix.Chunk{&helix.StepStartChunk{Base: helix.Base{AgentID: id, AgentType: "a", Step: 1}},
+				&helix.TextDeltaChunk{Base: helix.Base{AgentID: id, AgentType: "a", Step: 1}, Delta: "a"}},
+			StreamID: s.StreamID})
+		require.NoError(t, err)
+	}
+	for _, id := range []string{"gone", "gone-sub", "kept"} {
+		step(id)
+	}
+	streams := map[string]string{}
+	for _, id := range []string{"gone", "gone-sub", "kept"} {
+		s, err := st.LoadState(ctx, id)
+		require.NoError(t, err)
+		streams[id] = s.StreamID
+	}
+	require.Equal(t, streams["gone"], streams["gone-sub"], "a sub-agent writes into its root's stream")
+	rows := func(id string) map[string]int {
+		out := map[string]int{}
+		byStream := streams[id]
+		for table, q := range map[string]struct{ sql, arg string }{
+			"messages":    {`SELECT count(*) FROM helix.messages WHERE session_id = $1`, id},
+			"checkpoints": {`SELECT count(*) FROM helix.checkpoints WHERE session_id = $1`, id},
+			"usage":       {`SELECT count(*) FROM helix.usage_records WHERE session_id = $1`, id},
+			"chunks":      {`SELECT count(*) FROM helix.stream_chunks WHERE stream_id = $1`, byStream},
+			"streams":     {`SELECT count(*) FROM helix.streams WHERE stream_id = $1`, byStream},
+		} {
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, q.sql, q.arg).Scan(&n))
+			out[table] = n
+		}
+		return out
+	}
+	none := map[string]int{"messages": 0, "checkpoints": 0, "usage": 0, "chunks": 0, "streams": 0}
+	written := map[string]map[string]int{}
+	for _, id := range []string{"gone", "gone-sub", "kept"} {
+		written[id] = rows(id)
+		for table, n := range written[id] {
+			require.Positive(t, n, "%s of %s", table, id)
+		}
+	}
+	require.NoError(t, st.DeleteSession(ctx, "gone"))
+	require.Equal(t, none, rows("gone"))
+	require.Equal(t, none, rows("gone-sub"), "the sub-session goes with its parent")
+	require.Equal(t, written["kept"], rows("kept"))
+}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -64,37 +66,33 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 	FOR UPDATE OF s, st`
 
 // commitStepSQL writes a whole step in one statement, under the locks of
-// the session and its stream (taken by lockStepSQL before it, or by its own
-// lk when it is the transaction's only word on the step: see CommitStep).
+// the session and its stream: taken by lockStepSQL before it, or, when it
+// is the transaction's only word on the step (see CommitStep), by its own
+// updates of the session and then the stream, whose conditions are the
+// checks (an UPDATE re-reads a row changed under it before deciding, so
+// no SELECT ... FOR UPDATE, and no WAL record for the lock, is needed).
 // $1 session, $2 run, $3 step, $4 message count before, $5 messages, $6
 // new custom state (NULL: unchanged), $7 mode ('continue', 'complete' or
 // 'interrupt'), $8 output, $9 interrupt context, $10 checkpoint ID, $11
 // checkpoint status, $12 how many of the chunks precede the checkpoint, $13
-// usage rows (JSON), $14 run status, $15 run error, $16 stream, $17 the
+// the usage records (encodeUsage; NULL for none), $14 run status, $15 run error, $16 stream, $17 the
 // expected message count (negative: the caller decided under lockStepSQL's
 // locks, nothing to check), $18 chunk rows (packed, chunkpack.go), $19
 // their steps, $20 their run IDs, $21 end the stream, $22 notify channel,
 // $23 the run status is final, $24 the rows' chunk counts, $25 the number
 // of chunks.
 //
+// The run's row is written only when its status changes, it ends, or it
+// records an error: a running run's step count and last update are read
+// from its session's checkpoint (runColumns), which the statement writes
+// anyway.
+//
 // With $17 >= 0 the statement writes only when what the caller assumed
 // holds (the session and stream active, no interrupt requested, $17
 // messages, the run exists); otherwise it writes nothing and fails with
 // SQLSTATE HX412 (helix.refuse_step_commit, migration 00016), and the
 // caller commits the step the long way (CommitRefused).
-const commitStepSQL = `WITH lk AS (
-		SELECT s.status, s.message_count, s.interrupt_requested, st.status AS stream_status, st.latest_seq
-		FROM helix.sessions s JOIN helix.streams st ON st.stream_id = s.stream_id
-		WHERE s.session_id = $1 AND st.stream_id = $16
-		FOR UPDATE OF s, st
-	), ok AS (
-		SELECT latest_seq FROM lk
-		WHERE $17::int < 0 OR (status = 'active' AND stream_status = 'active' AND NOT interrupt_requested
-			AND message_count = $17::int)
-	), msgs AS (
-		INSERT INTO helix.messages (session_id, seq, message)
-		SELECT $1, $4::int + u.ord - 1, u.m FROM ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
-	), sess AS (
+const commitStepSQL = `WITH sess AS (
 		UPDATE helix.sessions SET
 			status = CASE $7 WHEN 'complete' THEN 'completed' WHEN 'interrupt' THEN 'interrupted' ELSE status END,
 			step_count = $3::int,
@@ -108,45 +106,41 @@ const commitStepSQL = `WITH lk AS (
 			interrupt_reason = CASE WHEN $7 = 'continue' THEN interrupt_reason END,
 			checkpoint_id = $10, checkpointed_at = now(), checkpoint_source = 'step',
 			version = version + 1, updated_at = now()
-		WHERE session_id = $1 AND EXISTS (SELECT 1 FROM ok)
+		WHERE session_id = $1
+			AND ($17::int < 0 OR (status = 'active' AND NOT interrupt_requested AND message_count = $17::int))
 		RETURNING version, custom_state, output
-	), cp AS (
-		INSERT INTO helix.checkpoints
-			(checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence, status, custom_state, output)
-		SELECT $10, $1, $2, $3::int, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11, sess.custom_state,
-			CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END
-		FROM sess, ok
-	), usage AS (
-		INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, input_tokens, output_tokens,
-			cached_tokens, cache_write_tokens, value, duration_ms, success, key)
-		SELECT $1, COALESCE(NULLIF(u."runId", ''), $2), COALESCE(NULLIF(u.step, 0), $3), u."sourceType", NULLIF(u."sourceName", ''),
-			COALESCE(u."inputTokens", 0), COALESCE(u."outputTokens", 0), COALESCE(u."cachedTokens", 0),
-			COALESCE(u."cacheWriteTokens", 0), u.value, u."durationMs", u.success, u.key
-		FROM ok, jsonb_to_recordset($13::jsonb) AS u("runId" text, step int, "sourceType" text, "sourceName" text,
-			"inputTokens" int, "outputTokens" int, "cachedTokens" int, "cacheWriteTokens" int, value float8,
-			"durationMs" bigint, success boolean, key text)
-		ON CONFLICT (session_id, key) DO NOTHING
-	), run AS (
-		UPDATE helix.runs SET status = $14, step_count = $3, error = COALESCE($15, error),
-			completed_at = CASE WHEN $23 THEN COALESCE(completed_at, now()) END,
-			updated_at = now()
-		WHERE run_id = $2 AND EXISTS (SELECT 1 FROM ok)
-		RETURNING 1
-	), chunks AS (
-		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk)
-		SELECT $16::text, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
-		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
-	), strm AS (
+	), ok AS (
 		UPDATE helix.streams SET latest_seq = latest_seq + $25::int,
 			status = CASE WHEN $21 THEN 'ended' ELSE status END,
 			final_output = CASE WHEN $21 THEN $8::jsonb ELSE final_output END,
 			error = CASE WHEN $21 THEN NULL ELSE error END,
 			updated_at = now()
-		WHERE stream_id = $16 AND EXISTS (SELECT 1 FROM ok)
+		WHERE stream_id = $16 AND ($17::int < 0 OR status = 'active') AND EXISTS (SELECT 1 FROM sess)
+		RETURNING latest_seq - $25::int AS latest_seq
+	), msgs AS (
+		INSERT INTO helix.messages (session_id, seq, message)
+		SELECT $1, $4::int + u.ord - 1, u.m FROM ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
+	), cp AS (
+		INSERT INTO helix.checkpoints (checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence,
+			status, custom_state, output, usage)
+		SELECT $10, $1, $2, $3::int, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11, sess.custom_state,
+			CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END, $13::json
+		FROM sess, ok
+	), run AS (
+		SELECT status FROM helix.runs WHERE run_id = $2
+	), runupd AS (
+		UPDATE helix.runs SET status = $14, step_count = $3, error = COALESCE($15, error),
+			completed_at = CASE WHEN $23 THEN COALESCE(completed_at, now()) END,
+			updated_at = now()
+		WHERE run_id = $2 AND (status <> $14 OR $23 OR $15::text IS NOT NULL) AND EXISTS (SELECT 1 FROM ok)
+	), chunks AS (
+		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk)
+		SELECT $16::text, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
+		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
 	), note AS (
 		SELECT pg_notify($22, $16) FROM ok
 	)
-	SELECT CASE WHEN EXISTS (SELECT 1 FROM sess) AND ($17::int < 0 OR EXISTS (SELECT 1 FROM run))
+	SELECT CASE WHEN EXISTS (SELECT 1 FROM ok) AND ($17::int < 0 OR EXISTS (SELECT 1 FROM run))
 			THEN (SELECT version FROM sess) ELSE helix.refuse_step_commit($1) END,
 		(SELECT count(*) FROM run), (SELECT count(*) FROM note)`
 
@@ -196,7 +190,7 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 	if err != nil {
 		return nil, fmt.Errorf("store: commit step of %s: %w", c.SessionID, err)
 	}
-	usage, err := encodeUsage(c.Usage)
+	usage, err := encodeUsage(c.RunID, c.Step, c.Usage)
 	if err != nil {
 		return nil, fmt.Errorf("store: commit step of %s: %w", c.SessionID, err)
 	}
@@ -509,15 +503,52 @@ func (b *chunkBatch) pack() (packedChunks, error) {
 	return p, nil
 }
 
-// encodeUsage renders usage rows as the JSON array commitStepSQL reads.
-func encodeUsage(rows []store.UsageRecord) ([]byte, error) {
+// encodeUsage renders a step's usage records as checkpoints.usage
+// (migration 00019): a JSON array of records with one-letter fields, and
+// without what the checkpoint row says already (its run and step, and
+// them in the key, written "~"). NULL (nil) when there are none.
+func encodeUsage(runID string, step int, rows []store.UsageRecord) ([]byte, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	out := make([]compactUsage, len(rows))
 	for i, r := range rows {
 		if r.SourceType == "" || r.Key == "" {
 			return nil, fmt.Errorf("usage row %d needs a source type and key", i)
 		}
+		rid, rstep := cmp.Or(r.RunID, runID), cmp.Or(r.Step, step)
+		u := compactUsage{T: r.SourceType, N: r.SourceName, I: r.InputTokens, O: r.OutputTokens, C: r.CachedTokens,
+			W: r.CacheWriteTokens, V: r.Value, D: r.DurationMS, E: !r.Success}
+		if rid != runID {
+			u.R = rid
+		}
+		if rstep != step {
+			u.P = &rstep
+		}
+		if full := ":" + rid + ":" + strconv.Itoa(rstep); !strings.Contains(r.Key, "~") && strings.Count(r.Key, full) == 1 {
+			u.K = strings.Replace(r.Key, full, "~", 1)
+		} else {
+			u.KeyAsIs = r.Key
+		}
+		out[i] = u
 	}
-	if rows == nil {
-		rows = []store.UsageRecord{}
-	}
-	return json.Marshal(rows)
+	return json.Marshal(out)
+}
+
+// compactUsage is one record of checkpoints.usage (helix.checkpoint_usage
+// reads them back).
+type compactUsage struct {
+	T       string   `json:"t"`
+	N       string   `json:"n,omitempty"`
+	I       int      `json:"i,omitempty"`
+	O       int      `json:"o,omitempty"`
+	C       int      `json:"c,omitempty"`
+	W       int      `json:"w,omitempty"`
+	V       *float64 `json:"v,omitempty"`
+	D       *int64   `json:"d,omitempty"`
+	E       bool     `json:"e,omitempty"`
+	R       string   `json:"r,omitempty"`
+	P       *int     `json:"p,omitempty"`
+	K       string   `json:"k,omitempty"`
+	KeyAsIs string   `json:"K,omitempty"`
 }

@@ -139,7 +139,7 @@ func (s *Store) ListUsage(ctx context.Context, sessionID string) ([]store.UsageR
 	rows, err := s.q.Query(ctx, `SELECT session_id, COALESCE(run_id, ''), COALESCE(step, 0), source_type,
 			COALESCE(source_name, ''), input_tokens, output_tokens, cached_tokens, cache_write_tokens, value,
 			duration_ms, success, key, created_at
-		FROM helix.usage WHERE session_id = $1 ORDER BY id`, sessionID)
+		FROM helix.usage_records WHERE session_id = $1 ORDER BY created_at, seq_a, seq_b`, sessionID)
 	if err != nil {
 		return nil, wrap(err, "list usage of %s", sessionID)
 	}

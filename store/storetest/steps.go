@@ -104,6 +104,62 @@ var stepCases = map[string]func(t *testing.T, s Store){
 		require.Len(t, msgs.Messages, 3)
 		require.Equal(t, "calling", msgs.Messages[1].Content)
 	},
+	"CommitUsageReadsBackAndOutlivesItsCheckpoint": func(t *testing.T, s Store) {
+		// A commit's usage records are stored compactly (the run and step
+		// left out where they are the commit's); each reads back as it was
+		// given, in order, and survives the truncation that removes its
+		// checkpoint.
+		ctx := t.Context()
+		st, run := stepSession(t, s, "usage")
+		ms, wait := int64(12), 2.5
+		step1 := []store.UsageRecord{
+			{SourceType: store.UsageModel, SourceName: "m", InputTokens: 3, OutputTokens: 4, CachedTokens: 2,
+				CacheWriteTokens: 1, Success: true, Key: "model:" + run.RunID + ":1"},
+			{SourceType: store.UsageTool, SourceName: "t", DurationMS: &ms, Success: false, Key: "tool:" + run.RunID + ":1:c1"},
+			{RunID: "other-run", Step: 7, SourceType: store.UsageClientToolWaitMS, Value: &wait, Success: true,
+				Key: "wait:other-run:7:c~2"},
+			{SourceType: store.UsageTool, SourceName: "t", Success: true, Key: "plain"},
+		}
+		step2 := []store.UsageRecord{{SourceType: store.UsageModel, SourceName: "m", InputTokens: 9, Success: true,
+			Key: "model:" + run.RunID + ":2"}}
+		_, err := s.AppendMessages(ctx, st.SessionID, userMsgs("hi"))
+		require.NoError(t, err)
+		for i, u := range [][]store.UsageRecord{step1, step2} {
+			_, err := s.CommitStep(ctx, store.StepCommit{SessionID: st.SessionID, RunID: run.RunID, Step: i + 1,
+				Messages: []helix.Message{helix.AssistantMessage("a")}, Usage: u})
+			require.NoError(t, err)
+		}
+		want := append(append([]store.UsageRecord{}, step1...), step2...)
+		for i := range want {
+			want[i].SessionID = st.SessionID
+			if want[i].RunID == "" {
+				want[i].RunID = run.RunID
+			}
+			if want[i].Step == 0 {
+				want[i].Step = 1
+				if i == len(want)-1 {
+					want[i].Step = 2
+				}
+			}
+		}
+		check := func(what string) {
+			t.Helper()
+			got, err := s.ListUsage(ctx, st.SessionID)
+			require.NoError(t, err)
+			require.Len(t, got, len(want), what)
+			for i := range got {
+				require.False(t, got[i].CreatedAt.IsZero())
+				got[i].CreatedAt = time.Time{}
+			}
+			require.Equal(t, want, got, what)
+		}
+		check("after the commits")
+		require.NoError(t, s.TruncateMessages(ctx, st.SessionID, 2))
+		cps, err := s.ListCheckpoints(ctx, st.SessionID, nil)
+		require.NoError(t, err)
+		require.Len(t, cps.Items, 1, "the second step's checkpoint is gone")
+		check("after a truncation removed a checkpoint")
+	},
 	"CommitOnInactiveSessionWritesNothing": func(t *testing.T, s Store) {
 		ctx := t.Context()
 		st, run := stepSession(t, s, "inactive")
