@@ -183,7 +183,7 @@ func (j *journal) recorded(id int, name string) (journalRecord, bool, error) {
 func decode[R any](r journalRecord) (R, error) {
 	var out R
 	if r.Output != nil {
-		if err := json.Unmarshal([]byte(*r.Output), &out); err != nil {
+		if err := json.Unmarshal([]byte(expandOutput(*r.Output)), &out); err != nil {
 			return out, fmt.Errorf("decode the recorded output of step %d (%s): %w", r.ID, r.Name, err)
 		}
 	}
@@ -199,7 +199,7 @@ func encode(id int, name string, out any, stepErr error, started time.Time) (jou
 	if err != nil {
 		return journalRecord{}, fmt.Errorf("encode the output of step %s: %w", name, err)
 	}
-	s := string(b)
+	s := codeOutput(string(b))
 	r := journalRecord{ID: id, Name: name, Output: &s, Started: started.UnixMilli(), Completed: time.Now().UnixMilli()}
 	if stepErr != nil {
 		e := stepErr.Error()
