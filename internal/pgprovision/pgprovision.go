@@ -9,7 +9,9 @@
 //     and it is stopped, with a role helix/helix created for TCP logins;
 //  4. otherwise an error saying what was tried and how to provide Postgres.
 //
-// Each step that fails says why, and the next one is tried.
+// Each step that fails says why, and the next one is tried. Options.NoLocal
+// stops after step 2 (for the public test kit, which must not start or use a
+// cluster on a user's machine), and the error then wraps ErrNoServer.
 package pgprovision
 
 import (
@@ -57,7 +59,16 @@ type Options struct {
 	Image string
 	// NoContainers skips the testcontainers step.
 	NoContainers bool
+	// NoLocal skips the local cluster step: when neither HELIX_DATABASE_URL
+	// nor a container gives a server, Provision returns an error wrapping
+	// ErrNoServer instead of using (or starting) the machine's PostgreSQL.
+	NoLocal bool
 }
+
+// ErrNoServer is wrapped by Provision's error when no source gave a server.
+// It is not wrapped when HELIX_DATABASE_URL is set but does not answer: that
+// is a wrong URL to fix, not a missing server.
+var ErrNoServer = errors.New("no PostgreSQL server available")
 
 // Source says where a server came from.
 type Source string
@@ -77,6 +88,10 @@ type Server struct {
 	Source Source
 	// Detail describes the server (container image, cluster) for logs.
 	Detail string
+	// ContainerID is the Docker ID of the container Provision started
+	// (SourceContainer only), for callers that must remove it even if
+	// Close is never called.
+	ContainerID string
 	// Skipped says why each earlier source was not used (for example "no
 	// Docker engine reachable" or an image that could not be pulled), so a
 	// caller can explain a fallback to the local cluster.
@@ -118,6 +133,11 @@ func Provision(ctx context.Context, opts Options) (*Server, error) {
 		}
 		tried = append(tried, "testcontainers ("+image+"): "+err.Error())
 		logf("postgres: container unavailable: %v", err)
+	} else {
+		tried = append(tried, "testcontainers: skipped ("+EnvNoContainers+"=1 or Options.NoContainers)")
+	}
+	if opts.NoLocal {
+		return nil, fmt.Errorf("%w; tried:\n  - %s", ErrNoServer, strings.Join(tried, "\n  - "))
 	}
 	srv, err := local(ctx, logf)
 	if err == nil {
@@ -125,10 +145,10 @@ func Provision(ctx context.Context, opts Options) (*Server, error) {
 		return srv, nil
 	}
 	tried = append(tried, "local cluster: "+err.Error())
-	return nil, fmt.Errorf("no PostgreSQL server available; tried:\n  - %s\nProvide one: set %s=postgres://user:pass@host:5432/postgres, "+
+	return nil, fmt.Errorf("%w; tried:\n  - %s\nProvide one: set %s=postgres://user:pass@host:5432/postgres, "+
 		"start a Docker engine (scripts/docker-engine.sh), or install and start PostgreSQL "+
 		"(Debian: apt-get install postgresql && pg_ctlcluster 15 main start)",
-		strings.Join(tried, "\n  - "), EnvDatabaseURL)
+		ErrNoServer, strings.Join(tried, "\n  - "), EnvDatabaseURL)
 }
 
 // dockerReachable reports whether testcontainers can talk to an engine.
@@ -182,7 +202,7 @@ func startContainer(ctx context.Context, image string, logf func(string, ...any)
 	}
 	logf("postgres: container ready in %s", time.Since(start).Round(time.Millisecond))
 	return &Server{
-		URL: u, Source: SourceContainer, Detail: image,
+		URL: u, Source: SourceContainer, Detail: image, ContainerID: c.GetContainerID(),
 		terminate: func(ctx context.Context) error {
 			return c.Terminate(ctx)
 		},

@@ -83,6 +83,23 @@ func TestFallsBackToLocalCluster(t *testing.T) {
 	requireSuperuser(t, srv.URL)
 }
 
+// TestNoLocalNeverFallsBack: with NoLocal a failed container step is an
+// ErrNoServer error naming what was tried, never the machine's cluster.
+func TestNoLocalNeverFallsBack(t *testing.T) {
+	t.Parallel()
+	skipWithoutProvisioningOrder(t)
+	const image = "helix-dbos/no-such-image:never"
+	srv, err := pgprovision.Provision(t.Context(), pgprovision.Options{Logf: t.Logf, Image: image, NoLocal: true})
+	if srv != nil {
+		_ = srv.Close(context.WithoutCancel(t.Context()))
+	}
+	require.ErrorIs(t, err, pgprovision.ErrNoServer)
+	require.Nil(t, srv)
+	require.True(t, strings.Contains(err.Error(), image) || strings.Contains(err.Error(), "no Docker engine"),
+		"the error names the image or the missing engine: %v", err)
+	require.NotContains(t, err.Error(), "local cluster")
+}
+
 // TestDatabaseURLWins: HELIX_DATABASE_URL comes first and is checked.
 func TestDatabaseURLWins(t *testing.T) {
 	url := pgtest.NewURL(t) // any reachable database will do

@@ -15,24 +15,18 @@ package pgtest
 
 import (
 	"context"
-	"crypto/sha256"
-	"database/sql"
-	"encoding/hex"
 	"fmt"
-	"io/fs"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver pgtestdb uses
 	"github.com/peterldowns/pgtestdb"
 	"go.uber.org/goleak"
 
 	"github.com/helix-agents/helix-dbos/internal/pgprovision"
-	"github.com/helix-agents/helix-dbos/migrations"
+	"github.com/helix-agents/helix-dbos/internal/templatedb"
 )
 
 var (
@@ -97,61 +91,24 @@ func config(tb testing.TB) pgtestdb.Config {
 
 func configFor(tb testing.TB, serverURL string) pgtestdb.Config {
 	tb.Helper()
-	cc, err := pgx.ParseConfig(serverURL)
+	conf, err := templatedb.Config(serverURL)
 	if err != nil {
 		tb.Fatalf("pgtest: parse server URL: %v", err)
 	}
-	return pgtestdb.Config{
-		DriverName: "pgx",
-		Host:       cc.Host,
-		Port:       fmt.Sprint(cc.Port),
-		User:       cc.User,
-		Password:   cc.Password,
-		Database:   cc.Database,
-		Options:    "sslmode=disable",
-	}
-}
-
-// migrator builds template databases with the helix migrations, exactly as
-// users run them.
-type migrator struct{}
-
-// Hash identifies the migration set: the template is rebuilt when any
-// migration file changes.
-func (migrator) Hash() (string, error) {
-	h := sha256.New()
-	err := fs.WalkDir(migrations.FS(), ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(migrations.FS(), path)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
-		h.Write(b)
-		return nil
-	})
-	return hex.EncodeToString(h.Sum(nil))[:32], err
-}
-
-// Migrate applies the helix migrations to a new template database.
-func (migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
-	_, err := migrations.Up(ctx, db)
-	return err
+	return conf
 }
 
 // NewURL returns the URL of a fresh database with the helix schema applied.
 func NewURL(tb testing.TB) string {
 	tb.Helper()
-	return pgtestdb.Custom(tb, config(tb), migrator{}).URL()
+	return templatedb.Migrated(tb, config(tb))
 }
 
 // NewEmptyURL returns the URL of a fresh, empty database (no helix schema),
 // for tests of the migrations themselves.
 func NewEmptyURL(tb testing.TB) string {
 	tb.Helper()
-	return pgtestdb.Custom(tb, config(tb), pgtestdb.NoopMigrator{}).URL()
+	return templatedb.Empty(tb, config(tb))
 }
 
 // NewPool returns a pool on a fresh migrated database, closed at cleanup.
@@ -169,11 +126,11 @@ func NewPool(tb testing.TB) *pgxpool.Pool {
 // manage their own server, such as the integration tests' container.
 func NewURLOn(tb testing.TB, serverURL string) string {
 	tb.Helper()
-	return pgtestdb.Custom(tb, configFor(tb, serverURL), migrator{}).URL()
+	return templatedb.Migrated(tb, configFor(tb, serverURL))
 }
 
 // NewEmptyURLOn is NewEmptyURL on a given server.
 func NewEmptyURLOn(tb testing.TB, serverURL string) string {
 	tb.Helper()
-	return pgtestdb.Custom(tb, configFor(tb, serverURL), pgtestdb.NoopMigrator{}).URL()
+	return templatedb.Empty(tb, configFor(tb, serverURL))
 }
