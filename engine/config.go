@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -88,11 +89,26 @@ type Config struct {
 	StoreOptions []postgres.Option
 	// ShutdownTimeout bounds Shutdown; default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// Clock, for tests, is the time of the deadlines of calls that wait for
+	// people (helix.ClientTimeout): when a call started waiting, when its
+	// deadline passes, when it was answered. helixtest sets one that a test
+	// moves forward (helixtest.Clock), so a 24-hour deadline passes at
+	// once. nil (the default) is the real time, at no cost. The deadline
+	// is stored as an absolute time: every engine that may run a session
+	// (a replacement after a crash) must be given the same clock. Not with
+	// Queue: a queued run's driver waits in real time (recv.Wait).
+	Clock Clock
 	// Queue, when set, admits the runs Execute, Resume and Retry start
 	// through a durable DBOS queue with these limits (see QueueConfig);
 	// ExecuteOptions.Direct runs one outside it. nil (the default) runs
 	// every run at once, in the calling process.
 	Queue *QueueConfig
+	// Probe, when set, is called at the agent loop's probe points
+	// (ProbeAfterModelCall, ProbeAfterTool, ProbeAfterCommit); an error
+	// (ProbeStop) ends the run's execution there, unrecorded, as a crash
+	// of the process would. For test kits (helixtest's crash points);
+	// leave it nil in production.
+	Probe func(ctx context.Context, at ProbeInfo) error
 }
 
 func (c *Config) withDefaults() error {
@@ -105,6 +121,8 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("engine: Config.ExecutorLease must be at least %s (0 means the default %s), got %s", MinExecutorLease, DefaultExecutorLease, c.ExecutorLease)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("engine: Config.ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
+	case c.Clock != nil && c.Queue != nil:
+		return errors.New("engine: Config.Clock cannot be combined with Config.Queue: a queued run's driver waits for a deadline in real time (a DBOS Recv timeout), so a clock moved forward would not reach it; test deadlines on an engine without a queue")
 	}
 	if c.Queue != nil {
 		q := *c.Queue // the caller's value stays as given

@@ -94,7 +94,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return fail(fmt.Errorf("engine: initialize DBOS: %w", err))
 	}
-	st, err := postgres.New(pool, append([]postgres.Option{postgres.WithLogger(log)}, cfg.StoreOptions...)...)
+	storeOpts := []postgres.Option{postgres.WithLogger(log)}
+	if cfg.Clock != nil {
+		storeOpts = append(storeOpts, postgres.WithClock(cfg.Clock.Now))
+	}
+	st, err := postgres.New(pool, append(storeOpts, cfg.StoreOptions...)...)
 	if err != nil {
 		return fail(err)
 	}
@@ -103,10 +107,12 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return fail(fmt.Errorf("engine: DBOS data source: %w", err))
 	}
 	env := steps.NewEnv(st, log)
+	env.Clock = cfg.clock()
 	l := newLease(cfg.ExecutorLease)
 	env.DataSource, env.DBOS, env.Fence = ds, dctx, newFence(l, pool, cfg.ExecutorID)
 	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l}
 	env.Revive = e.revive
+	env.Probe = cfg.Probe
 	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))
 	return e, nil
 }
@@ -197,7 +203,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 	hb.onEvicted = e.evicted
 	hb.start(ctx, &e.log)
 	e.hb = hb
-	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, &e.log)
+	e.wake = startWakeups(ctx, e.pool, e.cfg.ExecutorID, e.cfg.clock(), &e.log)
 	e.cancels = startCancelSweep(ctx, e.pool, e.control, &e.log)
 	if !e.cfg.DisableTakeover {
 		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, id: e.cfg.ExecutorID, app: e.cfg.AppName,

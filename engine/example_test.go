@@ -114,3 +114,20 @@ func ExampleQueueConfig_invalid() {
 	fmt.Println(err)
 	// Output: engine: Config.Queue: GlobalConcurrency (8) must be at least WorkerConcurrency (16)
 }
+
+// A Probe stops a run at a point of the loop, as a crash of the process
+// would (the test kit's crash points are built on it): ProbeStop's error is
+// a fencing error, so the run's execution ends without recording anything
+// more and its workflow stays pending for the engine that recovers it.
+func ExampleProbeStop() {
+	cfg := engine.Config{DatabaseURL: "postgres://localhost/helix"}
+	cfg.Probe = func(_ context.Context, at engine.ProbeInfo) error {
+		if at.Point == engine.ProbeAfterTool && at.ToolName == "charge" {
+			return engine.ProbeStop(at)
+		}
+		return nil
+	}
+	err := cfg.Probe(context.Background(), engine.ProbeInfo{Point: engine.ProbeAfterTool, ToolName: "charge", RunID: "r-1", Step: 2})
+	fmt.Println(errors.Is(err, dbos.ErrConflictingWorkflowID))
+	// Output: true
+}

@@ -22,9 +22,10 @@ import (
 const WakeSweepInterval = time.Second
 
 // wakeSweepSQL notifies, once per call, the waits of this executor's
-// pending workflows that have an unconsumed answer older than $3 (Unix ms),
-// or whose session has an interrupt request; and the drivers of queued runs
-// (of this executor) whose segment ended in the minute before $3 and whose
+// pending workflows that have an unconsumed answer older than $3 (Unix ms
+// on the engine's clock), or whose session has an interrupt request; and
+// the drivers of queued runs (of this executor) whose segment ended in the
+// minute before $6 (Unix ms, real time: DBOS stamps it) and whose
 // outcome message is not taken (older ones find it at their next check,
 // workflows.SegmentCheckInterval). The wait re-reads its messages when
 // woken, so an extra wake-up is harmless.
@@ -43,17 +44,20 @@ SELECT count(pg_notify($1, w.payload)) FROM (
 	FROM dbos.workflow_status seg
 	JOIN dbos.workflow_status d ON d.workflow_uuid = seg.parent_workflow_id
 	JOIN dbos.notifications n ON n.destination_uuid = d.workflow_uuid AND starts_with(n.topic, $5)
-	WHERE seg.completed_at BETWEEN $3 - 60000 AND $3 AND seg.queue_name IS NOT NULL
+	WHERE seg.completed_at BETWEEN $6::bigint - 60000 AND $6::bigint AND seg.queue_name IS NOT NULL
 	  AND d.status = 'PENDING' AND d.executor_id = $4 AND NOT n.consumed
 ) w`
 
 // startWakeups starts the sweep for executorID's workflows; stop the
-// returned loop at Shutdown.
-func startWakeups(ctx context.Context, pool *pgxpool.Pool, executorID string, log *zerolog.Logger) *loop {
+// returned loop at Shutdown. Answers are aged on clock, which stamped them
+// (Config.Clock); DBOS's segment times on the real time.
+func startWakeups(ctx context.Context, pool *pgxpool.Pool, executorID string, clock Clock, log *zerolog.Logger) *loop {
 	return every(ctx, WakeSweepInterval, func(ctx context.Context) {
 		var n int
-		before := time.Now().Add(-WakeSweepInterval).UnixMilli()
-		err := pool.QueryRow(ctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID, workflows.SegmentTopicPrefix).Scan(&n)
+		before := clock.Now().Add(-WakeSweepInterval).UnixMilli()
+		segmentsBefore := time.Now().Add(-WakeSweepInterval).UnixMilli()
+		err := pool.QueryRow(ctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID, workflows.SegmentTopicPrefix,
+			segmentsBefore).Scan(&n)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Warn().Err(err).Str("event", "engine.wake_sweep_failed").Msg("could not re-send the wake-ups of waiting runs; retrying")

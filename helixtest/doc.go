@@ -33,5 +33,15 @@
 // engine.Engine is available on it; its helpers wait at most
 // EngineOptions.Timeout ([DefaultTimeout]).
 //
+// # Crashes
+//
+// EngineOptions.CrashAt stops a run at a point of the loop ([AfterModelCall],
+// [AfterTool], [AfterCommit]) as a process killed there would, and
+// [Engine.AwaitCrash] takes the engine down; [Engine.Replacement] starts the
+// process that replaces it (same or new executor ID) and [Engine.Attach]
+// reattaches to a run. [Executions], [Engine.RequireTranscriptOnce] and
+// [Engine.RequireStreamGapFree] check that nothing was done or written
+// twice.
+//
 // See docs/testing.md.
 package helixtest

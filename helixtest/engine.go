@@ -21,6 +21,10 @@ import (
 // status, a pending call) unless EngineOptions.Timeout says otherwise.
 const DefaultTimeout = 30 * time.Second
 
+// shutdownTimeout bounds a kit engine's Shutdown: a step still running
+// then (a tool the test left blocked) is abandoned, as a crash would.
+const shutdownTimeout = 500 * time.Millisecond
+
 // TestLease is the executor lease of a kit engine: the shortest the engine
 // accepts, so a replacement takes over a dead engine's sessions within
 // seconds.
@@ -44,11 +48,19 @@ type EngineOptions struct {
 	// Queue admits runs through a durable queue (engine.Config.Queue); nil
 	// runs them at once.
 	Queue *engine.QueueConfig
+	// Clock, when set, is the engine's time for the deadlines of calls that
+	// wait for people: the test moves it forward ([Clock.Advance]) instead
+	// of waiting. nil is the real time. Give a replacement engine the same
+	// Clock. Not with Queue.
+	Clock *Clock
 	// Quiet drops the engine's logs instead of writing them to the test's
 	// log (t.Log).
 	Quiet bool
 	// Configure, when set, adjusts the engine's configuration last.
 	Configure func(*engine.Config)
+	// CrashAt, when set, crashes the engine the first time a run reaches
+	// that point of the loop: see [CrashPoint] and [Engine.AwaitCrash].
+	CrashAt *CrashPoint
 }
 
 // Engine is a launched engine for one test, with helpers that fail the test
@@ -60,6 +72,10 @@ type Engine struct {
 	t       testing.TB
 	url     string
 	timeout time.Duration
+	opts    EngineOptions
+	agents  []*helix.Agent
+	crash   *crashState
+	down    sync.Once
 }
 
 var engineSeq atomic.Int64
@@ -79,14 +95,22 @@ func NewEngine(t testing.TB, opts EngineOptions, agents ...*helix.Agent) *Engine
 		id = fmt.Sprintf("helixtest-%s-%d", executorName(t.Name()), engineSeq.Add(1))
 	}
 	cfg := engine.Config{DatabaseURL: url, ExecutorID: id, ExecutorLease: opts.ExecutorLease, Queue: opts.Queue,
-		ShutdownTimeout: 5 * time.Second}
+		ShutdownTimeout: shutdownTimeout}
 	if cfg.ExecutorLease == 0 {
 		cfg.ExecutorLease = TestLease
+	}
+	if opts.Clock != nil { // never a nil *Clock in the interface
+		cfg.Clock = opts.Clock
 	}
 	logs := &testLog{t: t}
 	if !opts.Quiet {
 		l := zerolog.New(logs).With().Timestamp().Str("executor", id).Logger()
 		cfg.Logger = &l
+	}
+	var crash *crashState
+	if opts.CrashAt != nil {
+		crash = &crashState{point: *opts.CrashAt, reached: make(chan engine.ProbeInfo, 1)}
+		cfg.Probe = crash.probe
 	}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
@@ -107,13 +131,21 @@ func NewEngine(t testing.TB, opts EngineOptions, agents ...*helix.Agent) *Engine
 	if err := e.Launch(ctx); err != nil {
 		t.Fatalf("helixtest: launch engine %s: %v", id, err)
 	}
+	ke := &Engine{Engine: e, t: t, url: url, timeout: timeout, opts: opts, agents: agents, crash: crash}
 	t.Cleanup(func() {
-		if err := e.Shutdown(context.Background()); err != nil {
+		if err := ke.stop(); err != nil {
 			t.Errorf("helixtest: shut engine %s down: %v", id, err)
 		}
 		logs.close()
 	})
-	return &Engine{Engine: e, t: t, url: url, timeout: timeout}
+	return ke
+}
+
+// stop shuts the engine down, once.
+func (e *Engine) stop() error {
+	var err error
+	e.down.Do(func() { err = e.Shutdown(context.Background()) })
+	return err
 }
 
 // URL is the engine's database: give it to EngineOptions.DatabaseURL to

@@ -79,3 +79,23 @@ func ExampleNewEngine() {
 		}
 	}
 }
+
+// A crash inside a tool, after it ran, and the replacement that takes the
+// session over: the tool runs again with the same idempotency key, and an
+// idempotent tool applies its effect once.
+func ExampleEngine_AwaitCrash() {
+	_ = func(t *testing.T, agent *helix.Agent, effects *helixtest.Executions) {
+		crash := helixtest.AfterTool("charge")
+		e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &crash}, agent)
+		h := e.Start(agent, "charge order A-1")
+		e.AwaitCrash()
+
+		r := e.Replacement(helixtest.ReplacementOptions{NewExecutorID: true})
+		if res := r.Await(r.Attach(h)); res.Status != helix.AgentCompleted {
+			t.Fatalf("the session ended %s: %s", res.Status, res.Error)
+		}
+		effects.RequireOncePerCall(t, 1)
+		r.RequireTranscriptOnce(h.SessionID)
+		r.RequireStreamGapFree(h.SessionID)
+	}
+}

@@ -3,9 +3,9 @@ package integration_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"

@@ -89,6 +89,11 @@ func WakeKey(toolCallID, nonce string) string { return "helix.wake:" + toolCallI
 // with deadlineAt (Unix ms, 0 for none), the deadline passes; timedOut
 // reports the latter. Call it from a workflow body, never from a step. A
 // message already waiting is returned at once, even past the deadline.
+//
+// The deadline is measured in real time (time.Now, then DBOS's durable
+// Recv timeout, which nothing but a message can cut short): a queued run's
+// driver cannot follow a clock that a test moves forward, so the engine
+// refuses a Config.Clock together with a Config.Queue.
 func Wait(ctx dbos.Context, toolCallID string, deadlineAt int64) (msg Message, timedOut bool, err error) {
 	timeout := Forever
 	if deadlineAt > 0 {

@@ -50,6 +50,14 @@ type Env struct {
 	// any step and unrecorded: it brings back a session whose aborted run's
 	// workflow was resumed with DBOS's tools.
 	Revive func(ctx context.Context, sessionID, runID, runWorkflowID string) error
+	// Clock is the time of the deadlines of calls that wait for people
+	// (store their deadlines with the store's clock, postgres.WithClock,
+	// the same one). NewEnv sets SystemClock; never nil.
+	Clock Clock
+	// Probe, when set, is called at the loop's probe points (ProbePoint);
+	// an error stops the run there (ProbeStop). For test kits; nil in
+	// production.
+	Probe func(ctx context.Context, at ProbeInfo) error
 
 	mu     sync.RWMutex
 	queues map[string]dbos.Queue
@@ -59,7 +67,7 @@ type Env struct {
 
 // NewEnv returns an Env on st.
 func NewEnv(st *postgres.Store, log zerolog.Logger) *Env {
-	return &Env{Store: st, Log: log, agents: map[string]*AgentDef{}, cache: messageCache{m: map[string]*cachedLog{}}}
+	return &Env{Store: st, Log: log, Clock: SystemClock{}, agents: map[string]*AgentDef{}, cache: messageCache{m: map[string]*cachedLog{}}}
 }
 
 // AgentDef is a registered agent with its effective tools compiled.

@@ -243,7 +243,9 @@ const waitPoll = 5 * time.Second
 // wait returns when a message for the call waits for this workflow or,
 // with a deadline, when it has passed (timedOut); at once when the call's
 // resolution is already recorded (a replay). It records nothing: the
-// resolution that follows takes the message and records the outcome.
+// resolution that follows takes the message and records the outcome. The
+// deadline is read on the engine's clock (steps.Env.Clock), the one that
+// stamped it: a test that moves the clock forward wakes the wait.
 func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 	t.answer = nil
 	if t.j.has(t.j.next) {
@@ -254,7 +256,12 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 		return false, err
 	}
 	defer stop()
+	clock := t.env.Clock
 	for {
+		var advanced <-chan struct{}
+		if c.DeadlineAt > 0 {
+			advanced = clock.Advanced() // before Now: a move in between closes it
+		}
 		var a postgres.Answer
 		err := t.j.retry(t.ctx, "look for the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
 			a, err = t.env.Store.PeekAnswer(ctx, t.run.SessionID, c.ToolCallID, t.j.wfID, recv.Topic(c.ToolCallID))
@@ -269,7 +276,7 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 		}
 		left := waitPoll
 		if c.DeadlineAt > 0 {
-			until := time.Until(time.UnixMilli(c.DeadlineAt))
+			until := time.UnixMilli(c.DeadlineAt).Sub(clock.Now())
 			if until <= 0 {
 				return true, nil
 			}
@@ -278,6 +285,7 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 		timer := time.NewTimer(left)
 		select {
 		case <-wake:
+		case <-advanced:
 		case <-timer.C:
 		case <-t.ctx.Done():
 			timer.Stop()

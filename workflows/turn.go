@@ -284,6 +284,10 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		out, err := t.fail(step-1, *m.Failure)
 		return out, true, err
 	}
+	if err := t.env.CallProbe(t.ctx, steps.ProbeInfo{Point: steps.ProbeAfterModelCall, SessionID: t.run.SessionID,
+		RunID: t.run.RunID, Step: step}); err != nil {
+		return steps.Outcome{}, true, err
+	}
 	if t.messageCount == 0 {
 		t.messageCount = m.MessageCount
 	}
@@ -438,6 +442,10 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	// next step reads none of them back (a pure cache update: replays
 	// write the same messages at the same positions).
 	env.Remember(run.SessionID, c.MessageCount, append(steps.StepMessages(in), c.Inbox...))
+	if err := env.CallProbe(ctx, steps.ProbeInfo{Point: steps.ProbeAfterCommit, SessionID: run.SessionID,
+		RunID: run.RunID, Step: step}); err != nil {
+		return steps.Outcome{}, true, err
+	}
 	if err := t.fire(step, stepEvents(in)...); err != nil {
 		return steps.Outcome{}, true, err
 	}

@@ -14,6 +14,21 @@ import (
 
 var _ store.SuspensionStore = (*Store)(nil)
 
+// WithClock sets where the store reads the time of the calls that wait
+// for people: when a call was suspended (its deadline is that plus the
+// tool's client timeout), answered, timed out or taken. For tests that move
+// time forward (helixtest.Clock, through engine.Config.Clock); the engine's
+// waits must read the same clock. Default: time.Now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// nowMS is the store's clock (WithClock) in Unix ms.
+func (s *Store) nowMS() int64 {
+	if now := s.shared.opts.now; now != nil {
+		return now().UnixMilli()
+	}
+	return time.Now().UnixMilli()
+}
+
 // lockTree locks the root session of sessionID, then the session itself
 // when it is another one, and returns both (the same value for a root
 // session).
@@ -153,7 +168,7 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if sess.Status != helix.SessionActive {
 			return fmt.Errorf("session %s is %s (aborted or ended while step %d ran): the step is discarded", sess.SessionID, sess.Status, p.Step)
 		}
-		now := time.Now().UnixMilli()
+		now := s.nowMS()
 		pending := sess.PendingClientToolCalls
 		if pending == nil {
 			pending = map[string]store.PendingClientToolCall{}
@@ -235,7 +250,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 		if !ok {
 			return fmt.Errorf("tool call %s is not pending in session %s", p.ToolCallID, p.SessionID)
 		}
-		now := time.Now().UnixMilli()
+		now := s.nowMS()
 		newly := false
 		if !call.Resolved() && p.TimedOut {
 			call.TimedOutAt, newly = now, true
@@ -403,7 +418,7 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 				return se
 			}
 		}
-		now := time.Now().UnixMilli()
+		now := s.nowMS()
 		stored := sub
 		call.Submission, call.SubmittedAt, call.SentTo = &stored, now, call.WorkflowID
 		owner.PendingClientToolCalls[sub.ToolCallID] = call

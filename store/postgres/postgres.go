@@ -48,6 +48,7 @@ type options struct {
 	retryTimeout  time.Duration
 	notifyChannel string
 	logger        zerolog.Logger
+	now           func() time.Time // WithClock; nil: time.Now
 }
 
 // WithFlushInterval sets how long deltas may be buffered (default
