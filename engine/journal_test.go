@@ -14,6 +14,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/workflows"
@@ -105,30 +106,18 @@ func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	var x executions
-	blocked, dead := make(chan struct{}), make(chan struct{})
-	build := func(block bool) *helix.Agent {
-		return &helix.Agent{Name: "journal-rows", Tools: []*helix.Tool{noteTool(&x)}, Model: script(
-			calls(call("n1", "note", `{"text":"a"}`)),
-			func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
-				if block {
-					close(blocked)
-					<-dead // the process "dies" here, after the first step's commit
-					return helix.StepResult{}, context.Canceled
-				}
-				return helix.StepResult{Type: helix.StepText, Content: "done"}, nil
-			},
-		)}
-	}
-	first, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: "exec-rows", ShutdownTimeout: 200e6})
-	require.NoError(t, err)
-	a1 := build(true)
-	require.NoError(t, first.Register(a1))
-	require.NoError(t, first.Launch(t.Context()))
-	h, err := first.Execute(t.Context(), a1, engine.Input{Message: "go"}, nil)
-	require.NoError(t, err)
-	<-blocked
-	_ = first.Shutdown(context.Background())
-	close(dead)
+	agent := &helix.Agent{Name: "journal-rows", Tools: []*helix.Tool{noteTool(&x)}, Model: script(
+		calls(call("n1", "note", `{"text":"a"}`)),
+		func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+			return helix.StepResult{Type: helix.StepText, Content: "done"}, nil
+		},
+	)}
+	// The process dies after the first step's commit (the test kit's crash
+	// point, on the engine's probe).
+	crash := helixtest.AfterCommit(1)
+	first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, ExecutorID: "exec-rows", CrashAt: &crash, Quiet: true}, agent)
+	h := first.Start(agent, "go")
+	first.AwaitCrash()
 
 	pool, err := pgxpool.New(t.Context(), url)
 	require.NoError(t, err)
@@ -170,12 +159,12 @@ func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
 	require.Equal(t, []record{{base, steps.NameCallModel}, {base + 1, steps.NameRunTool}, {base + 2, steps.NameCommitStep}},
 		recs, "the view shows a row per record")
 
-	second := newEngineWithID(t, url, "exec-rows", build(false))
-	h2, err := second.Run(t.Context(), h.SessionID, h.RunID)
-	require.NoError(t, err)
-	res := result(t, h2)
+	second := first.Replacement(helixtest.ReplacementOptions{})
+	res := second.Await(second.Attach(h))
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	require.JSONEq(t, `"done"`, string(res.Output))
 	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the recorded tool step was replayed, not run again")
-	require.Len(t, allMessages(t, second, h.SessionID), 4, "user, assistant, tool result, assistant: the commit applied once")
+	require.Len(t, second.Messages(h.SessionID), 4, "user, assistant, tool result, assistant: the commit applied once")
+	second.RequireTranscriptOnce(h.SessionID)
+	second.RequireStreamGapFree(h.SessionID)
 }

@@ -1,6 +1,8 @@
 // Package examples_test holds tests written only against the public test
 // kit (helixtest), to copy into an application: a tool crash-tested for
-// exactly-once effects, an approval flow and a client tool's deadline.
+// exactly-once effects (crash_test.go), an approval flow
+// (approval_test.go) and a client tool's day-long deadline passed in a
+// moment (deadline_test.go).
 package examples_test
 
 import (

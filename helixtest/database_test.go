@@ -37,13 +37,21 @@ func TestMain(m *testing.M) {
 // as the first tests of a user's binary do.
 func child(role string) {
 	source, id, _, err := helixtest.DefaultServer()
+	want := string(pgprovision.SourceContainer)
+	if role == "env" {
+		want = string(pgprovision.SourceEnv)
+	}
 	switch {
 	case err != nil:
 		fmt.Fprintln(os.Stderr, helixtest.NoServerMessage(err))
 		os.Exit(2)
-	case source != string(pgprovision.SourceContainer):
-		fmt.Fprintf(os.Stderr, "the copy's server is %s, not a container\n", source)
+	case source != want:
+		fmt.Fprintf(os.Stderr, "the copy's server is %s, not %s\n", source, want)
 		os.Exit(2)
+	}
+	fmt.Printf("server-source=%s\n", source)
+	if role == "env" {
+		return
 	}
 	fmt.Printf("container-id=%s\n", id)
 	if role == "crash" {
@@ -199,6 +207,21 @@ func TestContainerPath(t *testing.T) {
 	require.False(t, containerExists(t, id), "Main removed the container %s", id)
 }
 
+// TestDatabaseURLPath runs this package's database tests in a copy of the
+// test binary with HELIX_DATABASE_URL set (to this binary's server, a
+// container or not), so the environment path runs whatever the
+// environment: no container is started.
+func TestDatabaseURLPath(t *testing.T) {
+	t.Parallel()
+	_, _, url, err := helixtest.DefaultServer()
+	require.NoError(t, err)
+	out, err := runCopy(t, "env", url,
+		"^(TestDatabasesAreIsolated|TestDatabaseIsMigrated|TestFiftyParallelTestsShareOneServer|TestWithServerURL)$")
+	require.NoError(t, err, "the database tests on HELIX_DATABASE_URL:\n%s", out)
+	require.Contains(t, out, "server-source=env")
+	require.NotContains(t, out, "container-id=")
+}
+
 // TestContainerRemovedWithoutMain: a test binary killed while its container
 // runs (no Main, no cleanup of any kind) leaves no container behind.
 func TestContainerRemovedWithoutMain(t *testing.T) {
@@ -219,6 +242,16 @@ func runChild(t *testing.T, role, run string) (containerID, output string, err e
 	if os.Getenv("HELIX_INTEGRATION_SKIP") == "1" {
 		t.Skip("HELIX_INTEGRATION_SKIP=1: no Docker engine on purpose")
 	}
+	out, err := runCopy(t, role, "", run)
+	m := containerIDLine.FindSubmatch([]byte(out))
+	require.NotNil(t, m, "the copy printed no container ID:\n%s", out)
+	return string(m[1]), out, err
+}
+
+// runCopy runs the tests matching run in a copy of this test binary in
+// role, with HELIX_DATABASE_URL set to databaseURL ("": unset).
+func runCopy(t *testing.T, role, databaseURL, run string) (output string, err error) {
+	t.Helper()
 	// -test.parallel=50: the fifty parallel tests really run at once (the
 	// default is GOMAXPROCS at a time).
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+run, "-test.count=1", "-test.parallel=50")
@@ -228,10 +261,11 @@ func runChild(t *testing.T, role, run string) (containerID, output string, err e
 		}
 	}
 	cmd.Env = append(cmd.Env, envChild+"="+role)
+	if databaseURL != "" {
+		cmd.Env = append(cmd.Env, helixtest.EnvDatabaseURL+"="+databaseURL)
+	}
 	out, err := cmd.CombinedOutput()
-	m := containerIDLine.FindSubmatch(out)
-	require.NotNil(t, m, "the copy printed no container ID:\n%s", out)
-	return string(m[1]), string(out), err
+	return string(out), err
 }
 
 // containerExists asks the Docker engine whether the container still exists.
