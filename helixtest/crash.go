@@ -2,7 +2,6 @@ package helixtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -263,22 +262,19 @@ func (e *Engine) RequireStreamGapFree(sessionID string) {
 // lifecycleKey names a lifecycle chunk by its type, agent, step and call
 // ("" for other chunks).
 func lifecycleKey(c helix.Chunk) string {
-	switch c.ChunkType() {
-	case helix.ChunkStepStart, helix.ChunkToolStart, helix.ChunkToolEnd, helix.ChunkStepEnd,
-		helix.ChunkCheckpointCreated, helix.ChunkStepCommitted:
+	call := ""
+	switch c := c.(type) {
+	case *helix.ToolStartChunk:
+		call = c.ToolCallID
+	case *helix.ToolEndChunk:
+		call = c.ToolCallID
+	case *helix.StepStartChunk, *helix.StepEndChunk, *helix.CheckpointCreatedChunk, *helix.StepCommittedChunk:
 	default:
 		return ""
 	}
-	b := c.ChunkBase()
-	var call struct {
-		ToolCallID string `json:"toolCallId"`
-	}
-	if raw, err := json.Marshal(c); err == nil {
-		_ = json.Unmarshal(raw, &call)
-	}
 	agent, step := "", 0
-	if b != nil {
+	if b := c.ChunkBase(); b != nil {
 		agent, step = b.AgentID, b.Step
 	}
-	return fmt.Sprintf("%s of %s step %d %s", c.ChunkType(), agent, step, call.ToolCallID)
+	return fmt.Sprintf("%s of %s step %d %s", c.ChunkType(), agent, step, call)
 }

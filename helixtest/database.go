@@ -130,7 +130,7 @@ func serverURL(o databaseOpts) (string, error) {
 			explicitServers[o.serverURL] = s
 		}
 		explicitMu.Unlock()
-		s.once.Do(func() { s.err = ping(o.serverURL) })
+		s.once.Do(func() { s.err = pgprovision.Ping(context.Background(), o.serverURL) })
 		if s.err != nil {
 			return "", fmt.Errorf("WithServerURL(%s): the server does not answer: %w (check the URL and that the server runs)",
 				redact(o.serverURL), s.err)
@@ -210,18 +210,6 @@ func stopDefault() error {
 	err := defaultServer.Close(ctx)
 	stopReaper()
 	return err
-}
-
-// ping checks that url answers.
-func ping(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return conn.Ping(ctx)
 }
 
 // redact hides the password of a URL for messages.

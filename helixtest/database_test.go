@@ -132,9 +132,9 @@ func TestFiftyParallelTestsShareOneServer(t *testing.T) {
 	require.Len(t, databases, n, "one database per test")
 }
 
-// TestNoServerMessageSaysWhatToDo: the failure of a test without a server
+// TestNoServerMessageSaysWhatToInstallOrSet: the failure of a test without a server
 // names both ways out, Docker or HELIX_DATABASE_URL, and keeps the reason.
-func TestNoServerMessageSaysWhatToDo(t *testing.T) {
+func TestNoServerMessageSaysWhatToInstallOrSet(t *testing.T) {
 	t.Parallel()
 	reason := fmt.Errorf("%w; tried:\n  - testcontainers (postgres:16-alpine): no Docker engine reachable: connection refused", pgprovision.ErrNoServer)
 	msg := helixtest.NoServerMessage(reason)

@@ -51,14 +51,10 @@ func ProbeStop(at ProbeInfo) error {
 		Message: fmt.Sprintf("helix: run %s stopped by a probe at %s of step %d (a simulated crash)", at.RunID, at.Point, at.Step)}
 }
 
-// probe calls the Env's Probe, if any.
-func (e *Env) probe(ctx context.Context, at ProbeInfo) error {
+// CallProbe calls the Env's Probe, if any, at one of the loop's points.
+func (e *Env) CallProbe(ctx context.Context, at ProbeInfo) error {
 	if e.Probe == nil {
 		return nil
 	}
 	return e.Probe(ctx, at)
 }
-
-// CallProbe calls the Env's Probe, if any: the agent loop's points outside
-// step bodies.
-func (e *Env) CallProbe(ctx context.Context, at ProbeInfo) error { return e.probe(ctx, at) }

@@ -110,7 +110,7 @@ func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
 		began := time.Now()
 		out, err := tool.Execute(ctx, args, tc)
 		res.DurationMS = time.Since(began).Milliseconds()
-		if perr := e.probe(ctx, ProbeInfo{Point: ProbeAfterTool, SessionID: in.Run.SessionID, RunID: in.Run.RunID,
+		if perr := e.CallProbe(ctx, ProbeInfo{Point: ProbeAfterTool, SessionID: in.Run.SessionID, RunID: in.Run.RunID,
 			Step: in.Step, ToolCallID: in.Call.ID, ToolName: in.Call.Name}); perr != nil {
 			return res, perr
 		}

@@ -118,7 +118,7 @@ func Provision(ctx context.Context, opts Options) (*Server, error) {
 		logf = func(string, ...any) {}
 	}
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
-		if err := ping(ctx, u); err != nil {
+		if err := Ping(ctx, u); err != nil {
 			return nil, fmt.Errorf("%s is set but the server does not answer: %w (fix the URL or unset it)", EnvDatabaseURL, err)
 		}
 		logf("postgres: using %s", EnvDatabaseURL)
@@ -233,7 +233,7 @@ func local(ctx context.Context, logf func(string, ...any)) (*Server, error) {
 	}
 	u := (&url.URL{Scheme: "postgres", User: url.UserPassword(localRole, localPassword), Host: localAddr,
 		Path: "/postgres", RawQuery: "sslmode=disable"}).String()
-	if err := ping(ctx, u); err != nil {
+	if err := Ping(ctx, u); err != nil {
 		if !root {
 			return nil, fmt.Errorf("cannot log in as %s on %s (%w); create the role or set %s", localRole, localAddr, err, EnvDatabaseURL)
 		}
@@ -241,7 +241,7 @@ func local(ctx context.Context, logf func(string, ...any)) (*Server, error) {
 		if err := ensureRole(ctx); err != nil {
 			return nil, err
 		}
-		if err := ping(ctx, u); err != nil {
+		if err := Ping(ctx, u); err != nil {
 			return nil, fmt.Errorf("log in as %s after creating it: %w", localRole, err)
 		}
 	}
@@ -328,7 +328,8 @@ func waitListening(ctx context.Context, addr string, timeout time.Duration) erro
 	return nil
 }
 
-func ping(ctx context.Context, u string) error {
+// Ping checks that the server at u answers (within 10 s).
+func Ping(ctx context.Context, u string) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(pctx, u)
