@@ -325,6 +325,44 @@ func TestNestedHumanInTheLoop(t *testing.T) {
 	require.Empty(t, root.ClientToolCallOwnership, "the child's commit cleared the routing")
 }
 
+// Resume after a submission that reached a sub-agent returns a handle on
+// the parent's run even when the parent already went on (its child took
+// the answer and finished first): the run continues in place, as for a
+// run whose own call was answered (migration 00013).
+func TestResumeAfterTheParentWentOn(t *testing.T) {
+	t.Parallel()
+	wentOn, release := make(chan struct{}), make(chan struct{})
+	parent := &helix.Agent{
+		Name:  "boss",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)),
+			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+				close(wentOn) // the parent's next model call: it went on by itself
+				<-release
+				return text("done")(req, cb)
+			}),
+	}
+	e := newEngine(t, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		res, err := h.Result(t.Context())
+		return err == nil && res.Status == helix.AgentSuspendedAwaitingChildren
+	}, 10*time.Second, 5*time.Millisecond)
+
+	submit(t, e, h.SessionID, clientResult(t, "ask1", answer{Answer: "durability"}))
+	<-wentOn // the child answered and finished; the parent went on by itself
+	pending, err := e.PendingToolCalls(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.Empty(t, pending, "nothing waits any more")
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err, "the run went on in place: Resume returns it")
+	require.Equal(t, h.RunID, h2.RunID)
+	close(release)
+	res := result(t, h2)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+}
+
 // The γ-cascade: interrupting a parent reaches its running sub-agent (here
 // waiting for a client tool); the child is recorded failed with
 // failureReason parent_suspended and the parent ends interrupted. Resuming

@@ -237,8 +237,9 @@ type Run struct {
 	CompletedAt *time.Time `json:"completedAt,omitempty"`
 	UpdatedAt   time.Time  `json:"updatedAt"`
 	// AnsweredAt is when the run's last wait for human input ended (every
-	// call answered, or timed out) and the run went on in place; nil for a
-	// run that never waited.
+	// call answered, or timed out; for a run waiting for sub-agents, every
+	// wait in its sub-agents) and the run went on in place; nil for a run
+	// that never waited.
 	AnsweredAt *time.Time `json:"answeredAt,omitempty"`
 }
 

@@ -82,7 +82,11 @@ func syncAwaiting(ctx context.Context, q Querier, rootSessionID string) error {
 		if childWaits {
 			to, from = helix.RunSuspendedAwaitingChildren, helix.RunRunning
 		}
-		if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = $2, updated_at = now()
+		// A run whose sub-agents' waits for people all ended goes on in
+		// place: answered, as a run whose own calls were (Resume returns a
+		// handle on it however fast it went on, migration 00013).
+		if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = $2, updated_at = now(),
+				answered_at = CASE WHEN $2 = 'running' THEN now() ELSE answered_at END
 			WHERE run_id = (SELECT run_id FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1) AND status = $3`,
 			id, string(to), string(from)); err != nil {
 			return err
