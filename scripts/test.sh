@@ -12,6 +12,9 @@
 # scripts/postgres-image.sh): the official postgres:16-alpine when it can be
 # pulled, otherwise an equivalent image built from Debian packages.
 # HELIX_SKIP_DOCKER=1 skips that (and then skips the integration tests, loudly).
+# The browser tests (internal/browser and its users) need Chromium, which
+# scripts/chromium.sh installs (Debian's chromium package) when missing;
+# HELIX_SKIP_BROWSER=1 skips that and the browser tests, loudly.
 # HELIX_TEST_JSONFILE=path also writes every test event there (go test -json),
 # as scripts/stress.sh does to tell which tests failed. HELIX_TEST_PACKAGES
 # narrows the packages (default ./...), as scripts/soak.sh does.
@@ -45,6 +48,15 @@ else
   # gateway instead of the published ports on this host.
   if [ -f /.dockerenv ]; then export TESTCONTAINERS_HOST_OVERRIDE=localhost; fi
 fi
+
+tc=$(date +%s)
+if [ "${HELIX_SKIP_BROWSER:-0}" = 1 ]; then
+  phase "HELIX_SKIP_BROWSER=1: no Chromium; browser tests will be SKIPPED"
+  export HELIX_BROWSER_SKIP=1
+else
+  phase "Chromium"
+  scripts/chromium.sh
+fi
 t1=$(date +%s)
 
 packages=${HELIX_TEST_PACKAGES:-./...}
@@ -56,6 +68,6 @@ go tool -modfile=tools/go.mod gotestsum --format testname --format-hide-empty-pk
 t2=$(date +%s)
 
 phase "summary"
-printf 'provisioning: %ss, tests: %ss, total: %ss, exit status: %s\n' \
-  "$((t1 - t0))" "$((t2 - t1))" "$((t2 - t0))" "$status" >&2
+printf 'provisioning: %ss (Docker and Postgres %ss, Chromium %ss), tests: %ss, total: %ss, exit status: %s\n' \
+  "$((t1 - t0))" "$((tc - t0))" "$((t1 - tc))" "$((t2 - t1))" "$((t2 - t0))" "$status" >&2
 exit "$status"
