@@ -487,4 +487,3 @@ func (s *Server) readCluster(ctx context.Context) (*clusterPage, error) {
 	}
 	return &clusterPage{Executors: execs, Queues: queues}, nil
 }
-

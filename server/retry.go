@@ -94,7 +94,7 @@ func (s *Server) handleBranch(w http.ResponseWriter, r *http.Request) *apiError 
 	defer cancel()
 	h, err := s.eng.Execute(ctx, s.agents[st.AgentType], engine.Input{Message: req.Message}, &engine.ExecuteOptions{
 		SessionID: req.NewSessionID, UserID: string(principal),
-		Branch:    &engine.Branch{FromSessionID: st.SessionID, CheckpointID: req.CheckpointID}})
+		Branch: &engine.Branch{FromSessionID: st.SessionID, CheckpointID: req.CheckpointID}})
 	if err != nil {
 		return engineError(err, req.NewSessionID)
 	}
