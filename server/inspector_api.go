@@ -165,6 +165,21 @@ func likePrefix(p string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(p) + "%"
 }
 
+// prefixUpperBound is the least string above every string that starts
+// with p, byte-wise (text_pattern_ops order): p with its last byte
+// incremented. ok is false unless p is ASCII below DEL, so that the bound
+// stays valid UTF-8.
+func prefixUpperBound(p string) (string, bool) {
+	for i := 0; i < len(p); i++ {
+		if p[i] == 0 || p[i] >= 0x7e {
+			return "", false
+		}
+	}
+	b := []byte(p)
+	b[len(b)-1]++
+	return string(b), true
+}
+
 // sql builds the list's query. Only the filters given become conditions,
 // so each combination gets a plan for its own index (the indexes of
 // migration 00023: roots by (created_at, session_id), by user, by agent,
@@ -203,6 +218,12 @@ func (q listQuery) sql() (string, []any) {
 	}
 	if q.search != "" {
 		add(`s.session_id LIKE ?`, likePrefix(q.search))
+		// A LIKE pattern in a parameter does not reach the prefix index in
+		// a generic plan (which a prepared statement gets after a few
+		// executions); byte-wise bounds do, and imply nothing more.
+		if upper, ok := prefixUpperBound(q.search); ok {
+			add(`s.session_id ~>=~ ? AND s.session_id ~<~ ?`, q.search, upper)
+		}
 	}
 	order := "DESC"
 	if q.cursor != nil {
