@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -461,4 +462,34 @@ func TestRetryAndBranchRoutes(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, h.status("alice", "bobs-branch").status, "the branch is its creator's")
 	ids, _, _ := h.listIDs("bob", "q=bobs-")
 	require.Equal(t, []string{"bobs-branch"}, ids)
+}
+
+// Mounted under a prefix with http.StripPrefix, the inspector's relative
+// links reach its pages and assets under that prefix.
+func TestInspectorUnderPrefix(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, "", "", server.Config{Agents: []*helix.Agent{echoAgent()}})
+	mux := http.NewServeMux()
+	mux.Handle("/p/", http.StripPrefix("/p", h.srv.Handler()))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	client := *ts.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	get := func(u *url.URL) *http.Response {
+		res, err := client.Get(u.String())
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, res.Body)
+		require.NoError(t, res.Body.Close())
+		return res
+	}
+	root, err := url.Parse(ts.URL + "/p/")
+	require.NoError(t, err)
+	res := get(root)
+	require.Equal(t, http.StatusFound, res.StatusCode)
+	list := root.ResolveReference(&url.URL{Path: res.Header.Get("Location")})
+	require.Equal(t, "/p/inspector/", list.Path)
+	require.Equal(t, http.StatusOK, get(list).StatusCode)
+	page := root.ResolveReference(&url.URL{Path: "inspector/sessions/s-1"})
+	require.Equal(t, http.StatusOK, get(page).StatusCode)
+	require.Equal(t, http.StatusOK, get(page.ResolveReference(&url.URL{Path: "./../assets/app.js"})).StatusCode)
 }
