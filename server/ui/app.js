@@ -669,7 +669,7 @@
           el('td', { class: 'mono', text: q.queue }),
           el('td', { class: 'depth', text: q.depth }),
           el('td', { class: 'running', text: q.running }),
-          el('td', { text: fmtDur(q.oldestWaitSeconds * 1000) })));
+          el('td', { class: 'oldest', text: q.depth > 0 ? fmtDur(q.oldestWaitSeconds * 1000) : '–' })));
       }
       if (!data.queues.length) queueBody.append(el('tr', {}, el('td', { colspan: 4, class: 'muted', text: 'No queued or running workflows.' })));
     };
