@@ -495,7 +495,7 @@
         bar.style.width = Math.max(2, Math.round(120 * Math.max(0, ms) / longest)) + 'px';
         steps.append(el('li', { class: 'step checkpoint', 'data-step': c.stepCount, 'data-checkpoint-id': c.id },
           el('span', { text: 'step ' + c.stepCount }), el('span', { class: 'dur', text: fmtDur(ms) }), bar,
-          el('span', { class: 'muted when', text: c.messageCount + ' messages · ' + fmtTime(c.createdAt).slice(11) }), branch, retry));
+          el('span', { class: 'muted when', text: fmtTime(c.createdAt).slice(11), title: c.messageCount + ' messages at this checkpoint' }), branch, retry));
       }
       if (!cps.length) steps.append(el('li', { class: 'muted', text: 'no committed step' }));
       node.append(steps);
@@ -514,7 +514,7 @@
     for (const c of data.children) {
       list.append(el('li', { 'data-session-id': c.subSessionId }, sessionLink(c.subSessionId, 'tree-link'), ' ',
         el('span', { class: 'muted', text: c.agentType + ' · ' + (c.mode === 'persistent' ? 'companion' : 'sub-agent') +
-          (c.name ? ' ' + c.name : '') + ' · ' }), statusBadge(c.status)));
+          (c.name && c.name !== c.agentType ? ' ' + c.name : '') + ' · ' }), statusBadge(c.status)));
     }
     if (list.firstChild) box.append(list);
     if (!box.firstChild) box.append(el('p', { class: 'muted', text: 'No sub-agents or companions.' }));
