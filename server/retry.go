@@ -11,10 +11,6 @@ import (
 	"github.com/helix-agents/helix-dbos/store"
 )
 
-// CodeCheckpointNotFound answers /retry and /branch when the checkpoint
-// named is not one of the session's.
-const CodeCheckpointNotFound = "checkpoint_not_found"
-
 // RetryRequest is the body of POST /retry.
 type RetryRequest struct {
 	// SessionID is a failed or interrupted root session.
