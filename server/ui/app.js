@@ -684,7 +684,11 @@
     const rest = path.slice(base.length);
     if (rest === '') listPage();
     else if (rest === 'cluster') clusterPage();
-    else if (rest.startsWith('sessions/')) sessionPage(decodeURIComponent(rest.slice('sessions/'.length)));
+    else if (rest.startsWith('sessions/')) {
+      let id;
+      try { id = decodeURIComponent(rest.slice('sessions/'.length)); } catch (e) { showError('Session not found'); return; }
+      sessionPage(id);
+    }
     else showError('No such page');
   }
 
