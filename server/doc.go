@@ -216,8 +216,9 @@
 //	GET /inspector/api/session?sessionId=
 //	    -> {session: StatusResponse with runs, userId?, tags?, metadata?, messages, messagesOffset,
 //	        messagesTotal, checkpoints: [{id, runId, stepCount, messageCount, status, createdAt}],
-//	        checkpointsTotal, children: [sub-session refs]}
-//	    The latest 1000 messages and checkpoints.
+//	        checkpointsTotal, children: [sub-session ref with its children], childrenTruncated?}
+//	    The latest 1000 messages and checkpoints; the tree of sessions it
+//	    started, depth first, at most 200.
 //	GET /inspector/api/cluster
 //	    -> {executors: [{executorId, applicationVersion, hostname?, pid?, startedAt, heartbeatAt,
 //	        leaseExpiresAt, alive, stoppedAt?, takenOverBy?, sessionsOwned}],

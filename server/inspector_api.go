@@ -310,8 +310,19 @@ type sessionPage struct {
 	Checkpoints      []checkpointRow `json:"checkpoints"`
 	CheckpointsTotal int             `json:"checkpointsTotal"`
 	// Children are the sub-agent and companion sessions the session
-	// started.
-	Children []store.SubSessionRef `json:"children"`
+	// started, each with its own, depth first (at most inspectorTreeMax
+	// sessions; ChildrenTruncated says when more were left out).
+	Children          []treeNode `json:"children"`
+	ChildrenTruncated bool       `json:"childrenTruncated,omitempty"`
+}
+
+// inspectorTreeMax bounds the sessions of a page's tree (one query each).
+const inspectorTreeMax = 200
+
+// treeNode is a sub-session of the tree, with the sessions it started.
+type treeNode struct {
+	store.SubSessionRef
+	Children []treeNode `json:"children"`
 }
 
 // checkpointRow is a checkpoint of the session page.
@@ -379,13 +390,31 @@ func (s *Server) pageDetails(ctx context.Context, id string, page *sessionPage) 
 		page.Checkpoints[i] = checkpointRow{ID: c.ID, RunID: c.RunID, StepCount: c.StepCount, MessageCount: c.MessageCount,
 			Status: c.Status, CreatedAt: c.CreatedAt}
 	}
-	if page.Children, err = s.eng.SubSessions(ctx, id); err != nil {
-		return err
+	budget := inspectorTreeMax
+	page.Children, err = s.subTree(ctx, id, &budget)
+	page.ChildrenTruncated = budget < 0
+	return err
+}
+
+// subTree reads the sessions a session started, and theirs, while budget
+// lasts (it goes below 0 when sessions were left out).
+func (s *Server) subTree(ctx context.Context, id string, budget *int) ([]treeNode, error) {
+	refs, err := s.eng.SubSessions(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	if page.Children == nil {
-		page.Children = []store.SubSessionRef{}
+	nodes := make([]treeNode, 0, len(refs))
+	for _, r := range refs {
+		if *budget--; *budget < 0 {
+			break
+		}
+		children, err := s.subTree(ctx, r.SubSessionID, budget)
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, treeNode{SubSessionRef: r, Children: children})
 	}
-	return nil
+	return nodes, nil
 }
 
 // clusterPage answers GET /inspector/api/cluster.

@@ -18,6 +18,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/llm/scripted"
 	"github.com/helix-agents/helix-dbos/server"
 )
 
@@ -492,4 +493,34 @@ func TestInspectorUnderPrefix(t *testing.T) {
 	page := root.ResolveReference(&url.URL{Path: "inspector/sessions/s-1"})
 	require.Equal(t, http.StatusOK, get(page).StatusCode)
 	require.Equal(t, http.StatusOK, get(page.ResolveReference(&url.URL{Path: "./../assets/app.js"})).StatusCode)
+}
+
+// The session page's tree holds the sub-agents of sub-agents.
+func TestInspectorTree(t *testing.T) {
+	t.Parallel()
+	schema := []byte(`{"type":"object","properties":{"v":{"type":"integer"}},"required":["v"]}`)
+	leaf := &helix.Agent{Name: "leaf", OutputSchema: schema, Model: scriptedOutput(map[string]any{"v": 2})}
+	mid := &helix.Agent{Name: "mid", OutputSchema: schema, Tools: []*helix.Tool{helix.MustSubAgentTool(leaf, nil, nil)},
+		Model: scripted.New(
+			scripted.Step{ToolCalls: []scripted.Call{{ID: "m1", Name: helix.SubAgentToolPrefix + "leaf", Args: map[string]any{"task": "deeper"}}}},
+			scripted.Step{Output: map[string]any{"v": 1}},
+		)}
+	lead := &helix.Agent{Name: "lead", Tools: []*helix.Tool{helix.MustSubAgentTool(mid, nil, nil)}, Model: scripted.New(
+		scripted.Step{ToolCalls: []scripted.Call{{ID: "s1", Name: helix.SubAgentToolPrefix + "mid", Args: map[string]any{"task": "check"}}}},
+		scripted.Step{Text: "ok"},
+	)}
+	h := newHarness(t, "", "", server.Config{Agents: []*helix.Agent{lead}})
+	id, _ := h.start("alice", map[string]any{"agentType": "lead", "message": "delegate"})
+	h.waitStatus("alice", id, "completed")
+	page := h.do(http.MethodGet, "/inspector/api/session?sessionId="+id, "alice", nil)
+	require.Equal(t, http.StatusOK, page.status, "body: %s", page.raw)
+	children := page.body["children"].([]any)
+	require.Len(t, children, 1)
+	midNode := children[0].(map[string]any)
+	require.Equal(t, "mid", midNode["agentType"])
+	grand := midNode["children"].([]any)
+	require.Len(t, grand, 1)
+	require.Equal(t, "leaf", grand[0].(map[string]any)["agentType"])
+	require.Empty(t, grand[0].(map[string]any)["children"])
+	require.Nil(t, page.body["childrenTruncated"])
 }

@@ -510,13 +510,19 @@
     const box = el('div', { id: 'tree' });
     if (s.rootSessionId && s.rootSessionId !== s.sessionId) box.append(el('div', {}, 'Root: ', sessionLink(s.rootSessionId, 'tree-link')));
     if (s.parentSessionId && s.parentSessionId !== s.rootSessionId) box.append(el('div', {}, 'Parent: ', sessionLink(s.parentSessionId, 'tree-link')));
-    const list = el('ul');
-    for (const c of data.children) {
-      list.append(el('li', { 'data-session-id': c.subSessionId }, sessionLink(c.subSessionId, 'tree-link'), ' ',
-        el('span', { class: 'muted', text: c.agentType + ' · ' + (c.mode === 'persistent' ? 'companion' : 'sub-agent') +
-          (c.name && c.name !== c.agentType ? ' ' + c.name : '') + ' · ' }), statusBadge(c.status)));
-    }
-    if (list.firstChild) box.append(list);
+    const list = (nodes) => {
+      const ul = el('ul');
+      for (const c of nodes) {
+        const li = el('li', { 'data-session-id': c.subSessionId }, sessionLink(c.subSessionId, 'tree-link'), ' ',
+          el('span', { class: 'muted', text: c.agentType + ' · ' + (c.mode === 'persistent' ? 'companion' : 'sub-agent') +
+            (c.name && c.name !== c.agentType ? ' ' + c.name : '') + ' · ' }), statusBadge(c.status));
+        if (c.children && c.children.length) li.append(list(c.children));
+        ul.append(li);
+      }
+      return ul;
+    };
+    if (data.children.length) box.append(list(data.children));
+    if (data.childrenTruncated) box.append(el('p', { class: 'muted', text: 'More sessions were left out.' }));
     if (!box.firstChild) box.append(el('p', { class: 'muted', text: 'No sub-agents or companions.' }));
     return box;
   }
