@@ -11,7 +11,7 @@
   const at = path.indexOf('/inspector/');
   const root = at >= 0 ? path.slice(0, at) : ''; // the server's mount prefix
   const base = root + '/inspector/';
-  const TOKEN_KEY = 'helix-dbos-inspector-token';
+  const TOKEN_KEY = 'helix.token'; // the key browser tests set (internal/browser NavigateOpts.SessionStorage)
   const FINAL = new Set(['completed', 'failed']);
   const ACTIVE = new Set(['running', 'queued', 'suspended_client_tool', 'suspended_awaiting_children', 'suspended_step_partial']);
 
