@@ -271,12 +271,16 @@
     if (await loadSession(id)) live.start(id);
   }
 
-  // loadSession fetches and renders the session; false when it failed.
+  // loadSession fetches and renders the session; false when it failed. It
+  // clears only an error it showed itself: an action's error stays up
+  // through the reload that follows the action.
+  let loadFailed = false;
   async function loadSession(id) {
     let data;
     try {
       data = await api('GET', '/inspector/api/session?sessionId=' + encodeURIComponent(id));
     } catch (err) {
+      loadFailed = true;
       showError(errorText(err));
       if (err instanceof APIError && err.status === 404) {
         const m = main();
@@ -286,7 +290,8 @@
       }
       return false;
     }
-    showError('');
+    if (loadFailed) showError('');
+    loadFailed = false;
     current = data;
     renderSession(data);
     return true;
