@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -135,7 +136,7 @@ func (s *Server) parseListQuery(r *http.Request) (listQuery, *apiError) {
 	if after != "" && before != "" {
 		return bad("give after or before, not both")
 	}
-	if c := cmpOr(after, before); c != "" {
+	if c := cmp.Or(after, before); c != "" {
 		cur, err := parseCursor(c)
 		if err != nil {
 			return bad("the page cursor %q is not one this server gave: start from the first page", c)
@@ -143,13 +144,6 @@ func (s *Server) parseListQuery(r *http.Request) (listQuery, *apiError) {
 		q.cursor, q.backward = cur, before != ""
 	}
 	return q, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func statusNames() []string {
