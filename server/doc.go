@@ -221,10 +221,11 @@
 //	    started, depth first, at most 200.
 //	GET /inspector/api/cluster
 //	    -> {executors: [{executorId, applicationVersion, hostname?, pid?, startedAt, heartbeatAt,
-//	        leaseExpiresAt, alive, stoppedAt?, takenOverBy?, sessionsOwned}],
+//	        leaseExpiresAt, alive, stoppedAt?, takenOverBy?, sessionsOwned, sessions}],
 //	        queues: [{queue, depth, running, oldestWaitSeconds}]}
-//	    Cluster-wide counts, which name no session: any authenticated caller
-//	    reads them.
+//	    Cluster-wide counts (sessionsOwned: the sessions whose current run is
+//	    pending under the executor), which any authenticated caller reads;
+//	    sessions names the caller's own among them (at most 50).
 //
 // The page acts through the routes above (/interrupt, /resume, /abort,
 // /retry, /branch, /submit-tool-result) with the user's bearer token, so

@@ -432,7 +432,13 @@ type executorRow struct {
 	// SessionsOwned counts the sessions whose current run's workflow is
 	// pending under the executor.
 	SessionsOwned int `json:"sessionsOwned"`
+	// Sessions are the caller's own among them (every one without
+	// Authenticate), at most inspectorOwnedMax, by ID.
+	Sessions []string `json:"sessions"`
 }
+
+// inspectorOwnedMax bounds the sessions listed per executor.
+const inspectorOwnedMax = 50
 
 // queueRow is one DBOS queue with work in it.
 type queueRow struct {
@@ -458,6 +464,14 @@ const (
 		WHERE w.status = 'PENDING' AND w.executor_id IS NOT NULL
 		  AND NOT EXISTS (SELECT 1 FROM helix.runs later WHERE later.session_id = r.session_id AND later.turn > r.turn)
 		GROUP BY 1`
+	// The caller's sessions among them: a session belongs to its root's
+	// owner (the condition is added when the server authenticates).
+	queryInspectorOwnedIDs = `SELECT w.executor_id, r.session_id
+		FROM dbos.workflow_status w JOIN helix.runs r ON r.workflow_id = w.workflow_uuid
+		JOIN helix.sessions s ON s.session_id = r.session_id
+		JOIN helix.sessions root ON root.session_id = s.root_session_id
+		WHERE w.status = 'PENDING' AND w.executor_id IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM helix.runs later WHERE later.session_id = r.session_id AND later.turn > r.turn)`
 	queryInspectorQueues = `SELECT queue_name, count(*) FILTER (WHERE status = 'ENQUEUED'), count(*) FILTER (WHERE status = 'PENDING'),
 		coalesce(extract(epoch FROM now()) - min(created_at) FILTER (WHERE status = 'ENQUEUED') / 1000.0, 0)::float8
 		FROM dbos.workflow_status WHERE status IN ('ENQUEUED', 'PENDING') AND queue_name IS NOT NULL
@@ -466,7 +480,11 @@ const (
 
 // handleInspectorCluster lists the executors and the queues.
 func (s *Server) handleInspectorCluster(w http.ResponseWriter, r *http.Request) *apiError {
-	page, err := s.readCluster(r.Context())
+	var owner *string
+	if p, ok := PrincipalFromContext(r.Context()); ok && s.cfg.Authenticate != nil {
+		owner = (*string)(&p)
+	}
+	page, err := s.readCluster(r.Context(), owner)
 	if err != nil {
 		return internalError(fmt.Errorf("inspector: cluster: %w", err))
 	}
@@ -474,7 +492,9 @@ func (s *Server) handleInspectorCluster(w http.ResponseWriter, r *http.Request) 
 	return nil
 }
 
-func (s *Server) readCluster(ctx context.Context) (*clusterPage, error) {
+// readCluster reads the executors and queues; owner, when not nil, limits
+// the sessions listed per executor to that principal's.
+func (s *Server) readCluster(ctx context.Context, owner *string) (*clusterPage, error) {
 	pool := s.eng.Store().Pool()
 	rows, err := pool.Query(ctx, queryInspectorExecutors)
 	if err != nil {
@@ -499,8 +519,27 @@ func (s *Server) readCluster(ctx context.Context) (*clusterPage, error) {
 	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { owned[id] = n; return nil }); err != nil {
 		return nil, err
 	}
+	query, args := queryInspectorOwnedIDs, []any{}
+	if owner != nil {
+		query, args = query+" AND root.user_id = $1", append(args, *owner)
+	}
+	rows, err = pool.Query(ctx, query+" ORDER BY 1, 2", args...)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string][]string{}
+	var sid string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &sid}, func() error {
+		if len(ids[id]) < inspectorOwnedMax {
+			ids[id] = append(ids[id], sid)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 	for i := range execs {
 		execs[i].SessionsOwned = owned[execs[i].ExecutorID]
+		execs[i].Sessions = append([]string{}, ids[execs[i].ExecutorID]...)
 	}
 	slices.SortFunc(execs, func(a, b executorRow) int {
 		if a.Alive != b.Alive {

@@ -10,7 +10,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -228,21 +227,27 @@ func TestInspectorBrowserOtherPrincipal(t *testing.T) {
 	require.True(t, browser.Eval[bool](t, ctx, `document.querySelector('#transcript') === null`))
 }
 
-// The cluster page lists the live executor and what it owns.
+// The cluster page lists the live executor and what it owns: the count of
+// the cluster, and links to the caller's own sessions only.
 func TestInspectorBrowserCluster(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	h := newHarness(t, "", "browser-exec", server.Config{Agents: []*helix.Agent{approverAgent(&runs)}})
-	id, _ := h.start("alice", map[string]any{"agentType": "approver", "message": "pay"})
-	h.waitStatus("alice", id, "suspended_client_tool")
+	alices, _ := h.start("alice", map[string]any{"agentType": "approver", "message": "pay"})
+	bobs, _ := h.start("bob", map[string]any{"agentType": "approver", "message": "pay"})
+	h.waitStatus("alice", alices, "suspended_client_tool")
+	h.waitStatus("bob", bobs, "suspended_client_tool")
 
 	ctx := openAs(t, h, "alice", "/inspector/cluster")
-	browser.WaitText(t, ctx, `table#executors tr[data-executor-id="browser-exec"]`, "alive")
-	browser.WaitText(t, ctx, `table#executors tr[data-executor-id="browser-exec"] td.owned`, "1")
+	row := `table#executors tr[data-executor-id="browser-exec"]`
+	browser.WaitText(t, ctx, row, "alive")
+	browser.WaitVisible(t, ctx, row+` td.owned a[href$="/inspector/sessions/`+alices+`"]`)
+	require.Equal(t, "2", browser.Eval[string](t, ctx, `document.querySelector('`+row+` td.owned').firstChild.textContent`))
+	require.False(t, browser.Eval[bool](t, ctx, `document.body.innerText.includes('`+bobs+`')`), "bob's session is not named")
 	browser.Click(t, ctx, "a#nav-sessions")
-	browser.WaitVisible(t, ctx, `table#sessions tr[data-session-id="`+id+`"]`)
+	browser.WaitVisible(t, ctx, `table#sessions tr[data-session-id="`+alices+`"]`)
 	browser.Click(t, ctx, "a#nav-cluster")
-	browser.WaitVisible(t, ctx, `table#executors tr[data-executor-id="browser-exec"]`)
+	browser.WaitVisible(t, ctx, row)
 	screenshot(t, ctx, "inspector-cluster.png")
-	require.False(t, strings.Contains(browser.Eval[string](t, ctx, `document.body.innerText`), id), "the cluster page names no session")
+	browser.RequireNoProblems(t, ctx)
 }

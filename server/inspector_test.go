@@ -524,3 +524,31 @@ func TestInspectorTree(t *testing.T) {
 	require.Empty(t, grand[0].(map[string]any)["children"])
 	require.Nil(t, page.body["childrenTruncated"])
 }
+
+// The cluster page lists, under the executor that holds them, the
+// caller's waiting sessions and no other principal's.
+func TestInspectorClusterOwnership(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	h := newHarness(t, "", "exec-owner", server.Config{Agents: []*helix.Agent{approverAgent(&runs)}})
+	alices, _ := h.start("alice", map[string]any{"agentType": "approver", "message": "pay"})
+	bobs, _ := h.start("bob", map[string]any{"agentType": "approver", "message": "pay"})
+	h.waitStatus("alice", alices, "suspended_client_tool")
+	h.waitStatus("bob", bobs, "suspended_client_tool")
+	executor := func(user string) map[string]any {
+		res := h.do(http.MethodGet, "/inspector/api/cluster", user, nil)
+		require.Equal(t, http.StatusOK, res.status, "body: %s", res.raw)
+		for _, e := range res.body["executors"].([]any) {
+			if e.(map[string]any)["executorId"] == "exec-owner" {
+				return e.(map[string]any)
+			}
+		}
+		t.Fatalf("no executor exec-owner: %s", res.raw)
+		return nil
+	}
+	for user, id := range map[string]string{"alice": alices, "bob": bobs} {
+		e := executor(user)
+		require.InDelta(t, 2, e["sessionsOwned"], 0, "the count is the cluster's")
+		require.Equal(t, []any{id}, e["sessions"], "%s sees only its own session", user)
+	}
+}

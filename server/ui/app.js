@@ -643,6 +643,14 @@
 
   let clusterTimer = null;
 
+  // ownedLinks lists the caller's sessions an executor holds.
+  function ownedLinks(ids) {
+    if (!ids.length) return [];
+    const ul = el('ul', { class: 'owned-sessions' });
+    for (const id of ids) ul.append(el('li', {}, sessionLink(id, 'tree-link')));
+    return [ul];
+  }
+
   function clusterPage() {
     document.title = 'Cluster · helix-dbos inspector';
     const m = main();
@@ -666,7 +674,7 @@
         execBody.append(el('tr', { 'data-executor-id': e.executorId, 'data-alive': e.alive ? 'true' : 'false' },
           el('td', { class: 'mono', text: e.executorId || '""' }),
           el('td', {}, el('span', { class: 'status ' + (e.alive ? 'status-completed' : 'status-failed'), text: state })),
-          el('td', { class: 'owned', text: e.sessionsOwned }),
+          el('td', { class: 'owned' }, String(e.sessionsOwned), ...ownedLinks(e.sessions || [])),
           el('td', { text: fmtTime(e.heartbeatAt) }),
           el('td', { text: fmtTime(e.leaseExpiresAt) }),
           el('td', { text: (e.hostname || '') + (e.pid ? ' pid ' + e.pid : '') }),
