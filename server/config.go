@@ -113,6 +113,12 @@ type Config struct {
 	// prometheus.WrapRegistererWith.
 	Metrics prometheus.Registerer
 
+	// DisableInspector turns off the web inspector (see the package
+	// documentation): GET / and everything under /inspector/ answer 404.
+	// By default the inspector is served; its pages and assets hold no
+	// data, and its data routes authenticate like every session route.
+	DisableInspector bool
+
 	// Chat, when set, is mounted at POST /chat and under /chat/ (the AI
 	// SDK chat routes of package server/aisdk). Requests reach it only
 	// after authentication; it reads the caller with PrincipalFromContext

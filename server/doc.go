@@ -56,9 +56,21 @@
 //	    {sessionId, kind: "approval-response", toolCallId, approved, reason?}
 //	    -> {toolCallId, ownerSessionId, runId, toolName, kind, alreadyCompleted?, remaining?}
 //	    The run waiting for the call continues by itself (no /resume needed).
+//	POST /retry               RetryRequest -> 202 RunResponse
+//	    {sessionId, checkpointId?, fromStart?, message?} -> {sessionId, runId, streamUrl}
+//	    A failed or interrupted root session runs again in a new run, from
+//	    checkpointId (default its latest checkpoint) or from its first input
+//	    (Engine.Retry): later messages are dropped, the stream is cut back
+//	    and carries a stream_resync (reason retry).
+//	POST /branch              BranchRequest -> 202 RunResponse
+//	    {sessionId, checkpointId?, newSessionId?, message?} -> {sessionId, runId, streamUrl}
+//	    A new session of the caller (newSessionId, default a UUIDv7) starts
+//	    from a checkpoint of one of its root sessions (default the latest),
+//	    with the checkpoint's messages and state; the source is unchanged.
 //	GET  /healthz             200 {"status":"ok"} when the database answers within 2 s, else 503
 //	GET  /metrics             Prometheus exposition (see Metrics)
 //	POST /chat, /chat/...     Config.Chat, when set (the AI SDK routes of server/aisdk)
+//	GET  /, /inspector/...    the web inspector (see Inspector), unless Config.DisableInspector
 //
 // Any other path is 404 not_found; a known path with another method is 405
 // method_not_allowed with an Allow header.
@@ -110,6 +122,7 @@
 //	401     unauthenticated          Authenticate refused the request
 //	404     session_not_found        no such session, or not the caller's (or an ID no session can have)
 //	404     unknown_tool_call        /submit-tool-result: no such call waits in the session
+//	404     checkpoint_not_found     /retry, /branch: checkpointId is not a checkpoint of the session
 //	404     not_found                no such route
 //	405     method_not_allowed       the route does not accept the method (Allow header)
 //	409     already_running          the session is running: wait, or interrupt it
@@ -178,6 +191,50 @@
 // (event, comment, flush) must complete within Config.StreamWriteTimeout:
 // a client that stops reading is dropped then, instead of holding its
 // handler and the server's Shutdown.
+//
+// # Inspector
+//
+// A web page over the routes above, embedded in the binary (no build step,
+// no CDN: it works offline). GET / redirects to /inspector/; the pages
+// /inspector/ (sessions), /inspector/sessions/{id} (a session: transcript,
+// timeline of runs and checkpoints, sub-agent tree, the calls waiting for
+// an answer, live updates from GET /sse) and /inspector/cluster (executors
+// and queues) serve one shell whose script routes on the path; its assets
+// are under /inspector/assets/. The shell and assets hold no data and are
+// served without authentication. The data comes from JSON routes that
+// authenticate and scope exactly like the session routes:
+//
+//	GET /inspector/api/sessions?status=&agent=&principal=&from=&to=&q=&roots=&limit=&after=|before=
+//	    -> {sessions: [{sessionId, agentType, parentSessionId?, status, stepCount, messageCount, userId?,
+//	        createdAt, updatedAt}], nextCursor?, prevCursor?}
+//	    Newest first, by keyset (after: older than the cursor; before: newer),
+//	    limit 1–200 (default 50); status a session status, from/to RFC 3339
+//	    bounds on the creation time, q an ID prefix, roots=false to include
+//	    sub-agent sessions. An authenticated caller lists its own sessions
+//	    only, whatever principal says; without Authenticate, principal
+//	    filters by owner.
+//	GET /inspector/api/session?sessionId=
+//	    -> {session: StatusResponse with runs, userId?, tags?, metadata?, messages, messagesOffset,
+//	        messagesTotal, checkpoints: [{id, runId, stepCount, messageCount, status, createdAt}],
+//	        checkpointsTotal, children: [sub-session ref with its children], childrenTruncated?}
+//	    The latest 1000 messages and checkpoints; the tree of sessions it
+//	    started, depth first, at most 200.
+//	GET /inspector/api/cluster
+//	    -> {executors: [{executorId, applicationVersion, hostname?, pid?, startedAt, heartbeatAt,
+//	        leaseExpiresAt, alive, stoppedAt?, takenOverBy?, sessionsOwned, sessions}],
+//	        queues: [{queue, depth, running, oldestWaitSeconds}]}
+//	    Cluster-wide counts (sessionsOwned: the sessions whose current run is
+//	    pending under the executor), which any authenticated caller reads;
+//	    sessions names the caller's own among them (at most 50).
+//
+// The page acts through the routes above (/interrupt, /resume, /abort,
+// /retry, /branch, /submit-tool-result) with the user's bearer token, so
+// their checks and exactly-once guarantees are the API's own. Every
+// response under / and /inspector/ carries a Content-Security-Policy
+// allowing scripts, styles and requests from the server's origin only
+// (no inline code, no frames), X-Content-Type-Options: nosniff and
+// Referrer-Policy: no-referrer; the script renders model and tool text as
+// text, never as HTML.
 //
 // # Metrics
 //

@@ -24,6 +24,7 @@ const (
 	CodeUnknownAgent         = "unknown_agent"
 	CodeInvalidResume        = "invalid_resume_position"
 	CodeSessionNotFound      = "session_not_found"
+	CodeCheckpointNotFound   = "checkpoint_not_found"
 	CodeNotFound             = "not_found"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeAlreadyRunning       = "already_running"
@@ -38,7 +39,8 @@ const (
 	// Submission rejections keep the engine's codes (helix.Submission*):
 	// invalid_submission, unknown_tool_call, not_root_session,
 	// kind_mismatch, invalid_result, timed_out, session_interrupted,
-	// session_not_waiting.
+	// session_not_waiting. (/retry and /branch answer not_root_session
+	// for a sub-agent session too.)
 )
 
 // apiError is an error answered to the client. Message is written for the

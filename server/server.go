@@ -35,6 +35,7 @@ type Server struct {
 	names   []string // sorted agent names, for unknown_agent
 	metrics *metrics
 	handler http.Handler
+	shell   http.Handler // the inspector's page shell
 
 	mu       sync.Mutex
 	closed   bool
@@ -77,6 +78,7 @@ func New(eng *engine.Engine, cfg Config) (*Server, error) {
 	if s.metrics, err = newMetrics(reg, eng.Store().Pool(), cfg.DatabaseMetricsMaxAge, log); err != nil {
 		return nil, err
 	}
+	s.shell = inspectorShell()
 	s.handler = s.routes(gatherer)
 	return s, nil
 }
@@ -175,7 +177,17 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 		"/interrupt":          {name: "interrupt", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleInterrupt)}},
 		"/abort":              {name: "abort", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleAbort)}},
 		"/submit-tool-result": {name: "submit_tool_result", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleSubmit)}},
+		"/retry":              {name: "retry", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleRetry)}},
+		"/branch":             {name: "branch", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleBranch)}},
 		"/healthz":            {name: "healthz", methods: map[string]http.Handler{http.MethodGet: api(s.handleHealth)}},
+	}
+	if !s.cfg.DisableInspector {
+		table[inspectorAPI+"sessions"] = &route{name: "inspector_sessions", auth: true,
+			methods: map[string]http.Handler{http.MethodGet: api(s.handleInspectorSessions)}}
+		table[inspectorAPI+"session"] = &route{name: "inspector_session", auth: true,
+			methods: map[string]http.Handler{http.MethodGet: api(s.handleInspectorSession)}}
+		table[inspectorAPI+"cluster"] = &route{name: "inspector_cluster", auth: true,
+			methods: map[string]http.Handler{http.MethodGet: api(s.handleInspectorCluster)}}
 	}
 	if gatherer != nil {
 		table["/metrics"] = &route{name: "metrics", methods: map[string]http.Handler{
@@ -189,7 +201,14 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 	}
 	notFound := &route{name: "not_found"}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isInspectorPath(r.URL.Path) {
+			setInspectorHeaders(w.Header())
+		}
 		rt, ok := table[r.URL.Path]
+		if !ok {
+			rt = s.inspectorRoute(r.URL.Path)
+			ok = rt != nil
+		}
 		var h http.Handler
 		switch {
 		case ok:
@@ -236,7 +255,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt *route, h http
 		return
 	case rt.name == "not_found":
 		s.writeError(rec, r, newError(http.StatusNotFound, CodeNotFound,
-			"no route %s: the routes are POST /start, POST /resume, GET /sse, GET /status, POST /interrupt, POST /abort, POST /submit-tool-result and GET /healthz", r.URL.Path))
+			"no route %s: the routes are POST /start, POST /resume, GET /sse, GET /status, POST /interrupt, POST /abort, POST /submit-tool-result, POST /retry, POST /branch, GET /healthz and the inspector under /inspector/", r.URL.Path))
 		return
 	case h == nil:
 		allow := slices.Sorted(maps.Keys(rt.methods))

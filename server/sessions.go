@@ -336,7 +336,17 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 	if apiErr != nil {
 		return apiErr
 	}
-	ctx := r.Context()
+	res, apiErr := s.describe(r.Context(), st, withRuns)
+	if apiErr != nil {
+		return apiErr
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// describe builds the StatusResponse of a session the caller may see.
+func (s *Server) describe(ctx context.Context, st *store.SessionState, withRuns bool) (StatusResponse, *apiError) {
+	id := st.SessionID
 	res := StatusResponse{SessionID: st.SessionID, AgentType: st.AgentType, ParentSessionID: st.ParentSessionID,
 		RootSessionID: st.RootSessionID, Status: helix.SessionStatusToAgentStatus(st.Status), StepCount: st.StepCount,
 		MessageCount: st.MessageCount, Output: st.Output, Error: st.Error, PendingToolCalls: []PendingToolCall{},
@@ -346,7 +356,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 	case errors.Is(err, helix.ErrNotFound):
 		run = nil
 	case err != nil:
-		return internalError(err)
+		return res, internalError(err)
 	}
 	if run != nil {
 		res.CurrentRunID = run.RunID
@@ -356,7 +366,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 		if st.Status == helix.SessionActive && run.Status == helix.RunRunning {
 			q, err := s.eng.Queued(ctx, id)
 			if err != nil {
-				return internalError(err)
+				return res, internalError(err)
 			}
 			if q != nil {
 				res.Status, res.Queue = helix.AgentQueued, q
@@ -371,7 +381,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 	}
 	pending, err := s.eng.PendingToolCalls(ctx, id)
 	if err != nil {
-		return internalError(err)
+		return res, internalError(err)
 	}
 	for _, c := range pending {
 		if c.Resolved() {
@@ -388,7 +398,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 	if withRuns {
 		runs, err := s.eng.Runs(ctx, id)
 		if err != nil {
-			return internalError(err)
+			return res, internalError(err)
 		}
 		res.Runs = make([]RunInfo, len(runs))
 		for i, r := range runs {
@@ -396,8 +406,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) *apiError 
 				StartSequence: r.StartSequence, PreviousRunID: r.PreviousRunID, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt}
 		}
 	}
-	writeJSON(w, http.StatusOK, res)
-	return nil
+	return res, nil
 }
 
 // handleInterrupt requests the durable interrupt of a running session.

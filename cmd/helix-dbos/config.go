@@ -75,6 +75,7 @@ var settings = []setting{
 	{name: "auth-token", kind: kindList, secret: true, help: "serve: a bearer token, as principal:secret (several allowed)"},
 	{name: "allow-unauthenticated", kind: kindBool, help: "serve: accept requests without a token (development only)"},
 	{name: "skip-migrations", kind: kindBool, help: "serve: do not run the helix migrations at start"},
+	{name: "no-inspector", kind: kindBool, help: "serve: do not serve the web inspector at / and /inspector/"},
 	{name: "shutdown-timeout", kind: kindDuration, help: "serve: how long a graceful shutdown may take"},
 	{name: "queue", check: checkQueueName, help: "serve: the DBOS queue that admits sessions (" + queueOff + ": run each at once)"},
 	{name: "queue-concurrency", kind: kindInt, check: checkNonNegative, help: "serve: queued sessions one process runs at once"},
@@ -98,6 +99,7 @@ type config struct {
 	AuthTokens           []string      `koanf:"auth-token"`
 	AllowUnauthenticated bool          `koanf:"allow-unauthenticated"`
 	SkipMigrations       bool          `koanf:"skip-migrations"`
+	NoInspector          bool          `koanf:"no-inspector"`
 	ShutdownTimeout      time.Duration `koanf:"shutdown-timeout"`
 
 	Queue                           string        `koanf:"queue"`
@@ -454,6 +456,7 @@ func newConfigCmd(g *globals) *cobra.Command {
 	f.StringArray("auth-token", nil, "")
 	f.Bool("allow-unauthenticated", false, "")
 	f.Bool("skip-migrations", false, "")
+	f.Bool("no-inspector", false, "")
 	f.Duration("shutdown-timeout", 0, "")
 	addQueueFlags(f, true)
 	for _, s := range settings {
@@ -497,6 +500,8 @@ func (g *globals) shownValue(s setting) any {
 		return c.AllowUnauthenticated
 	case "skip-migrations":
 		return c.SkipMigrations
+	case "no-inspector":
+		return c.NoInspector
 	case "shutdown-timeout":
 		if c.ShutdownTimeout == 0 {
 			return ""

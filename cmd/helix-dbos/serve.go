@@ -69,7 +69,9 @@ func newServeCmd(g *globals) *cobra.Command {
 			"output schema, client-executed tools, approval tools, sub-agents and companions; see\n" +
 			"docs/cli.md and examples/agents.yaml, whose scripted agents need no API key) over HTTP: the\n" +
 			"routes of package server (POST /start, GET /sse, GET /status, POST /resume, /interrupt,\n" +
-			"/abort, /submit-tool-result, GET /healthz, /metrics) and the AI SDK chat routes (/chat).\n\n" +
+			"/abort, /submit-tool-result, /retry, /branch, GET /healthz, /metrics), the AI SDK chat routes\n" +
+			"(/chat) and the web inspector at / (sessions, transcripts, approvals, executors and queues;\n" +
+			"--no-inspector turns it off; its data routes take the same bearer tokens).\n\n" +
 			"Authentication: every --auth-token NAME:SECRET accepts \"Authorization: Bearer SECRET\" as the\n" +
 			"principal NAME, who sees only the sessions they started. Several tokens may be given\n" +
 			"(HELIX_AUTH_TOKEN takes a comma-separated list; the config file a list). Without a token\n" +
@@ -97,6 +99,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	f.StringArray("auth-token", nil, "a bearer token as NAME:SECRET, NAME being the principal (repeatable; env HELIX_AUTH_TOKEN, comma-separated)")
 	f.Bool("allow-unauthenticated", false, "serve every caller without a token, as one principal (development only; env HELIX_ALLOW_UNAUTHENTICATED)")
 	f.Bool("skip-migrations", false, "do not run the helix migrations at start (env HELIX_SKIP_MIGRATIONS)")
+	f.Bool("no-inspector", false, "do not serve the web inspector at / and /inspector/ (env HELIX_NO_INSPECTOR)")
 	f.Duration("shutdown-timeout", defaultShutdownTimeout, "how long a graceful shutdown may take (env HELIX_SHUTDOWN_TIMEOUT)")
 	addQueueFlags(f, false)
 	return cmd
@@ -214,7 +217,8 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	}
 	defer ln.Close()
 
-	auth := server.Config{Authenticate: authenticator(tokens), AllowUnauthenticated: cfg.AllowUnauthenticated}
+	auth := server.Config{Authenticate: authenticator(tokens), AllowUnauthenticated: cfg.AllowUnauthenticated,
+		DisableInspector: cfg.NoInspector}
 	if cfg.AllowUnauthenticated {
 		auth.Authenticate = nil
 	}
@@ -271,6 +275,9 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 			names[i] = string(t.principal)
 		}
 		fmt.Fprintf(out, "authentication: bearer tokens for %s\n", strings.Join(names, ", "))
+	}
+	if !cfg.NoInspector {
+		fmt.Fprintf(out, "inspector: http://%s/\n", addr)
 	}
 	fmt.Fprintf(out, "try: curl http://%s/start -H 'Content-Type: application/json' -d '{\"agentType\":\"%s\",\"message\":\"Hello\"}'%s\n",
 		addr, file.All[0].Name, map[bool]string{true: "", false: " -H 'Authorization: Bearer <secret>'"}[cfg.AllowUnauthenticated])

@@ -77,6 +77,16 @@ func TestServe(t *testing.T) {
 	require.Contains(t, out, "• sessions admitted through queue helix-sessions: 32 at once in this process\n", "serve is queued by default")
 	require.NotContains(t, out, secret)
 
+	// The inspector: the page at /, its data behind the same tokens.
+	require.Contains(t, out, "inspector: http://"+addr+"/\n")
+	page := request(t, http.MethodGet, base+"/", "", "")
+	require.NoError(t, page.Body.Close())
+	require.Equal(t, http.StatusOK, page.StatusCode)
+	require.Equal(t, "/inspector/", page.Request.URL.Path, "/ leads to the inspector")
+	require.Contains(t, page.Header.Get("Content-Security-Policy"), "script-src 'self'")
+	require.Equal(t, http.StatusUnauthorized, statusOf(t, http.MethodGet, base+"/inspector/api/sessions", "", ""))
+	require.Equal(t, http.StatusOK, statusOf(t, http.MethodGet, base+"/inspector/api/sessions", secret, ""))
+
 	require.Equal(t, http.StatusUnauthorized, statusOf(t, http.MethodPost, base+"/start", "", `{"agentType":"assistant","message":"Hello"}`), "no token")
 	require.Equal(t, http.StatusUnauthorized, statusOf(t, http.MethodPost, base+"/start", "wrong-secret", `{"agentType":"assistant","message":"Hello"}`),
 		"an unknown token")
@@ -136,6 +146,21 @@ func TestServe(t *testing.T) {
 	require.True(t, strings.HasSuffix(p.stdout.String(), "• shutting down: ending SSE streams, finishing requests, stopping the engine\nstopped\n"), p.stdout.String())
 	doctor = mustBin(t, binOpts{env: env}, "doctor")
 	require.Regexp(t, `(?m)^! executors alive\s+none alive`, doctor, "a clean stop marks the executor stopped")
+}
+
+// --no-inspector serves the API without the inspector.
+func TestServeNoInspector(t *testing.T) {
+	t.Parallel()
+	env := []string{"HELIX_DATABASE_URL=" + pgtest.NewURL(t)}
+	p := startBin(t, binOpts{env: env}, "serve", "--agents", exampleAgents, "--addr", "127.0.0.1:0", "--allow-unauthenticated", "--no-inspector")
+	base := "http://" + serveAddr(t, p)
+	require.NotContains(t, p.stdout.String(), "inspector:")
+	for _, path := range []string{"/", "/inspector/", "/inspector/api/sessions"} {
+		require.Equal(t, http.StatusNotFound, statusOf(t, http.MethodGet, base+path, "", ""), path)
+	}
+	require.Equal(t, http.StatusOK, statusOf(t, http.MethodGet, base+"/healthz", "", ""))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, p.wait(t), "%s\n%s", p.stdout, p.stderr)
 }
 
 // Without a token serve refuses to start, unless told to serve everyone;
