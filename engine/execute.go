@@ -9,8 +9,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 	"github.com/helix-agents/helix-dbos/workflows"
@@ -101,6 +103,13 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 	if sessionID == "" {
 		sessionID = uuid.Must(uuid.NewV7()).String()
 	}
+	// The span of this call: a new session stores it (or, tracing off,
+	// the caller's span) as the parent of all its runs' spans.
+	ctx, span := e.env.Telemetry.Tracer.Start(ctx, "helix.execute "+agent.Name)
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(steps.AttrSessionID.String(sessionID), steps.AttrAgentName.String(agent.Name))
+	}
 	if err := e.checkDerivable(ctx, sessionID); err != nil {
 		return nil, err
 	}
@@ -187,6 +196,7 @@ func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *he
 	_, err := s.CreateSession(ctx, store.CreateSessionParams{
 		SessionID: sessionID, AgentType: agent.Name, CustomState: state, Mode: helix.SessionModeStandard,
 		UserID: opts.UserID, Tags: opts.Tags, Metadata: opts.Metadata,
+		TracingContext: steps.TracingContextOf(trace.SpanContextFromContext(ctx)),
 	})
 	var exists *helix.SessionExistsError
 	if errors.As(err, &exists) {

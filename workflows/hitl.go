@@ -126,6 +126,7 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		if c.Index >= 0 && c.Index < len(results) && results[c.Index].ToolCallID != "" {
 			continue // its result is known (an approved tool that ran before an interrupt)
 		}
+		waitedHere := false // the wait ended in this execution (traceWait)
 		for c.ConsumedAt == 0 {
 			timedOut := false
 			var take *steps.Take
@@ -149,10 +150,12 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 				if err := t.j.flush(t.ctx); err != nil {
 					return steps.Outcome{}, true, err
 				}
+				replay := t.j.has(t.j.next)
 				var err error
 				if timedOut, err = t.wait(c); err != nil {
 					return steps.Outcome{}, true, err
 				}
+				waitedHere = !replay
 				take = &steps.Take{WorkflowID: t.j.wfID, StepID: t.j.next}
 				if !timedOut {
 					if m, ok := t.answeredLast(c, rec, pending[i+1:], results); ok {
@@ -183,9 +186,12 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		if c.Index < 0 || c.Index >= len(calls) {
 			return steps.Outcome{}, true, errIndex(c, len(calls))
 		}
+		if waitedHere {
+			t.traceWait(step, c, calls[c.Index])
+		}
 		if s := c.Submission; s != nil && s.IsApproved() {
 			r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater,
-				fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index]})))
+				fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index], Approval: steps.OutcomeApproved})))
 			if err != nil {
 				return steps.Outcome{}, true, err
 			}
