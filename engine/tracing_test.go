@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -25,13 +26,46 @@ import (
 type recorder struct {
 	*tracetest.SpanRecorder
 	tp *sdktrace.TracerProvider
+
+	mu      sync.Mutex
+	changed chan struct{} // closed (and replaced) when a span ends
 }
 
 func newRecorder(t *testing.T) *recorder {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return &recorder{SpanRecorder: rec, tp: tp}
+	r := &recorder{SpanRecorder: tracetest.NewSpanRecorder(), changed: make(chan struct{})}
+	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r))
+	t.Cleanup(func() { _ = r.tp.Shutdown(context.Background()) })
+	return r
+}
+
+// OnEnd records s and wakes awaitEnded.
+func (r *recorder) OnEnd(s sdktrace.ReadOnlySpan) {
+	r.SpanRecorder.OnEnd(s)
+	r.mu.Lock()
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// awaitEnded waits until n spans called name ended: a run's workflow ends
+// (its run span with it) just after its outcome is recorded, which is
+// what Handle.Result waits for.
+func (r *recorder) awaitEnded(t *testing.T, name string, n int) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		r.mu.Lock()
+		changed := r.changed
+		r.mu.Unlock()
+		if len(r.named(name)) >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("%d span(s) %s ended, want %d", len(r.named(name)), name, n)
+		}
+	}
 }
 
 // named returns the ended spans called name (or starting with name+" ").
@@ -120,6 +154,7 @@ func TestTraceSpanTree(t *testing.T) {
 	e.Approve(h.SessionID, "t1")
 	e.Deny(h.SessionID, "t2", "no")
 	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
+	rec.awaitEnded(t, "invoke_agent", 1)
 
 	traceID := caller.SpanContext().TraceID()
 	for _, s := range rec.Ended() {
@@ -206,6 +241,7 @@ func TestTraceContinuesInAReplacement(t *testing.T) {
 	second := first.Replacement(helixtest.ReplacementOptions{NewExecutorID: true})
 	second.Approve(h.SessionID, "t1")
 	require.Equal(t, helix.AgentCompleted, second.Await(second.Attach(h)).Status)
+	rec.awaitEnded(t, "invoke_agent", 2)
 
 	st, err := second.Session(t.Context(), h.SessionID)
 	require.NoError(t, err)
@@ -235,6 +271,29 @@ func TestTraceContinuesInAReplacement(t *testing.T) {
 	for _, s := range append(tools, waits...) {
 		require.Equal(t, recovered.SpanContext().TraceID(), s.SpanContext().TraceID())
 	}
+
+	require.InDelta(t, 1, metricValue(t, second.Metrics(), "helix_run_recoveries_total"), 0, "the replacement recovered the run")
+	require.InDelta(t, 1, metricValue(t, second.Metrics(), "helix_executor_takeovers_total"), 0, "by taking the stopped executor over")
+	require.InDelta(t, 1, metricValue(t, second.Metrics(), "helix_takeover_workflows_total"), 0)
+	require.InDelta(t, 0, metricValue(t, first.Metrics(), "helix_run_recoveries_total"), 0)
+}
+
+// metricValue sums the counter samples called name that c collects.
+func metricValue(t *testing.T, c prometheus.Collector, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // A sub-agent's run spans are children of its parent's tool-call span, in
@@ -250,6 +309,7 @@ func TestTraceSubAgentSpansAreChildren(t *testing.T) {
 	e := tracedEngine(t, rec, helixtest.EngineOptions{Quiet: true}, parent)
 	h := e.Start(parent, "summarize")
 	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
+	rec.awaitEnded(t, "invoke_agent lead", 1)
 
 	tool := rec.named("execute_tool subagent__summarizer")
 	require.Len(t, tool, 1)
@@ -280,6 +340,7 @@ func TestLogsCarryTraceIDs(t *testing.T) {
 	e.AwaitPending(h.SessionID, "q1")
 	e.Answer(h.SessionID, "q1", answer{Answer: "Ada"})
 	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
+	rec.awaitEnded(t, "invoke_agent", 1)
 
 	steps := map[string]bool{}
 	for _, s := range rec.named("helix.step") {
@@ -338,7 +399,8 @@ func TestEngineMetrics(t *testing.T) {
 	var runs sync.Map
 	var x executions
 	agent := approvals(&runs, &x)
-	e := helixtest.NewEngine(t, helixtest.EngineOptions{Quiet: true}, agent)
+	rec := newRecorder(t) // to know when the run's workflow ended
+	e := tracedEngine(t, rec, helixtest.EngineOptions{Quiet: true}, agent)
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(e.Metrics()))
 	h := e.Start(agent, "pay")
@@ -346,6 +408,7 @@ func TestEngineMetrics(t *testing.T) {
 	e.Approve(h.SessionID, "t1")
 	e.Deny(h.SessionID, "t2", "no")
 	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
+	rec.awaitEnded(t, "invoke_agent", 1) // the last step is observed before the workflow ends
 
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -383,6 +446,7 @@ func TestTraceNoDuplicateSpansOnReplay(t *testing.T) {
 	first.AwaitCrash()
 	second := first.Replacement(helixtest.ReplacementOptions{})
 	require.Equal(t, helix.AgentCompleted, second.Await(second.Attach(h)).Status)
+	rec.awaitEnded(t, "invoke_agent", 2)
 
 	require.Len(t, rec.named("invoke_agent"), 2)
 	require.Len(t, rec.named("chat"), 3, "one model span per model call")
