@@ -85,13 +85,21 @@ func NewTelemetry(tp trace.TracerProvider, executorID string) *Telemetry {
 // Metrics are the engine's Prometheus instruments. Their labels are names
 // the application defines (agents, models, tools), never session IDs.
 type Metrics struct {
-	StepDuration    *prometheus.HistogramVec
-	ModelDuration   *prometheus.HistogramVec
-	ToolDuration    *prometheus.HistogramVec
-	SuspensionWait  *prometheus.HistogramVec
-	Recoveries      *prometheus.CounterVec
-	Takeovers       prometheus.Counter
-	TakenWorkflows  prometheus.Counter
+	// StepDuration is helix_step_duration_seconds{agent}.
+	StepDuration *prometheus.HistogramVec
+	// ModelDuration is helix_model_call_duration_seconds{agent,model,success}.
+	ModelDuration *prometheus.HistogramVec
+	// ToolDuration is helix_tool_call_duration_seconds{agent,tool,success}.
+	ToolDuration *prometheus.HistogramVec
+	// SuspensionWait is helix_suspension_wait_seconds{agent,kind,outcome}.
+	SuspensionWait *prometheus.HistogramVec
+	// Recoveries is helix_run_recoveries_total{agent}.
+	Recoveries *prometheus.CounterVec
+	// Takeovers is helix_executor_takeovers_total.
+	Takeovers prometheus.Counter
+	// TakenWorkflows is helix_takeover_workflows_total.
+	TakenWorkflows prometheus.Counter
+
 	all []prometheus.Collector
 }
 
