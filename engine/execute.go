@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -83,7 +84,7 @@ type Branch struct {
 // The session, the run record and the input messages are written in one
 // transaction before the workflow starts; a process that dies in between
 // leaves a recorded run that the next Launch starts.
-func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (*Handle, error) {
+func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (_ *Handle, err error) {
 	if err := e.requireLaunched(); err != nil {
 		return nil, err
 	}
@@ -106,7 +107,12 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 	// The span of this call: a new session stores it (or, tracing off,
 	// the caller's span) as the parent of all its runs' spans.
 	ctx, span := e.env.Telemetry.Tracer.Start(ctx, "helix.execute "+agent.Name)
-	defer span.End()
+	defer func() {
+		if err != nil && span.IsRecording() {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	if span.IsRecording() {
 		span.SetAttributes(steps.AttrSessionID.String(sessionID), steps.AttrAgentName.String(agent.Name))
 	}
@@ -115,7 +121,7 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 	}
 	var runID, workflowID string
 	var adm *workflows.Admission
-	err := e.inTx(ctx, func(s *postgres.Store) error {
+	err = e.inTx(ctx, func(s *postgres.Store) error {
 		userID := opts.UserID
 		st, err := s.LoadState(ctx, sessionID)
 		switch {
