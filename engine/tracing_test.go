@@ -224,6 +224,31 @@ func TestTraceSpanTree(t *testing.T) {
 	require.ElementsMatch(t, []string{"approved", "denied"}, outcomes)
 }
 
+// In a run admitted through a queue, each segment is an execution with its
+// run span, and the driver's wait is traced by the segment that resolves it.
+func TestTraceQueuedRun(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t)
+	var runs sync.Map
+	agent := payer(&runs)
+	e := tracedEngine(t, rec, helixtest.EngineOptions{Quiet: true, Queue: &engine.QueueConfig{PollingInterval: 20 * time.Millisecond}}, agent)
+	h := e.Start(agent, "pay")
+	e.Approve(h.SessionID, e.AwaitPending(h.SessionID, "t1").ToolCallID)
+	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
+	rec.awaitEnded(t, "invoke_agent", 2)
+
+	runSpans := rec.named("invoke_agent")
+	require.Len(t, runSpans, 2, "two segments: until the wait, and from it")
+	require.Equal(t, runSpans[0].SpanContext().TraceID(), runSpans[1].SpanContext().TraceID())
+	waits := rec.named("helix.suspension")
+	require.Len(t, waits, 1)
+	require.Equal(t, "approved", attr(waits[0], "helix.suspension.outcome").AsString())
+	tools := rec.named("execute_tool transfer")
+	require.Len(t, tools, 1)
+	require.Equal(t, "approved", attr(tools[0], "helix.tool.approval").AsString())
+	require.Len(t, rec.named("chat"), 2)
+}
+
 // A session stopped while it waits for an approval and continued by a
 // replacement engine stays one trace: both executions' run spans have the
 // session's stored span as parent; the replayed model call and tool are

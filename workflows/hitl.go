@@ -126,16 +126,20 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		if c.Index >= 0 && c.Index < len(results) && results[c.Index].ToolCallID != "" {
 			continue // its result is known (an approved tool that ran before an interrupt)
 		}
-		waitedHere := false // the wait ended in this execution (traceWait)
+		// The wait ended in this execution (its own, or, in a queued run's
+		// segment, its driver's, resolved here): traceWait.
+		waitedHere := false
 		for c.ConsumedAt == 0 {
 			timedOut := false
 			var take *steps.Take
 			switch {
 			case t.segment > 0 && t.timedOut == c.ToolCallID:
 				timedOut, t.timedOut = true, ""
+				waitedHere = !t.j.has(t.j.next) // the driver waited; this segment resolves
 			case t.segment > 0 && slices.Contains(t.received, c.ToolCallID):
 				// Its driver took its message: resolve it, once.
 				t.received = slices.DeleteFunc(t.received, func(id string) bool { return id == c.ToolCallID })
+				waitedHere = !t.j.has(t.j.next)
 			case t.segment > 0 && c.Resolved() && (c.Submission == nil || c.SentTo != t.run.WorkflowID):
 				// No message for the driver to take: answered before a
 				// resume (to the interrupted run's workflow), or timed out.
