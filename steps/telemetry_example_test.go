@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -86,4 +89,30 @@ func ExampleModelLabel() {
 	// Output:
 	// claude-sonnet-4 unknown
 	// gpt-4o
+}
+
+// A run span's parent is the session's stored trace, whatever process
+// runs it: RemoteParent puts it in a context.
+func ExampleRemoteParent() {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	stored := &store.TracingContext{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", RootSpanID: "00f067aa0ba902b7"}
+	_, span := tp.Tracer("example").Start(steps.RemoteParent(context.Background(), stored), "invoke_agent support")
+	span.End()
+	run := rec.Ended()[0]
+	fmt.Println(run.SpanContext().TraceID(), run.Parent().SpanID(), run.Parent().IsRemote())
+	// Output: 4bf92f3577b34da6a3ce929d0e0e4736 00f067aa0ba902b7 true
+}
+
+// A tool call's span, ended with its result.
+func ExampleTelemetry_StartToolSpan() {
+	rec := tracetest.NewSpanRecorder()
+	tel := steps.NewTelemetry(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)), "host-1-abc")
+	run := steps.RunInfo{SessionID: "s-1", RunID: "r-1", AgentType: "support"}
+	call := helix.ToolCall{ID: "c-1", Name: "refund"}
+	_, span := tel.StartToolSpan(context.Background(), run, 1, call, time.Time{})
+	steps.EndToolSpan(span, steps.ToolResult{ToolCallID: "c-1", ToolName: "refund", Error: "order not found", ErrorCode: steps.CodeToolError}, time.Time{})
+	s := rec.Ended()[0]
+	fmt.Println(s.Name(), s.Status().Code, s.Status().Description)
+	// Output: execute_tool refund Error order not found
 }
