@@ -141,6 +141,11 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 			if err := e.continueSession(ctx, s, agent, in, st, len(msgs)); err != nil {
 				return err
 			}
+			if sc, ok := steps.SpanContextOf(st.TracingContext); ok && span.IsRecording() {
+				// The run goes on in the session's trace: link this call
+				// (in the caller's trace) to it.
+				span.AddLink(trace.Link{SpanContext: sc})
+			}
 			userID = st.UserID
 		}
 		adm = e.admission(opts.PartitionKey, userID, opts.Priority, opts.Direct)

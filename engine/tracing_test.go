@@ -222,6 +222,25 @@ func TestTraceSpanTree(t *testing.T) {
 	}
 	outcomes := []string{attr(waits[0], "helix.suspension.outcome").AsString(), attr(waits[1], "helix.suspension.outcome").AsString()}
 	require.ElementsMatch(t, []string{"approved", "denied"}, outcomes)
+
+	// The next turn, called from another trace, runs in the session's
+	// trace; the call's span links to it.
+	ctx2, other := rec.tp.Tracer("test").Start(t.Context(), "another caller")
+	h2, err := e.Engine.Execute(ctx2, agent, engine.Input{Message: "again"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.NoError(t, err)
+	other.End()
+	e.Await(h2) // the script has no third step: the turn fails, in the trace
+	rec.awaitEnded(t, "invoke_agent", 2)
+	next := withAttr(rec.named("invoke_agent"), "helix.run.id", attribute.StringValue(h2.RunID))
+	require.Len(t, next, 1)
+	require.Equal(t, traceID, next[0].SpanContext().TraceID(), "one trace per session across turns")
+	require.Equal(t, st.TracingContext.RootSpanID, next[0].Parent().SpanID().String())
+	exec = rec.named("helix.execute")
+	require.Len(t, exec, 2)
+	second := exec[1]
+	require.Equal(t, other.SpanContext().TraceID(), second.SpanContext().TraceID())
+	require.Len(t, second.Links(), 1)
+	require.Equal(t, traceID, second.Links()[0].SpanContext.TraceID())
 }
 
 // In a run admitted through a queue, each segment is an execution with its
