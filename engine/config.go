@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
@@ -103,6 +105,13 @@ type Config struct {
 	// ExecuteOptions.Direct runs one outside it. nil (the default) runs
 	// every run at once, in the calling process.
 	Queue *QueueConfig
+	// TracerProvider receives the engine's OpenTelemetry spans: one per
+	// execution of a run, agent step, model call, tool call and wait for a
+	// person, one trace per session across runs, processes and days (see
+	// docs/observability.md). nil means otel.GetTracerProvider(), a no-op
+	// unless the application installs a provider: tracing off costs no
+	// attribute, allocation of note or database round trip.
+	TracerProvider trace.TracerProvider
 	// Probe, when set, is called at the agent loop's probe points
 	// (ProbeAfterModelCall, ProbeAfterTool, ProbeAfterCommit); an error
 	// (ProbeStop) ends the run's execution there, unrecorded, as a crash
@@ -155,6 +164,14 @@ func (c *Config) withDefaults() error {
 		}
 	}
 	return nil
+}
+
+// tracerProvider is Config.TracerProvider or the global one.
+func (c *Config) tracerProvider() trace.TracerProvider {
+	if c.TracerProvider != nil {
+		return c.TracerProvider
+	}
+	return otel.GetTracerProvider()
 }
 
 // DefaultExecutorID returns a new executor ID for this process,

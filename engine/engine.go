@@ -54,7 +54,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
-		log = *cfg.Logger
+		// The run's log lines carry its trace and span IDs (when tracing).
+		log = cfg.Logger.Hook(steps.LogHook{})
 	}
 	pool := cfg.Pool
 	if pool == nil {
@@ -108,6 +109,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	env := steps.NewEnv(st, log)
 	env.Clock = cfg.clock()
+	env.Telemetry = steps.NewTelemetry(cfg.tracerProvider(), cfg.ExecutorID)
 	l := newLease(cfg.ExecutorLease)
 	env.DataSource, env.DBOS, env.Fence = ds, dctx, newFence(l, pool, cfg.ExecutorID)
 	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l}
@@ -207,7 +209,8 @@ func (e *Engine) Launch(ctx context.Context) error {
 	e.cancels = startCancelSweep(ctx, e.pool, e.control, &e.log)
 	if !e.cfg.DisableTakeover {
 		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, id: e.cfg.ExecutorID, app: e.cfg.AppName,
-			version: e.cfg.ApplicationVersion, adopt: e.cfg.AdoptVersions, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log})
+			version: e.cfg.ApplicationVersion, adopt: e.cfg.AdoptVersions, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log,
+			metrics: e.env.Telemetry.Metrics})
 	}
 	if err := e.startOrphans(ctx); err != nil {
 		return fmt.Errorf("engine: start recorded runs: %w", err)

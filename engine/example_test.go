@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/helix-agents/helix-dbos/engine"
 )
@@ -130,4 +135,41 @@ func ExampleProbeStop() {
 	err := cfg.Probe(context.Background(), engine.ProbeInfo{Point: engine.ProbeAfterTool, ToolName: "charge", RunID: "r-1", Step: 2})
 	fmt.Println(errors.Is(err, dbos.ErrConflictingWorkflowID))
 	// Output: true
+}
+
+// Tracing: give the engine a tracer provider (or install one with
+// otel.SetTracerProvider). Every run, step, model call, tool call and wait
+// for a person becomes a span, one trace per session; a ctx with a span
+// (an incoming request's) makes a new session continue its trace.
+func ExampleConfig_tracing() {
+	ctx := context.Background()
+	exporter, err := otlptracehttp.New(ctx) // OTEL_EXPORTER_OTLP_ENDPOINT, …
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter))
+	defer func() { _ = tp.Shutdown(ctx) }() // flushes, after the engine's Shutdown
+	eng, err := engine.New(ctx, engine.Config{DatabaseURL: os.Getenv("HELIX_DATABASE_URL"), TracerProvider: tp})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	fmt.Println("tracing to", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+}
+
+// An application that embeds the engine without package server registers
+// its metrics in its own registry.
+func ExampleEngine_Metrics() {
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{DatabaseURL: os.Getenv("HELIX_DATABASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(eng.Metrics())
+	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 }

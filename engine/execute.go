@@ -9,8 +9,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 	"github.com/helix-agents/helix-dbos/workflows"
@@ -81,7 +84,7 @@ type Branch struct {
 // The session, the run record and the input messages are written in one
 // transaction before the workflow starts; a process that dies in between
 // leaves a recorded run that the next Launch starts.
-func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (*Handle, error) {
+func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (_ *Handle, err error) {
 	if err := e.requireLaunched(); err != nil {
 		return nil, err
 	}
@@ -101,12 +104,24 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 	if sessionID == "" {
 		sessionID = uuid.Must(uuid.NewV7()).String()
 	}
+	// The span of this call: a new session stores it (or, tracing off,
+	// the caller's span) as the parent of all its runs' spans.
+	ctx, span := e.env.Telemetry.Tracer.Start(ctx, "helix.execute "+agent.Name)
+	defer func() {
+		if err != nil && span.IsRecording() {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	if span.IsRecording() {
+		span.SetAttributes(steps.AttrSessionID.String(sessionID), steps.AttrAgentName.String(agent.Name))
+	}
 	if err := e.checkDerivable(ctx, sessionID); err != nil {
 		return nil, err
 	}
 	var runID, workflowID string
 	var adm *workflows.Admission
-	err := e.inTx(ctx, func(s *postgres.Store) error {
+	err = e.inTx(ctx, func(s *postgres.Store) error {
 		userID := opts.UserID
 		st, err := s.LoadState(ctx, sessionID)
 		switch {
@@ -125,6 +140,11 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 		default:
 			if err := e.continueSession(ctx, s, agent, in, st, len(msgs)); err != nil {
 				return err
+			}
+			if sc, ok := steps.SpanContextOf(st.TracingContext); ok && span.IsRecording() {
+				// The run goes on in the session's trace: link this call
+				// (in the caller's trace) to it.
+				span.AddLink(trace.Link{SpanContext: sc})
 			}
 			userID = st.UserID
 		}
@@ -187,6 +207,7 @@ func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *he
 	_, err := s.CreateSession(ctx, store.CreateSessionParams{
 		SessionID: sessionID, AgentType: agent.Name, CustomState: state, Mode: helix.SessionModeStandard,
 		UserID: opts.UserID, Tags: opts.Tags, Metadata: opts.Metadata,
+		TracingContext: steps.TracingContextOf(trace.SpanContextFromContext(ctx)),
 	})
 	var exists *helix.SessionExistsError
 	if errors.As(err, &exists) {

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/helix-agents/helix-dbos/internal/process"
+	"github.com/helix-agents/helix-dbos/steps"
 )
 
 // TakeoverSweepInterval bounds how often a launched engine looks for
@@ -39,6 +40,8 @@ type takeover struct {
 	ns    string // process.Namespace: whose pids this process can check
 	lease time.Duration
 	log   *zerolog.Logger
+	// metrics count the takeovers (nil in tests that need none).
+	metrics *steps.Metrics
 }
 
 // claimSQL claims, in one statement, every executor of this application
@@ -167,6 +170,10 @@ func (t *takeover) sweep(ctx context.Context, adopt bool) error {
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if t.metrics != nil {
+			t.metrics.Takeovers.Inc()
+			t.metrics.TakenWorkflows.Add(float64(n))
 		}
 		t.log.Info().Str("event", "executor.took_over").Str("executorId", c.id).Bool("stopped", c.stopped).
 			Float64("silentSeconds", c.silent).Int("workflows", n).

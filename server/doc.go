@@ -272,4 +272,25 @@
 //
 // The database counts shrink when sessions are deleted; Prometheus treats
 // that as a counter reset.
+//
+// From the engine (engine.Engine.Metrics, registered by New; what this
+// process did; labels are the application's agent, model and tool names):
+//
+//	helix_step_duration_seconds{agent}                      histogram: agent steps run here (not those that waited for a person)
+//	helix_model_call_duration_seconds{agent,model,success}  histogram: model call latency
+//	helix_tool_call_duration_seconds{agent,tool,success}    histogram: server tool latency
+//	helix_suspension_wait_seconds{agent,kind,outcome}       histogram: a call's wait for a person, from its durable
+//	                                                        suspension (across restarts); kind client_tool or approval,
+//	                                                        outcome answered, approved, denied, timed_out or error
+//	helix_run_recoveries_total{agent}                       counter: executions that continued a run from its journal
+//	helix_executor_takeovers_total                          counter: executors taken over by this process
+//	helix_takeover_workflows_total                          counter: their pending workflows re-enqueued
+//
+// # Tracing
+//
+// POST /start and the chat routes (Config.Chat, server/aisdk) take a W3C
+// traceparent header: a session they start continues the caller's trace
+// (unless the request's context has a span already, from middleware such
+// as otelhttp). The spans themselves come from the engine
+// (engine.Config.TracerProvider); docs/observability.md lists them.
 package server

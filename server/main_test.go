@@ -117,10 +117,19 @@ func newHarnessWith(t *testing.T, db, executorID string, cfg server.Config, chat
 // through queue (nil: none).
 func newHarnessQueued(t *testing.T, db, executorID string, cfg server.Config, chat func(*engine.Engine) http.Handler, queue *engine.QueueConfig) *harness {
 	t.Helper()
+	return newHarnessConfigured(t, db, cfg, chat, func(c *engine.Config) { c.ExecutorID, c.Queue = executorID, queue })
+}
+
+// newHarnessConfigured is newHarnessWith with an engine configured by
+// configure.
+func newHarnessConfigured(t *testing.T, db string, cfg server.Config, chat func(*engine.Engine) http.Handler, configure func(*engine.Config)) *harness {
+	t.Helper()
 	if db == "" {
 		db = pgtest.NewURL(t)
 	}
-	eng, err := engine.New(t.Context(), engine.Config{DatabaseURL: db, ExecutorID: executorID, ShutdownTimeout: 2 * time.Second, Queue: queue})
+	ecfg := engine.Config{DatabaseURL: db, ShutdownTimeout: 2 * time.Second}
+	configure(&ecfg)
+	eng, err := engine.New(t.Context(), ecfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, eng.Shutdown(context.Background())) })
 	if cfg.Authenticate == nil && !cfg.AllowUnauthenticated {

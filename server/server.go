@@ -75,6 +75,14 @@ func New(eng *engine.Engine, cfg Config) (*Server, error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		gatherer = g
 	}
+	// The engine's own instruments (steps, model and tool calls, waits,
+	// recoveries): /metrics shows them with no wiring. A registry the
+	// application already gave them to keeps them.
+	if err := reg.Register(eng.Metrics()); err != nil {
+		if _, dup := errors.AsType[prometheus.AlreadyRegisteredError](err); !dup {
+			return nil, fmt.Errorf("server: register the engine's metrics: %w", err)
+		}
+	}
 	if s.metrics, err = newMetrics(reg, eng.Store().Pool(), cfg.DatabaseMetricsMaxAge, log); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/traceparent"
 	"github.com/helix-agents/helix-dbos/server/internal/redact"
 	"github.com/helix-agents/helix-dbos/store"
 )
@@ -548,7 +549,9 @@ func (s *Server) authorize(ctx context.Context, st *store.SessionState) *apiErro
 // operationContext detaches a state-changing engine call from the request
 // (a client that hangs up must not leave it half done) and bounds it.
 func (s *Server) operationContext(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.OperationTimeout)
+	// A caller's W3C traceparent: a session started here continues its
+	// trace.
+	return context.WithTimeout(context.WithoutCancel(traceparent.Extract(r.Context(), r)), s.cfg.OperationTimeout)
 }
 
 // streamURL is the GET /sse URL of the handle's run, positioned at the

@@ -56,7 +56,7 @@ func (e *Env) InterruptForChildren(in ChildWaitInput) dbos.Txn[ChildWaitOutput] 
 			return ChildWaitOutput{}, err
 		}
 		if res.Interrupted {
-			e.Log.Info().Str("event", "subagent.parent_interrupted").Str("sessionId", in.Run.SessionID).Str("runId", in.Run.RunID).
+			e.Log.Info().Ctx(ctx).Str("event", "subagent.parent_interrupted").Str("sessionId", in.Run.SessionID).Str("runId", in.Run.RunID).
 				Int("children", len(children)).Msg("the parent stopped with sub-agents in flight; they are re-spawned when it resumes")
 		}
 		return ChildWaitOutput{Interrupted: res.Interrupted, Reason: res.InterruptReason}, nil
@@ -130,7 +130,7 @@ func (e *Env) ResumeChild(in ResumeChildInput) dbos.Txn[ResumeChildOutput] {
 				WorkflowID: out.WorkflowID, KeepMessages: 1, CustomState: def.Agent.InitialState}); err != nil {
 				return ResumeChildOutput{}, err
 			}
-			e.Log.Info().Str("event", "subagent.respawned").Str("sessionId", in.Run.SessionID).Str("subSessionId", st.SessionID).
+			e.Log.Info().Ctx(ctx).Str("event", "subagent.respawned").Str("sessionId", in.Run.SessionID).Str("subSessionId", st.SessionID).
 				Str("workflowId", out.WorkflowID).Msg("re-spawning a sub-agent stopped by its parent's interrupt")
 			return out, nil
 		case st.Status == helix.SessionActive:

@@ -43,7 +43,7 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			RootSessionID: st.RootSessionID, WorkflowID: in.WorkflowID, Turn: run.Turn,
 			PreviousRunID: run.PreviousRunID, StartSequence: run.StartSequence, StartStep: st.StepCount,
 			Resumed: isResumeWorkflow(st.SessionID, in.WorkflowID), Parent: parentLink(st),
-			Persistent: st.Mode == helix.SessionModePersistent,
+			Persistent: st.Mode == helix.SessionModePersistent, Trace: st.TracingContext,
 		}
 		if run.WorkflowID != "" && run.WorkflowID != in.WorkflowID {
 			info.Done = ForkRefused(in.WorkflowID, run.RunID, run.WorkflowID)
@@ -237,7 +237,7 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 			return CommitOutput{}, err
 		}
 		for _, w := range res.Warnings {
-			e.Log.Warn().Str("event", "state.patch_skipped").Str("sessionId", run.SessionID).Int("step", step).Msg(w)
+			e.Log.Warn().Ctx(ctx).Str("event", "state.patch_skipped").Str("sessionId", run.SessionID).Int("step", step).Msg(w)
 		}
 		return CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.MessageCount, Interrupted: res.Interrupted,
 			Continued: res.Continued, Inbox: res.Inbox}, nil

@@ -130,7 +130,7 @@ func (e *Env) Companion(in CompanionInput) dbos.Txn[CompanionOutput] {
 				return answer(map[string]string{"status": "delivered", "name": d.Name,
 					"note": "the companion is running: it reads the message before its next step"})
 			}
-			e.Log.Info().Str("event", "companion."+d.How).Str("sessionId", run.SessionID).Str("companion", d.SessionID).
+			e.Log.Info().Ctx(ctx).Str("event", "companion."+d.How).Str("sessionId", run.SessionID).Str("companion", d.SessionID).
 				Str("workflowId", d.WorkflowID).Bool("blocking", p.Blocking).Msg("companion run started")
 			return CompanionOutput{Start: d, Wait: p.Blocking}, nil
 		case helix.CompanionListChildren:

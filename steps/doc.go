@@ -10,6 +10,11 @@
 // the output, never a Go error: Go errors are reserved for infrastructure
 // failures, which DBOS retries or which fail the workflow.
 //
-// Import rule: helix, store, store/postgres, internal packages and DBOS;
-// never engine or workflows.
+// The loop's telemetry lives here too (Telemetry: its spans' tracer and its
+// Prometheus instruments, LogHook): a side channel that changes no step's
+// input or output. Spans of model and tool calls start inside the step
+// bodies, so a step replayed from its record is not traced again.
+//
+// Import rule: helix, store, store/postgres, internal packages, DBOS,
+// OpenTelemetry's trace API and Prometheus; never engine or workflows.
 package steps

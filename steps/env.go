@@ -58,6 +58,9 @@ type Env struct {
 	// an error stops the run there (ProbeStop). For test kits; nil in
 	// production.
 	Probe func(ctx context.Context, at ProbeInfo) error
+	// Telemetry is the engine's traces and metrics. NewEnv sets one that
+	// traces nothing; never nil.
+	Telemetry *Telemetry
 
 	mu     sync.RWMutex
 	queues map[string]dbos.Queue
@@ -67,7 +70,7 @@ type Env struct {
 
 // NewEnv returns an Env on st.
 func NewEnv(st *postgres.Store, log zerolog.Logger) *Env {
-	return &Env{Store: st, Log: log, Clock: SystemClock{}, agents: map[string]*AgentDef{}, cache: messageCache{m: map[string]*cachedLog{}}}
+	return &Env{Store: st, Log: log, Clock: SystemClock{}, Telemetry: NewTelemetry(nil, ""), agents: map[string]*AgentDef{}, cache: messageCache{m: map[string]*cachedLog{}}}
 }
 
 // AgentDef is a registered agent with its effective tools compiled.
@@ -182,6 +185,9 @@ type RunInfo struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Resumed is set for a resume run (workflow {sessionId}-resume-{N}).
 	Resumed bool `json:"resumed,omitempty"`
+	// Trace is the session's tracing context, the remote parent of every
+	// execution's run span (read with the session; nil when it has none).
+	Trace *store.TracingContext `json:"trace,omitempty"`
 	// Parent is set for a sub-agent's run: where its parent delegated.
 	Parent *ParentLink `json:"parent,omitempty"`
 	// Persistent is set for a persistent companion's run (it reads its

@@ -70,7 +70,7 @@ func (e *Env) EvaluateApprovals(in ApprovalInput) dbos.Step[[]bool] {
 			tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: call}
 			required, err := tool.RequiresApproval(ctx, args, tc)
 			if err != nil {
-				e.Log.Warn().Str("event", "approval.predicate_failed").Str("sessionId", in.Run.SessionID).
+				e.Log.Warn().Ctx(ctx).Str("event", "approval.predicate_failed").Str("sessionId", in.Run.SessionID).
 					Str("tool", call.Name).Str("toolCallId", call.ID).Err(err).
 					Msg("the approval predicate failed: the call requires approval (fail-closed)")
 			}
@@ -145,7 +145,7 @@ func (e *Env) SuspendStep(in SuspendInput) dbos.Txn[SuspendOutput] {
 			return SuspendOutput{}, err
 		}
 		for _, c := range res.Pending {
-			e.Log.Info().Str("event", "client_tool.suspended").Str("sessionId", run.SessionID).Str("runId", run.RunID).
+			e.Log.Info().Ctx(ctx).Str("event", "client_tool.suspended").Str("sessionId", run.SessionID).Str("runId", run.RunID).
 				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Str("kind", string(c.Kind)).Int64("deadlineAt", c.DeadlineAt).
 				Msg("the run waits for a submission")
 		}
@@ -237,7 +237,7 @@ func (e *Env) ResolveToolCall(in ResolveInput) dbos.Txn[ResolveOutput] {
 			return ResolveOutput{}, err
 		}
 		if c := res.Call; c.TimedOutAt != 0 && timedOut {
-			e.Log.Warn().Str("event", "client_tool.timeout").Str("sessionId", run.SessionID).Str("runId", run.RunID).
+			e.Log.Warn().Ctx(ctx).Str("event", "client_tool.timeout").Str("sessionId", run.SessionID).Str("runId", run.RunID).
 				Str("toolCallId", c.ToolCallID).Str("tool", c.ToolName).Msg("no submission before the deadline: the model sees a timeout error")
 		}
 		return ResolveOutput{Call: res.Call, Interrupted: res.Interrupted, Reason: res.InterruptReason}, nil

@@ -135,8 +135,14 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 			OnToolArgEnd: func(id string) { write(&helix.ToolArgStreamEndChunk{Base: base(in.Run, in.Step), ToolCallID: id}) },
 		}
 		began := time.Now()
-		res, err := generate(ctx, def.Agent.Model, req, cb)
+		mctx, span := e.Telemetry.startModelSpan(ctx, in, def)
+		res, err := generate(mctx, def.Agent.Model, req, cb)
 		out := ModelOutput{Result: res, DurationMS: time.Since(began).Milliseconds(), MessageCount: st.MessageCount}
+		if err == nil || ctx.Err() == nil {
+			e.Telemetry.endModelCall(span, in.Run, def, res, err, time.Since(began))
+		} else {
+			span.End() // a shutdown, not an outcome of the model
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				// Shutdown or cancellation: not an outcome of the model.
@@ -198,7 +204,7 @@ func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.StepV
 	if err != nil || res.Removed == 0 {
 		return err
 	}
-	e.Log.Warn().Str("event", "stream.resync").Str("sessionId", run.SessionID).Str("runId", run.RunID).
+	e.Log.Warn().Ctx(ctx).Str("event", "stream.resync").Str("sessionId", run.SessionID).Str("runId", run.RunID).
 		Int("step", step).Int("removed", res.Removed).Msg("removed the chunks of an attempt lost in a crash")
 	_, err = e.Store.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.StreamResyncChunk{
 		Base:         base(run, step-1),

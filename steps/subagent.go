@@ -63,6 +63,10 @@ type DispatchInput struct {
 	Run  RunInfo        `json:"run"`
 	Step int            `json:"step"`
 	Call helix.ToolCall `json:"call"`
+	// Trace is the child session's tracing context: the parent's trace,
+	// with the call's span as parent. Never recorded (tracing changes no
+	// step's input or output); nil stores none.
+	Trace *store.TracingContext `json:"-"`
 }
 
 // DispatchOutput is the child a call dispatched, or the failure the model
@@ -88,7 +92,7 @@ func (e *Env) DispatchSubAgent(in DispatchInput) dbos.Txn[DispatchOutput] {
 		run, call := in.Run, in.Call
 		fail := func(format string, args ...any) (DispatchOutput, error) {
 			msg := fmt.Sprintf(format, args...)
-			e.Log.Error().Str("event", "subagent.dispatch_failed").Str("sessionId", run.SessionID).Str("runId", run.RunID).
+			e.Log.Error().Ctx(ctx).Str("event", "subagent.dispatch_failed").Str("sessionId", run.SessionID).Str("runId", run.RunID).
 				Str("toolCallId", call.ID).Str("tool", call.Name).Msg(msg)
 			return DispatchOutput{Failure: &ToolResult{ToolCallID: call.ID, ToolName: call.Name, Error: msg,
 				ErrorCode: CodeSubAgentDispatchFailed}}, nil
@@ -110,7 +114,7 @@ func (e *Env) DispatchSubAgent(in DispatchInput) dbos.Txn[DispatchOutput] {
 			return fail("%v", err)
 		}
 		s := e.InTx(tx)
-		out, err := dispatchChild(ctx, s, run, in.Step, call, child, args)
+		out, err := dispatchChild(ctx, s, run, in.Step, call, child, args, in.Trace)
 		var exists *helix.SessionExistsError
 		if errors.As(err, &exists) {
 			return fail("a sub-agent session for tool call %s already exists (tool call IDs must be unique in a session)", call.ID)
@@ -120,11 +124,12 @@ func (e *Env) DispatchSubAgent(in DispatchInput) dbos.Txn[DispatchOutput] {
 }
 
 // dispatchChild writes a new child session and its first run.
-func dispatchChild(ctx context.Context, s *postgres.Store, run RunInfo, step int, call helix.ToolCall, child *helix.Agent, args json.RawMessage) (DispatchOutput, error) {
+func dispatchChild(ctx context.Context, s *postgres.Store, run RunInfo, step int, call helix.ToolCall, child *helix.Agent, args json.RawMessage,
+	trace *store.TracingContext) (DispatchOutput, error) {
 	childID := SubSessionID(run.SessionID, call.ID)
 	if _, err := s.CreateSession(ctx, store.CreateSessionParams{
 		SessionID: childID, AgentType: child.Name, ParentSessionID: run.SessionID, CustomState: child.InitialState,
-		Mode: helix.SessionModeStandard,
+		Mode: helix.SessionModeStandard, TracingContext: trace,
 		Metadata: map[string]string{MetaParentToolCallID: call.ID, MetaParentRunID: run.RunID,
 			MetaParentAgentType: run.AgentType, MetaParentStep: strconv.Itoa(step)},
 	}); err != nil {

@@ -33,6 +33,9 @@ type ToolInput struct {
 	// model's order, which the tool sees on top of the committed state
 	// (phase 2: finishWith tools see phase 1's changes).
 	Staged []helix.PatchOp `json:"staged,omitempty"`
+	// Approval is the answer of the person who approved the call
+	// (OutcomeApproved), for its span; never recorded.
+	Approval string `json:"-"`
 }
 
 // ToolResult is the checkpointed outcome of one tool call.
@@ -74,7 +77,32 @@ func (r ToolResult) Content() string {
 // gets the same patches without running the tool) and applied by the step's
 // commit in the order the tools made them (see StepPatches). Tool errors and
 // panics are results the model sees.
+//
+// The step is the tool call's span (under the step's span in ctx) and its
+// observation in helix_tool_call_duration_seconds.
 func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
+	body := e.runTool(in)
+	return func(ctx context.Context) (ToolResult, error) {
+		ctx, span := e.Telemetry.StartToolSpan(ctx, in.Run, in.Step, in.Call, time.Time{})
+		if in.Approval != "" && span.IsRecording() {
+			span.SetAttributes(AttrApproval.String(in.Approval))
+		}
+		began := time.Now()
+		res, err := body(ctx)
+		switch {
+		case err != nil:
+			span.RecordError(err)
+		case res.ErrorCode != CodeUnknownTool && res.ErrorCode != CodeInvalidArguments && res.ErrorCode != helix.CodeInternal:
+			// Only tools that ran: a name the model made up is no label.
+			e.Telemetry.Metrics.ToolDuration.WithLabelValues(in.Run.AgentType, in.Call.Name, success(res.Error == "")).
+				Observe(time.Since(began).Seconds())
+		}
+		EndToolSpan(span, res, time.Time{})
+		return res, err
+	}
+}
+
+func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 	return func(ctx context.Context) (ToolResult, error) {
 		res := ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name}
 		def, err := e.Agent(in.Run.AgentType)
@@ -122,7 +150,7 @@ func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
 			res.Error, res.ErrorCode = err.Error(), CodeToolError
 			if errors.As(err, &panicErr) {
 				res.ErrorCode = CodeToolPanic
-				e.Log.Error().Str("event", "tool.panic").Str("sessionId", in.Run.SessionID).Str("tool", in.Call.Name).
+				e.Log.Error().Ctx(ctx).Str("event", "tool.panic").Str("sessionId", in.Run.SessionID).Str("tool", in.Call.Name).
 					Str("stack", panicErr.Stack).Msg(panicErr.Error())
 			}
 			return res, nil // a failed tool's state changes are dropped
@@ -151,7 +179,7 @@ func (e *Env) hook(ctx context.Context, name string, hc helix.HookContext, fn fu
 		err = fn()
 	}()
 	if err != nil {
-		e.Log.Warn().Str("event", "hook.failed").Str("hook", name).Str("sessionId", hc.SessionID).
+		e.Log.Warn().Ctx(ctx).Str("event", "hook.failed").Str("hook", name).Str("sessionId", hc.SessionID).
 			Str("runId", hc.RunID).Int("step", hc.Step).Err(err).Msg("hook failed; the run continues")
 	}
 }

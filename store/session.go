@@ -81,10 +81,15 @@ type InterruptContext struct {
 	Timestamp         int64  `json:"timestamp"` // Unix ms
 }
 
-// TracingContext keeps one trace per session across runs.
+// TracingContext keeps one trace per session across runs: every run span of
+// the session has it as its remote parent (W3C trace and span IDs in hex).
 type TracingContext struct {
 	TraceID    string `json:"traceId"`
 	RootSpanID string `json:"rootSpanId"`
+	// Unsampled records a parent whose trace flags did not ask for
+	// sampling (W3C traceparent flags 00); the zero value, as in contexts
+	// stored before it existed, is sampled.
+	Unsampled bool `json:"unsampled,omitempty"`
 }
 
 // PendingClientToolCall is a tool call waiting for a client submission: a

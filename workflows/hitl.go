@@ -126,15 +126,20 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		if c.Index >= 0 && c.Index < len(results) && results[c.Index].ToolCallID != "" {
 			continue // its result is known (an approved tool that ran before an interrupt)
 		}
+		// The wait ended in this execution (its own, or, in a queued run's
+		// segment, its driver's, resolved here): traceWait.
+		waitedHere := false
 		for c.ConsumedAt == 0 {
 			timedOut := false
 			var take *steps.Take
 			switch {
 			case t.segment > 0 && t.timedOut == c.ToolCallID:
 				timedOut, t.timedOut = true, ""
+				waitedHere = !t.j.has(t.j.next) // the driver waited; this segment resolves
 			case t.segment > 0 && slices.Contains(t.received, c.ToolCallID):
 				// Its driver took its message: resolve it, once.
 				t.received = slices.DeleteFunc(t.received, func(id string) bool { return id == c.ToolCallID })
+				waitedHere = !t.j.has(t.j.next)
 			case t.segment > 0 && c.Resolved() && (c.Submission == nil || c.SentTo != t.run.WorkflowID):
 				// No message for the driver to take: answered before a
 				// resume (to the interrupted run's workflow), or timed out.
@@ -149,10 +154,12 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 				if err := t.j.flush(t.ctx); err != nil {
 					return steps.Outcome{}, true, err
 				}
+				replay := t.j.has(t.j.next)
 				var err error
 				if timedOut, err = t.wait(c); err != nil {
 					return steps.Outcome{}, true, err
 				}
+				waitedHere = !replay
 				take = &steps.Take{WorkflowID: t.j.wfID, StepID: t.j.next}
 				if !timedOut {
 					if m, ok := t.answeredLast(c, rec, pending[i+1:], results); ok {
@@ -183,9 +190,12 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 		if c.Index < 0 || c.Index >= len(calls) {
 			return steps.Outcome{}, true, errIndex(c, len(calls))
 		}
+		if waitedHere {
+			t.traceWait(step, c, calls[c.Index])
+		}
 		if s := c.Submission; s != nil && s.IsApproved() {
 			r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater,
-				fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index]})))
+				fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index], Approval: steps.OutcomeApproved})))
 			if err != nil {
 				return steps.Outcome{}, true, err
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
@@ -70,6 +71,20 @@ type journal struct {
 	// ran reports that the last step ran in this execution (false: its
 	// record was replayed).
 	ran bool
+	// executed counts the steps that ran in this execution (tracing ends
+	// an agent step's span only when something of it ran here).
+	executed int
+	// span is the open span of the execution (its run's or step's) that
+	// transaction bodies log under; nil when not tracing.
+	span trace.Span
+}
+
+// traced returns ctx with the execution's open span (for log lines).
+func (j *journal) traced(ctx context.Context) context.Context {
+	if j.span == nil {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, j.span)
 }
 
 // journalRecord is one step's record.
@@ -169,6 +184,7 @@ func (j *journal) recorded(id int, name string) (journalRecord, bool, error) {
 	r, ok := j.replay[id]
 	j.ran = !ok
 	if !ok {
+		j.executed++
 		return journalRecord{}, false, nil
 	}
 	delete(j.replay, id)
@@ -524,7 +540,7 @@ func deferTxn[R any](j *journal, name string, fn dbos.Txn[R]) {
 func (j *journal) runDeferred(ctx dbos.Context, c context.Context, tx *jtx) ([]journalRecord, error) {
 	var recs []journalRecord
 	for _, d := range j.deferred {
-		o, err := d.body(stepContext{ctx}, pgxTx{tx})
+		o, err := d.body(stepContext{j.traced(ctx)}, pgxTx{tx})
 		if err != nil {
 			if transient(err) {
 				return nil, err
@@ -674,7 +690,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if locked {
 			body = postgres.LockedCommit(ctx)
 		}
-		o, ferr := fn(stepContext{body}, pgxTx{tx})
+		o, ferr := fn(stepContext{j.traced(body)}, pgxTx{tx})
 		if ferr != nil {
 			if transient(ferr) || postgres.CommitRefused(ferr) {
 				return ferr

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"go.opentelemetry.io/otel/trace"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/steps"
@@ -24,6 +25,9 @@ type child struct {
 	// workflowID is the child run's workflow; topic, for a child that is a
 	// queued run of its own, where it reports its outcome.
 	workflowID, topic string
+	// span is the call's span, when its dispatch ran in this execution
+	// with tracing on (the parent of the child's run spans).
+	span trace.Span
 }
 
 // childTopic is the DBOS message topic on which the sub-agent of call
@@ -42,22 +46,33 @@ func childTopic(step int, callID string) string {
 func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, results []steps.ToolResult, queued bool) ([]child, error) {
 	var out []child
 	for _, i := range subs {
-		d, err := runTxn(t.ctx, t.j, steps.NameDispatchSubAgent, t.env.DispatchSubAgent(steps.DispatchInput{Run: t.run, Step: step, Call: calls[i]}))
-		if err != nil {
-			return nil, err
-		}
-		if d.Failure != nil {
+		span, tc := t.childTrace(step, calls[i])
+		d, err := runTxn(t.ctx, t.j, steps.NameDispatchSubAgent, t.env.DispatchSubAgent(steps.DispatchInput{Run: t.run, Step: step, Call: calls[i], Trace: tc}))
+		if err != nil || d.Failure != nil {
+			if span != nil {
+				if d.Failure != nil {
+					steps.EndToolSpan(span, *d.Failure, time.Time{})
+				} else {
+					span.End()
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
 			results[i] = *d.Failure
 			continue
 		}
 		in := TurnInput{SessionID: d.SessionID, RunID: d.RunID}
-		c := child{index: i, workflowID: d.WorkflowID}
+		c := child{index: i, workflowID: d.WorkflowID, span: span}
 		if queued {
 			c.topic = childTopic(step, calls[i].ID)
 			in.Queue, in.Driver, in.Notify = t.adm, d.WorkflowID, &ChildNotify{Driver: t.run.WorkflowID, Topic: c.topic}
 		}
 		h, err := dbos.RunWorkflow(t.ctx, t.self, in, dbos.WithWorkflowID(d.WorkflowID))
 		if err != nil {
+			if span != nil {
+				span.End()
+			}
 			return nil, err
 		}
 		c.handle = h
@@ -77,6 +92,11 @@ func (t *turn) detachChildren(step int, res helix.StepResult, p stepPlan, result
 	children, err := t.startChildren(step, calls, p.subs, results, true)
 	if err != nil {
 		return steps.Outcome{}, true, err
+	}
+	for _, c := range children {
+		if c.span != nil {
+			c.span.End() // the run's driver waits for the child, not this segment
+		}
 	}
 	if err := t.runTools(step, calls, p.phase1, results); err != nil {
 		return steps.Outcome{}, true, err
@@ -116,17 +136,26 @@ func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results [
 	for _, c := range children {
 		out, err := c.handle.GetResult(dbos.WithHandlePollingInterval(childPollInterval))
 		if err != nil && t.ctx.Err() != nil {
+			if c.span != nil {
+				c.span.End()
+			}
 			return nil, err // shutdown or cancellation: not the child's outcome
 		}
 		if err == nil && out.Status == helix.RunInterrupted {
+			if c.span != nil {
+				c.span.End()
+			}
 			stopped = append(stopped, c.index)
 			continue
 		}
 		if err != nil {
-			t.env.Log.Error().Err(err).Str("event", "subagent.ended_abnormally").Str("sessionId", t.run.SessionID).
+			t.env.Log.Error().Ctx(t.logCtx()).Err(err).Str("event", "subagent.ended_abnormally").Str("sessionId", t.run.SessionID).
 				Str("toolCallId", calls[c.index].ID).Msg("a sub-agent's workflow ended with an error; the call fails")
 		}
 		results[c.index] = steps.ChildResult(calls[c.index], out, err)
+		if c.span != nil {
+			steps.EndToolSpan(c.span, results[c.index], time.Time{})
+		}
 	}
 	return stopped, nil
 }

@@ -73,6 +73,9 @@ func Register(ctx dbos.Context, env *steps.Env) {
 func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 	var self dbos.Workflow[TurnInput, steps.Outcome]
 	self = func(ctx dbos.Context, in TurnInput) (result steps.Outcome, resultErr error) {
+		// When this execution began, for its run span (not workflow
+		// state: tracing records nothing).
+		began := time.Now()
 		// A persistent companion's run publishes its outcome as a DBOS
 		// event, which a parent's waitForResult waits on.
 		persistent := false
@@ -133,9 +136,13 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			}
 			defer env.Fence.Release(ticket)
 		}
-		run, err := dbos.RunAsTransaction(ctx, env.DataSource,
-			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF}),
-			dbos.WithStepName(steps.NameBeginRun))
+		// A begin transaction that does not run here was recorded by an
+		// earlier execution: this one recovers the run.
+		beginRun, beganHere := env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF}), false
+		run, err := dbos.RunAsTransaction(ctx, env.DataSource, func(c context.Context, tx dbos.Tx) (steps.RunInfo, error) {
+			beganHere = true
+			return beginRun(c, tx)
+		}, dbos.WithStepName(steps.NameBeginRun))
 		if err != nil {
 			return steps.Outcome{}, err
 		}
@@ -157,6 +164,8 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,
 			segment: in.Segment, adm: in.Queue, timedOut: in.TimedOut, received: in.Received, childOutcomes: in.ChildOutcomes}
+		t.startRun(began, in, !beganHere)
+		defer func() { t.endRun(result, resultErr) }()
 		if run.Interrupted {
 			return t.interrupted(run.StartStep, "interrupted before the first step")
 		}
@@ -191,14 +200,15 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			var out steps.Outcome
 			var done bool
 			var err error
-			if len(children) > 0 {
-				out, done, err = t.resumeStopped(*susp, children)
-			} else {
+			out, done, err = t.traceStep(susp.Step, func() (steps.Outcome, bool, error) {
+				if len(children) > 0 {
+					return t.resumeStopped(*susp, children)
+				}
 				// A later segment continues in place a suspension of its
 				// own run (its driver waited for the answer); a resume run
 				// fired OnAgentResumed at its start.
-				out, done, err = t.await(*susp, own, !first && susp.RunID == run.RunID)
-			}
+				return t.await(*susp, own, !first && susp.RunID == run.RunID)
+			})
 			if err != nil {
 				return t.infraFailure(susp.Step-1, err)
 			}
@@ -214,7 +224,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 					"agent %q used all %d steps of this turn without finishing; raise Agent.MaxSteps, or check that its prompt and tools let it finish",
 					def.Agent.Name, maxSteps)})
 			}
-			out, done, err := t.step(step)
+			out, done, err := t.traceStep(step, func() (steps.Outcome, bool, error) { return t.step(step) })
 			if err != nil {
 				return t.infraFailure(step-1, err)
 			}
@@ -258,6 +268,8 @@ type turn struct {
 	// answer is what the last wait for a call read when it ended (nil when
 	// it did not read: a replay, or a deadline).
 	answer *postgres.Answer
+	// tr is the execution's tracing state (a side channel).
+	tr runTrace
 }
 
 // step runs one agent step; done reports that the run ended.
@@ -549,12 +561,12 @@ func (t *turn) infraFailure(step int, cause error) (steps.Outcome, error) {
 		// Fenced: another engine took the session over (this process's
 		// lease expired) or it was cancelled. Nothing of this execution is
 		// recorded from now on; DBOS waits for the owner's outcome.
-		t.env.Log.Error().Str("event", "run.taken_over").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
+		t.env.Log.Error().Ctx(t.logCtx()).Str("event", "run.taken_over").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
 			Int("step", step+1).Err(cause).
 			Msg("this process no longer owns the session (taken over by another engine after its executor lease expired, or cancelled): it stops the session's loop here and records nothing; the owner continues it")
 		return steps.Outcome{}, cause
 	}
-	t.env.Log.Error().Str("event", "run.step_failed").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
+	t.env.Log.Error().Ctx(t.logCtx()).Str("event", "run.step_failed").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
 		Int("step", step+1).Err(cause).Msg("a step failed after its retries; failing the run")
 	out, err := t.fail(step, steps.Failure{Code: helix.CodeInternal, Message: fmt.Sprintf(
 		"step %d failed: %v; the session can be run again with Retry", step+1, cause)})
@@ -619,6 +631,7 @@ func stepEvents(in steps.CommitInput) []steps.HookEvent {
 // the run's session (Env.Fence): a zombie's step fails with a fencing error
 // instead of acting a second time.
 func fenced[R any](t *turn, fn dbos.Step[R]) dbos.Step[R] {
+	fn = traced(t, fn)
 	if t.env.Fence == nil {
 		return fn
 	}

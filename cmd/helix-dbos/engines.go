@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"go.opentelemetry.io/otel/trace"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
@@ -115,6 +116,9 @@ type engineOpts struct {
 	beforeLaunch func(e *engine.Engine) error
 	// queue admits the engine's runs (nil: each at once).
 	queue *engine.QueueConfig
+	// tracerProvider receives the engine's spans (nil: the global one, a
+	// no-op).
+	tracerProvider trace.TracerProvider
 }
 
 // startEngine builds, prepares and launches an engine: migrations (unless
@@ -133,7 +137,7 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 		return nil, err
 	}
 	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, ExecutorLease: o.lease, SkipMigrations: true,
-		Logger: g.logger(), DisableTakeover: o.oneShot, Queue: o.queue})
+		Logger: g.logger(), DisableTakeover: o.oneShot, Queue: o.queue, TracerProvider: o.tracerProvider})
 	if err != nil {
 		return nil, err
 	}

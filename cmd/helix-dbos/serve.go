@@ -9,11 +9,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/agentfile"
@@ -231,8 +233,27 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	} else {
 		say("sessions admitted through queue %s: %s", queue.Name, describeQueue(queue))
 	}
+	// Traces, when the OTEL_* environment asks for them (else none, at no
+	// cost): flushed after the engine stopped.
+	tp, service, err := newTracerProvider(ctx, os.Getenv)
+	if err != nil {
+		return err
+	}
+	var tracing trace.TracerProvider
+	if tp != nil {
+		tracing = tp
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(fctx); err != nil {
+				fmt.Fprintf(errOut, "WARNING: flushing traces: %v\n", err)
+			}
+		}()
+		say("traces: OTLP over HTTP (OTEL_* environment), service %s", service)
+	}
 	var srv *server.Server
 	c, err := g.startEngine(ctx, url, engineOpts{
+		tracerProvider: tracing,
 		queue:          queue,
 		executorID:     cfg.ExecutorID,
 		lease:          cfg.ExecutorLease,

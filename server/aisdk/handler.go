@@ -17,6 +17,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/traceparent"
 	"github.com/helix-agents/helix-dbos/server/internal/pgtext"
 	"github.com/helix-agents/helix-dbos/server/internal/principal"
 	"github.com/helix-agents/helix-dbos/store"
@@ -434,7 +435,9 @@ func (h *Handler) postSubmit(w http.ResponseWriter, r *http.Request, principal, 
 // (a client that hangs up, or a shutdown, must not leave it half done)
 // and bounds it.
 func (h *Handler) operationContext(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), h.opts.OperationTimeout)
+	// A caller's W3C traceparent: a session started here continues its
+	// trace.
+	return context.WithTimeout(context.WithoutCancel(traceparent.Extract(r.Context(), r)), h.opts.OperationTimeout)
 }
 
 // Error codes of the JSON error body {"error": {"code", "message"}}. They
