@@ -285,6 +285,13 @@ func (e *Engine) start(sessionID, runID, workflowID string, adm *workflows.Admis
 	return nil
 }
 
+// ErrShutdownTimedOut is matched (errors.Is) by the error of a Shutdown
+// that stopped waiting at Config.ShutdownTimeout (or its context's
+// deadline): a step, or a connection it held, was still busy. What still
+// ran is abandoned as in a crash; nothing is lost, as the next engine with
+// this executor ID (or a peer, once the lease expires) recovers it.
+var ErrShutdownTimedOut = errors.New("engine shutdown timed out")
+
 // Shutdown stops DBOS (running workflows stop at their next step; the
 // heartbeat goes on meanwhile), marks the executor stopped, so that a live
 // engine takes its pending sessions over at once (or the next process with
@@ -321,6 +328,11 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	// their lease until they stop, and no peer takes them over meanwhile.
 	e.hb.draining()
 	err := dbos.Shutdown(e.dbos, timeout)
+	if err != nil {
+		// DBOS's only error: a part of it did not stop in time.
+		err = fmt.Errorf("%w (%v): what still ran is abandoned, as in a crash, and recovered by the next engine with this executor ID or by a peer",
+			ErrShutdownTimedOut, err)
+	}
 	e.hb.stop()
 	e.hb.markStopped(ctx, last)
 	if cerr := e.store.Close(); cerr != nil && err == nil {

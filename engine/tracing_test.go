@@ -20,6 +20,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/helixtest"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
 )
 
 // recorder is an in-memory tracer provider and what it recorded.
@@ -102,6 +103,10 @@ func withAttr(spans []sdktrace.ReadOnlySpan, key attribute.Key, v attribute.Valu
 
 // tracedEngine is a kit engine whose spans go to rec.
 func tracedEngine(t *testing.T, rec *recorder, opts helixtest.EngineOptions, agents ...*helix.Agent) *helixtest.Engine {
+	if opts.DatabaseURL == "" {
+		// The package's server (a kit engine would start a container).
+		opts.DatabaseURL = pgtest.NewURL(t)
+	}
 	configure := opts.Configure
 	opts.Configure = func(c *engine.Config) {
 		c.TracerProvider = rec.tp
@@ -411,7 +416,7 @@ func TestNoTracingWithoutAProvider(t *testing.T) {
 	t.Parallel()
 	var runs sync.Map
 	agent := payer(&runs)
-	e := helixtest.NewEngine(t, helixtest.EngineOptions{Quiet: true}, agent)
+	e := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: pgtest.NewURL(t), Quiet: true}, agent)
 	h := e.Start(agent, "pay")
 	e.Approve(h.SessionID, e.AwaitPending(h.SessionID, "t1").ToolCallID)
 	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)

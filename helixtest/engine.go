@@ -133,7 +133,12 @@ func NewEngine(t testing.TB, opts EngineOptions, agents ...*helix.Agent) *Engine
 	}
 	ke := &Engine{Engine: e, t: t, url: url, timeout: timeout, opts: opts, agents: agents, crash: crash}
 	t.Cleanup(func() {
-		if err := ke.stop(); err != nil {
+		switch err := ke.stop(); {
+		case errors.Is(err, engine.ErrShutdownTimedOut):
+			// The kit's short bound abandons what still runs, as a crash
+			// would (a loaded machine can also be slow to close the pool).
+			t.Logf("helixtest: engine %s: %v", id, err)
+		case err != nil:
 			t.Errorf("helixtest: shut engine %s down: %v", id, err)
 		}
 		logs.close()

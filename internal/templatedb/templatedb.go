@@ -21,12 +21,22 @@ import (
 )
 
 // Config turns a server's superuser URL into a pgtestdb configuration.
+//
+// The test role is named after the server (its host and port): pgtestdb
+// creates a role, and builds a template, once per program for each role
+// name, so one test binary that uses two servers (the kit's container and
+// HELIX_DATABASE_URL's server, say) needs a role name per server, or the
+// second server is taken to have the first one's role and template.
 func Config(serverURL string) (pgtestdb.Config, error) {
 	cc, err := pgx.ParseConfig(serverURL)
 	if err != nil {
 		return pgtestdb.Config{}, err
 	}
+	server := sha256.Sum256(fmt.Appendf(nil, "%s:%d", cc.Host, cc.Port))
+	role := pgtestdb.DefaultRole()
+	role.Username += "_" + hex.EncodeToString(server[:4])
 	return pgtestdb.Config{
+		TestRole:   &role,
 		DriverName: "pgx",
 		Host:       cc.Host,
 		Port:       fmt.Sprint(cc.Port),
