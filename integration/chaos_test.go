@@ -360,6 +360,13 @@ func (c *chaos) retry(statement func(ctx context.Context) error) {
 // meanwhile.
 func (c *chaos) freeze() {
 	id, w := c.pickBusy()
+	// A worker picked at random may not have launched yet (a loaded
+	// machine): it has no lease to let expire until its engine registered.
+	crashPoll(c.t, id+"'s engine to launch", w.done, func(ctx context.Context) (bool, error) {
+		var n int
+		err := c.pool.QueryRow(ctx, `SELECT count(*) FROM helix.executors WHERE executor_id = $1`, id).Scan(&n)
+		return n == 1, err
+	})
 	require.NoError(c.t, w.cmd.Process.Signal(syscall.SIGSTOP))
 	c.event("froze %s", id)
 	crashPoll(c.t, "the frozen worker's lease to be long expired", nil, func(ctx context.Context) (bool, error) {
