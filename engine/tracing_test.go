@@ -374,6 +374,38 @@ func TestTraceSubAgentSpansAreChildren(t *testing.T) {
 		"the call's span covers the child's run")
 }
 
+// A persistent companion's session is in its parent's trace: spawned, its
+// run is a child of the spawning call; consulted again, its next run is
+// in the same trace (under the spawning call, stored with its session).
+func TestTraceCompanionInTheParentsTrace(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t)
+	parent := &helix.Agent{
+		Name:             "lead",
+		PersistentAgents: []helix.PersistentAgent{{Agent: consultant("advisor", nil, 1)}},
+		Model: script(
+			calls(call("c1", helix.CompanionSpawnAgent, `{"agentType":"advisor","name":"adv","message":"q1"}`)),
+			calls(call("c2", helix.CompanionSendMessage, `{"name":"adv","message":"q2"}`)),
+			text("consulted"),
+		),
+	}
+	e := tracedEngine(t, rec, helixtest.EngineOptions{Quiet: true}, parent)
+	h := e.Start(parent, "ask the advisor")
+	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
+	rec.awaitEnded(t, "invoke_agent lead", 1)
+
+	lead := rec.named("invoke_agent lead")
+	require.Len(t, lead, 1)
+	spawn := rec.named("execute_tool " + helix.CompanionSpawnAgent)
+	require.Len(t, spawn, 1)
+	runs := rec.named("invoke_agent advisor")
+	require.Len(t, runs, 2, "the spawn's run and the consultation's")
+	for _, r := range runs {
+		require.Equal(t, lead[0].SpanContext().TraceID(), r.SpanContext().TraceID(), "the companion's runs are in the parent's trace")
+		require.Equal(t, spawn[0].SpanContext().SpanID(), r.Parent().SpanID(), "under the spawning call")
+	}
+}
+
 // The run's log lines carry its trace and span IDs.
 func TestLogsCarryTraceIDs(t *testing.T) {
 	t.Parallel()

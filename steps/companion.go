@@ -39,6 +39,10 @@ type CompanionInput struct {
 	Run  RunInfo        `json:"run"`
 	Step int            `json:"step"`
 	Call helix.ToolCall `json:"call"`
+	// Trace is a spawned companion's tracing context: the parent's trace,
+	// with the call's span as parent. Never recorded (tracing changes no
+	// step's input or output); nil stores none.
+	Trace *store.TracingContext `json:"-"`
 }
 
 // CompanionOutput says what the workflow does with a companion call: take
@@ -100,7 +104,7 @@ func (e *Env) Companion(in CompanionInput) dbos.Txn[CompanionOutput] {
 		case helix.CompanionSpawnAgent, helix.CompanionSendMessage:
 			p := store.CompanionDispatchParams{Kind: store.DispatchSpawn, ParentSessionID: run.SessionID, ParentRunID: run.RunID,
 				ParentAgentType: run.AgentType, ParentStep: in.Step, ToolCallID: call.ID, AgentType: a.AgentType, Name: a.Name,
-				Message: a.Message, RunID: uuid.Must(uuid.NewV7()).String(),
+				Message: a.Message, RunID: uuid.Must(uuid.NewV7()).String(), TracingContext: in.Trace,
 				Metadata: map[string]string{MetaParentToolCallID: call.ID, MetaParentRunID: run.RunID,
 					MetaParentAgentType: run.AgentType, MetaParentStep: strconv.Itoa(in.Step)}}
 			if call.Name == helix.CompanionSendMessage {

@@ -85,6 +85,10 @@ type CompanionDispatchParams struct {
 	Blocking bool
 	// RunID is the ID of the run to create, if one is created.
 	RunID string
+	// TracingContext is stored with a new companion session (a spawn):
+	// its runs continue that trace (the parent's, under the spawning
+	// call's span).
+	TracingContext *TracingContext
 	// Metadata is merged into the child's metadata (the parent link).
 	Metadata map[string]string
 }

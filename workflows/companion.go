@@ -21,56 +21,75 @@ import (
 // returned with the children the step waits for.
 func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, results []steps.ToolResult) (stopped []store.SuspendedChildWait, err error) {
 	for _, i := range idx {
-		call := calls[i]
-		o, err := runTxn(t.ctx, t.j, steps.NameCompanion, t.env.Companion(steps.CompanionInput{Run: t.run, Step: step, Call: call}))
+		// The call's span (when this execution runs it with tracing on) is
+		// the parent of a spawned companion's runs.
+		span, tc := t.childTrace(step, calls[i])
+		err := t.runCompanion(step, calls[i], tc, &results[i], &stopped)
+		if span != nil {
+			if err == nil && results[i].ToolCallID != "" {
+				steps.EndToolSpan(span, results[i], time.Time{})
+			} else {
+				span.End()
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case o.Start != nil:
-			h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: o.Start.SessionID, RunID: o.Start.RunID},
-				dbos.WithWorkflowID(o.Start.WorkflowID))
-			if err != nil {
-				return nil, err
-			}
-			if !o.Wait {
-				results[i] = steps.StartedResult(call, o.Start)
-				continue
-			}
-			out, err := h.GetResult(dbos.WithHandlePollingInterval(childPollInterval))
-			if err != nil && t.ctx.Err() != nil {
-				return nil, err
-			}
-			if err == nil && out.Status == helix.RunInterrupted {
-				stopped = append(stopped, store.SuspendedChildWait{ParentToolCallID: call.ID, SubSessionID: o.Start.SessionID,
-					AgentType: o.Start.AgentType, WorkflowID: o.Start.WorkflowID})
-				continue
-			}
-			results[i] = steps.CompanionResult(call, o.Start.Name, out, err)
-		case o.WaitWorkflowID != "":
-			out, err := dbos.GetEvent[*steps.Outcome](t.ctx, o.WaitWorkflowID, steps.OutcomeEvent, time.Duration(o.WaitTimeoutMS)*time.Millisecond)
-			if err != nil && !errors.Is(err, dbos.ErrTimeout) {
-				return nil, err
-			}
-			if out == nil {
-				results[i] = steps.StillRunningResult(call)
-				continue
-			}
-			r, err := runTxn(t.ctx, t.j, steps.NameCompanionWaitEnded, t.env.WaitEnded(t.run, call, o.WaitSessionID))
-			if err != nil {
-				return nil, err
-			}
-			results[i] = r
-		case o.Cancel != "":
-			if _, err := runStep(t.ctx, t.j, steps.NameCompanionCancel, recordNow, fenced(t, t.env.CancelWorkflow(o.Cancel))); err != nil {
-				return nil, err
-			}
-			results[i] = *o.Result
-		default:
-			results[i] = *o.Result
-		}
 	}
 	return stopped, nil
+}
+
+// runCompanion runs one companion call: its result, or the wait for its
+// stopped companion added to stopped.
+func (t *turn) runCompanion(step int, call helix.ToolCall, tc *store.TracingContext, result *steps.ToolResult, stopped *[]store.SuspendedChildWait) error {
+	o, err := runTxn(t.ctx, t.j, steps.NameCompanion, t.env.Companion(steps.CompanionInput{Run: t.run, Step: step, Call: call, Trace: tc}))
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.Start != nil:
+		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: o.Start.SessionID, RunID: o.Start.RunID},
+			dbos.WithWorkflowID(o.Start.WorkflowID))
+		if err != nil {
+			return err
+		}
+		if !o.Wait {
+			*result = steps.StartedResult(call, o.Start)
+			return nil
+		}
+		out, err := h.GetResult(dbos.WithHandlePollingInterval(childPollInterval))
+		if err != nil && t.ctx.Err() != nil {
+			return err
+		}
+		if err == nil && out.Status == helix.RunInterrupted {
+			*stopped = append(*stopped, store.SuspendedChildWait{ParentToolCallID: call.ID, SubSessionID: o.Start.SessionID,
+				AgentType: o.Start.AgentType, WorkflowID: o.Start.WorkflowID})
+			return nil
+		}
+		*result = steps.CompanionResult(call, o.Start.Name, out, err)
+	case o.WaitWorkflowID != "":
+		out, err := dbos.GetEvent[*steps.Outcome](t.ctx, o.WaitWorkflowID, steps.OutcomeEvent, time.Duration(o.WaitTimeoutMS)*time.Millisecond)
+		if err != nil && !errors.Is(err, dbos.ErrTimeout) {
+			return err
+		}
+		if out == nil {
+			*result = steps.StillRunningResult(call)
+			return nil
+		}
+		r, err := runTxn(t.ctx, t.j, steps.NameCompanionWaitEnded, t.env.WaitEnded(t.run, call, o.WaitSessionID))
+		if err != nil {
+			return err
+		}
+		*result = r
+	case o.Cancel != "":
+		if _, err := runStep(t.ctx, t.j, steps.NameCompanionCancel, recordNow, fenced(t, t.env.CancelWorkflow(o.Cancel))); err != nil {
+			return err
+		}
+		*result = *o.Result
+	default:
+		*result = *o.Result
+	}
+	return nil
 }
 
 // deliverCompletions hands the agent the outcomes of its companions that

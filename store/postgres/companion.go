@@ -132,7 +132,7 @@ func (s *Store) spawnCompanion(ctx context.Context, p store.CompanionDispatchPar
 	// whose end ends the parent's stream.
 	if _, err := s.CreateSession(ctx, store.CreateSessionParams{SessionID: childID, AgentType: p.AgentType,
 		ParentSessionID: parent.SessionID, StreamID: childID, CustomState: p.InitialState, Mode: helix.SessionModePersistent,
-		Metadata: meta}); err != nil {
+		Metadata: meta, TracingContext: p.TracingContext}); err != nil {
 		return nil, err
 	}
 	if err := s.AddSubSessionRefs(ctx, parent.SessionID, []store.SubSessionRef{{SubSessionID: childID, AgentType: p.AgentType,
