@@ -34,10 +34,9 @@ type sessionList struct {
 	PrevCursor string                 `json:"prevCursor,omitempty"`
 }
 
-// A list cursor is a position in the list (store.SessionCursor): the
-// (created_at, session_id) of a row, base64url-encoded as RFC 3339 time, a
-// space, and the ID.
-
+// encodeCursor renders a position in the list (the created_at and
+// session_id of a row) as the API's cursor: base64url of the RFC 3339 time,
+// a space, and the ID; "" for none.
 func encodeCursor(c *store.SessionCursor) string {
 	if c == nil {
 		return ""
@@ -45,6 +44,7 @@ func encodeCursor(c *store.SessionCursor) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(c.CreatedAt.UTC().Format(time.RFC3339Nano) + " " + c.SessionID))
 }
 
+// parseCursor reads a cursor encodeCursor wrote.
 func parseCursor(s string) (*store.SessionCursor, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {

@@ -15,9 +15,9 @@ import (
 // (created_at, session_id): a page reads its rows in index order from its
 // cursor and stops, at any depth, instead of counting past an OFFSET. The
 // indexes of migration 00023 serve it: root sessions by (created_at,
-// session_id), by owner and by agent, and session IDs by prefix. (The one
-// unindexed combination is IncludeSubSessions with no filter but status or
-// time: a scan of every session and a top-N sort.)
+// session_id), by owner and by agent, and session IDs by prefix; a status
+// by (status, created_at). (The one unindexed case is IncludeSubSessions
+// with no other filter: a scan of every session and a top-N sort.)
 func (s *Store) PageSessions(ctx context.Context, opts *store.PageSessionsOptions) (*store.SessionPage, error) {
 	var o store.PageSessionsOptions
 	if opts != nil {
