@@ -21,7 +21,8 @@ type ClusterOptions struct {
 const DefaultSessionsPerExecutor = 50
 
 // Cluster is the state of the engines sharing the database and of their
-// DBOS queues, as ReadCluster reads it.
+// DBOS queues, as ReadCluster reads it. Its slices, and each executor's
+// Sessions, are empty rather than nil when there is nothing to list.
 type Cluster struct {
 	// Executors are the rows of helix.executors, alive ones first, then by
 	// ID (byte-wise).
@@ -82,37 +83,50 @@ func (s *Store) ReadCluster(ctx context.Context, opts *ClusterOptions) (*Cluster
 	if perExecutor <= 0 {
 		perExecutor = DefaultSessionsPerExecutor
 	}
-	rows, err := s.q.Query(ctx, clusterExecutorsSQL, o.UserID, perExecutor)
+	executors, err := s.readExecutors(ctx, o.UserID, perExecutor)
 	if err != nil {
 		return nil, wrap(err, "read the cluster's executors")
 	}
+	queues, err := s.readQueues(ctx)
+	if err != nil {
+		return nil, wrap(err, "read the cluster's queues")
+	}
+	return &Cluster{Executors: executors, Queues: queues}, nil
+}
+
+func (s *Store) readExecutors(ctx context.Context, userID string, perExecutor int) ([]Executor, error) {
+	rows, err := s.q.Query(ctx, clusterExecutorsSQL, userID, perExecutor)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	c := &Cluster{Executors: []Executor{}, Queues: []QueueLoad{}}
+	out := []Executor{}
 	for rows.Next() {
 		var e Executor
 		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &e.StartedAt, &e.HeartbeatAt,
 			&e.LeaseExpiresAt, &e.Alive, &e.StoppedAt, &e.TakenOverBy, &e.SessionsOwned, &e.Sessions); err != nil {
-			return nil, wrap(err, "read the cluster's executors")
+			return nil, err
 		}
-		c.Executors = append(c.Executors, e)
+		out = append(out, e)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap(err, "read the cluster's executors")
-	}
-	rows.Close()
-	rows, err = s.q.Query(ctx, clusterQueuesSQL)
+	return out, rows.Err()
+}
+
+func (s *Store) readQueues(ctx context.Context) ([]QueueLoad, error) {
+	rows, err := s.q.Query(ctx, clusterQueuesSQL)
 	if err != nil {
-		return nil, wrap(err, "read the cluster's queues")
+		return nil, err
 	}
 	defer rows.Close()
+	out := []QueueLoad{}
 	for rows.Next() {
 		var q QueueLoad
 		if err := rows.Scan(&q.Queue, &q.Depth, &q.Running, &q.OldestWaitSeconds); err != nil {
-			return nil, wrap(err, "read the cluster's queues")
+			return nil, err
 		}
-		c.Queues = append(c.Queues, q)
+		out = append(out, q)
 	}
-	return c, wrap(rows.Err(), "read the cluster's queues")
+	return out, rows.Err()
 }
 
 // clusterExecutorsSQL reads every executor with the sessions it owns: per
