@@ -500,3 +500,23 @@ func (e *Engine) Sessions(ctx context.Context, opts store.ListSessionsOptions) (
 func (e *Engine) SubSessions(ctx context.Context, sessionID string) ([]store.SubSessionRef, error) {
 	return e.store.GetSubSessionRefs(ctx, sessionID)
 }
+
+// PageSessions returns one page of sessions, newest first, by keyset
+// (postgres.Store.PageSessions): root sessions by default, filtered by
+// status, agent, owner, creation time and ID prefix.
+func (e *Engine) PageSessions(ctx context.Context, opts *store.PageSessionsOptions) (*store.SessionPage, error) {
+	return e.store.PageSessions(ctx, opts)
+}
+
+// SubSessionTree returns the sessions a session started and theirs,
+// nested, depth first: at most limit of them, and whether there are more
+// (postgres.Store.SubSessionTree).
+func (e *Engine) SubSessionTree(ctx context.Context, sessionID string, limit int) (*store.SubSessionTree, error) {
+	return e.store.SubSessionTree(ctx, sessionID, limit)
+}
+
+// Cluster returns the executors sharing the database, the sessions each
+// owns, and the DBOS queues with work (postgres.Store.ReadCluster).
+func (e *Engine) Cluster(ctx context.Context, opts *postgres.ClusterOptions) (*postgres.Cluster, error) {
+	return e.store.ReadCluster(ctx, opts)
+}

@@ -418,6 +418,84 @@ type SessionSummary struct {
 	UpdatedAt       time.Time           `json:"updatedAt"`
 }
 
+// SessionCursor is a position in the keyset list of [PageSessionsOptions]:
+// the creation time and ID of a session. The list is ordered by both, so a
+// cursor stays valid, and a page starts exactly after it, while sessions
+// are created and deleted around it.
+type SessionCursor struct {
+	CreatedAt time.Time
+	SessionID string
+}
+
+// DefaultSessionPageSize is the page size of PageSessions.
+const DefaultSessionPageSize = 50
+
+// PageSessionsOptions filter and position a page of PageSessions, a keyset
+// list of sessions, newest first (by creation time, then ID). Only the
+// filters given become conditions, so each combination is planned for its
+// own index.
+type PageSessionsOptions struct {
+	// Status, AgentType: sessions with that status, of that agent (empty:
+	// any).
+	Status    helix.SessionStatus
+	AgentType string
+	// UserID keeps the sessions of that owner (empty: any): root sessions
+	// with that user ID and, with IncludeSubSessions, the sub-agent and
+	// companion sessions of such roots (a sub-session belongs to its root's
+	// owner, whatever its own user ID).
+	UserID string
+	// CreatedFrom and CreatedBefore bound the creation time: from
+	// inclusive, before exclusive (nil: unbounded).
+	CreatedFrom   *time.Time
+	CreatedBefore *time.Time
+	// IDPrefix keeps the sessions whose ID starts with it (an exact ID
+	// matches itself and the IDs it prefixes). %, _ and \ match themselves.
+	IDPrefix string
+	// IncludeSubSessions lists sub-agent and companion sessions too; by
+	// default only root sessions.
+	IncludeSubSessions bool
+	// After starts the page at the first session older than the cursor
+	// (the SessionPage.Next of the page before); Before ends it at the last
+	// session newer than the cursor (a SessionPage.Prev). At most one; none
+	// is the first (newest) page.
+	After  *SessionCursor
+	Before *SessionCursor
+	// Limit defaults to DefaultSessionPageSize and is capped at MaxPageSize.
+	Limit int
+}
+
+// SessionPage is one page of PageSessions.
+type SessionPage struct {
+	// Sessions are newest first.
+	Sessions []SessionSummary
+	// Next is the position to pass as After for the older sessions: set
+	// when the page was cut short, or was reached with Before. Prev, to
+	// pass as Before for the newer sessions, is its mirror: set when the
+	// page was reached with After, or with Before and cut short; nil on
+	// the first page. Both are nil on an empty page.
+	Next *SessionCursor
+	Prev *SessionCursor
+}
+
+// SubSessionNode is a sub-agent or companion session in a session's tree
+// (SubSessionTree), with the sessions it started, in the order they were
+// started.
+type SubSessionNode struct {
+	SubSessionRef
+	// Children is never nil (it encodes as []).
+	Children []SubSessionNode `json:"children"`
+}
+
+// SubSessionTree is the tree of the sessions a session started, theirs
+// nested under them: its first sessions depth first, the children of each
+// session in the order they were started.
+type SubSessionTree struct {
+	// Children are the session's own sub-sessions (never nil).
+	Children []SubSessionNode
+	// Truncated is true when the tree holds more sessions than were read.
+	Truncated bool
+}
+
 // Usage source types.
 const (
 	UsageModel            = "model"

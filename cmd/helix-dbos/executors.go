@@ -185,8 +185,8 @@ func readExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, error) 
 	}
 	// One row per executor and queue ("" for none). A session's current
 	// run has one workflow, so its session is counted in one row only and
-	// the rows of an executor add up. There is no index on
-	// helix.runs.workflow_id: the join reads helix.runs once.
+	// the rows of an executor add up. The runs are found by workflow ID
+	// (runs_workflow_idx, migration 00025).
 	qctx, cancel = queryContext(ctx)
 	defer cancel()
 	rows, err = conn.Query(qctx, `

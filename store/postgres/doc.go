@@ -21,5 +21,7 @@
 // query the table, and a slow poll covers lost notifications.
 //
 // Import rule: this package imports helix, store, internal helpers, pgx and
-// zerolog; never engine or DBOS.
+// zerolog; never engine or DBOS. ([Store.ReadCluster] reads DBOS's
+// workflow_status table with SQL; its tests create that table with DBOS
+// itself, so that they run on DBOS's own schema and indexes.)
 package postgres

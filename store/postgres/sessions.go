@@ -522,9 +522,8 @@ func (s *Store) DeleteSession(ctx context.Context, sessionID string) error {
 // ListSessions implements store.Sessions.
 func (s *Store) ListSessions(ctx context.Context, opts store.ListSessionsOptions) ([]store.SessionSummary, error) {
 	limit := pageLimit(opts.Limit, store.DefaultMessagePageSize)
-	rows, err := s.q.Query(ctx, `SELECT session_id, agent_type, COALESCE(parent_session_id, ''), status, step_count,
-			message_count, COALESCE(user_id, ''), created_at, updated_at
-		FROM helix.sessions
+	rows, err := s.q.Query(ctx, `SELECT `+summaryColumns+`
+		FROM helix.sessions s
 		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR agent_type = $2) AND ($3 = '' OR user_id = $3)
 		  AND (NOT $4 OR parent_session_id IS NULL)
 		ORDER BY created_at DESC, session_id
@@ -533,19 +532,30 @@ func (s *Store) ListSessions(ctx context.Context, opts store.ListSessionsOptions
 	if err != nil {
 		return nil, wrap(err, "list sessions")
 	}
+	out, err := collectSummaries(rows, nil)
+	return out, wrap(err, "list sessions")
+}
+
+// summaryColumns are the columns of a store.SessionSummary (table alias
+// s), in the order collectSummaries reads them.
+const summaryColumns = `s.session_id, s.agent_type, coalesce(s.parent_session_id, ''), s.status, s.step_count,
+	s.message_count, coalesce(s.user_id, ''), s.created_at, s.updated_at`
+
+// collectSummaries appends the rows of summaryColumns to out and closes
+// rows.
+func collectSummaries(rows Rows, out []store.SessionSummary) ([]store.SessionSummary, error) {
 	defer rows.Close()
-	var out []store.SessionSummary
 	for rows.Next() {
 		var r store.SessionSummary
 		var status string
 		if err := rows.Scan(&r.SessionID, &r.AgentType, &r.ParentSessionID, &status, &r.StepCount,
 			&r.MessageCount, &r.UserID, &r.CreatedAt, &r.UpdatedAt); err != nil {
-			return nil, wrap(err, "list sessions")
+			return nil, err
 		}
 		r.Status = helix.SessionStatus(status)
 		out = append(out, r)
 	}
-	return out, wrap(rows.Err(), "list sessions")
+	return out, rows.Err()
 }
 
 func pageLimit(limit, def int) int {

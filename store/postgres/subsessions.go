@@ -93,6 +93,82 @@ func (s *Store) GetSubSessionRefs(ctx context.Context, sessionID string) ([]stor
 	return out, wrap(rows.Err(), "get sub-session refs of %s", sessionID)
 }
 
+// SubSessionTree returns the tree of the sessions a session started (its
+// sub-agents and companions, theirs nested under them) in one query: its
+// first limit sessions depth first, each session's children in the order
+// they were started, and whether the tree holds more. limit defaults to
+// and is capped at store.MaxPageSize. A session that started none, or no
+// session at all, has an empty tree.
+//
+// The query reads no more than it might return: a sub-session is read only
+// if the sessions that must come before it (depth first) do not already
+// fill the tree, so a long history of sub-agents costs no more than a short
+// one. (A reference cycle, which sub-session IDs derived from their
+// parent's make impossible, would end at its first repeat.)
+func (s *Store) SubSessionTree(ctx context.Context, sessionID string, limit int) (*store.SubSessionTree, error) {
+	limit = pageLimit(limit, store.MaxPageSize)
+	rows, err := s.q.Query(ctx, subSessionTreeSQL, sessionID, int64(limit)+1)
+	if err != nil {
+		return nil, wrap(err, "read the sub-session tree of %s", sessionID)
+	}
+	defer rows.Close()
+	var flat []treeRow
+	for rows.Next() {
+		var tr treeRow
+		if err := rows.Scan(append([]any{&tr.depth}, tr.rs.dest()...)...); err != nil {
+			return nil, wrap(err, "read the sub-session tree of %s", sessionID)
+		}
+		flat = append(flat, tr)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "read the sub-session tree of %s", sessionID)
+	}
+	tree := &store.SubSessionTree{Truncated: len(flat) > limit}
+	if tree.Truncated {
+		flat = flat[:limit] // a prefix of a depth-first order is a tree
+	}
+	i := 0
+	tree.Children = nestTree(flat, &i, 1)
+	return tree, nil
+}
+
+// subSessionTreeSQL reads a session's sub-session tree depth first, at most
+// $2 sessions. Each row carries least, a lower bound of its position depth
+// first (its parent's bound plus its rank among its siblings: every earlier
+// sibling, and the parent, come before it), and a session's children are
+// read only while that bound stays within $2. path orders the rows depth
+// first (created_seq is unique and increasing); seen stops a cycle.
+const subSessionTreeSQL = `WITH RECURSIVE tree AS (
+		SELECT c.*, ARRAY[c.created_seq] AS path, ARRAY[$1::text, c.sub_session_id] AS seen, c.rank AS least
+		FROM (SELECT r.*, row_number() OVER (ORDER BY r.created_seq) AS rank
+			FROM helix.sub_session_refs r WHERE r.session_id = $1 ORDER BY r.created_seq LIMIT $2) c
+		UNION ALL
+		SELECT c.*, t.path || c.created_seq, t.seen || c.sub_session_id, t.least + c.rank
+		FROM tree t CROSS JOIN LATERAL (SELECT r.*, row_number() OVER (ORDER BY r.created_seq) AS rank
+			FROM helix.sub_session_refs r WHERE r.session_id = t.sub_session_id ORDER BY r.created_seq LIMIT $2 - t.least) c
+		WHERE c.sub_session_id <> ALL (t.seen)
+	)
+	SELECT cardinality(r.path), ` + refColumns + ` FROM tree r ORDER BY r.path LIMIT $2`
+
+// treeRow is a row of subSessionTreeSQL: a sub-session and its depth (1:
+// a child of the tree's session).
+type treeRow struct {
+	depth int
+	rs    refScan
+}
+
+// nestTree nests the rows, depth first from *i, of the sessions at depth
+// and their descendants.
+func nestTree(flat []treeRow, i *int, depth int) []store.SubSessionNode {
+	nodes := []store.SubSessionNode{}
+	for *i < len(flat) && flat[*i].depth == depth {
+		ref := flat[*i].rs.ref()
+		*i++
+		nodes = append(nodes, store.SubSessionNode{SubSessionRef: ref, Children: nestTree(flat, i, depth+1)})
+	}
+	return nodes
+}
+
 // refColumns is the column list of a sub-session reference (table alias r)
 // that refScan reads, in order.
 const refColumns = `r.sub_session_id, r.agent_type, r.parent_tool_call_id, r.status, r.mode, COALESCE(r.name, ''),
