@@ -186,7 +186,7 @@ func readExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, error) 
 	// One row per executor and queue ("" for none). A session's current
 	// run has one workflow, so its session is counted in one row only and
 	// the rows of an executor add up. The runs are found by workflow ID
-	// (runs_workflow_idx, migration 00025).
+	// (runs_workflow_idx, migration 00024).
 	qctx, cancel = queryContext(ctx)
 	defer cancel()
 	rows, err = conn.Query(qctx, `
