@@ -1,5 +1,5 @@
 -- +goose Up
--- The inspector's list of sessions (server/inspector_api.go) pages by
+-- The inspector's list of sessions (store/postgres PageSessions) pages by
 -- keyset, newest first: (created_at, session_id) below the last row seen.
 -- These indexes let each page read its rows in order and stop after them,
 -- at any depth of 100k sessions and more, with or without a filter by
