@@ -155,13 +155,7 @@ func backends(t *testing.T, direct *pgx.Conn) string {
 func connLossEngine(t *testing.T, dbURL string, buf *syncBuffer, agents ...*helix.Agent) (*engine.Engine, *cutProxy) {
 	t.Helper()
 	p, proxied := newCutProxy(t, dbURL)
-	log := zerolog.New(buf)
-	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: proxied, Logger: &log})
-	require.NoError(t, err)
-	require.NoError(t, e.Register(agents...))
-	require.NoError(t, e.Launch(t.Context()))
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	return e, p
+	return newEngineLogging(t, proxied, buf, agents...), p
 }
 
 // requireNoStepFailed checks no run was failed by the lost connection.

@@ -2,11 +2,14 @@ package engine_test
 
 import (
 	"context"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -205,6 +208,109 @@ func TestDBOSResumeRevivesTheSession(t *testing.T) {
 		})
 	}
 }
+
+// The execution of a session's workflow that DBOS's tools cancelled still
+// waits for its approval in this process when the workflow is resumed:
+// the resumed execution revives the session, then takes its fencing ticket
+// here. An approval that comes in between (held here: the resumed execution
+// waits where it logs the revival, before its ticket) wakes both; the
+// cancelled execution, which no longer owns the workflow, ends without
+// running the tool, and the resumed one runs it, once.
+func TestDBOSResumeLeavesTheApprovalToTheResumedExecution(t *testing.T) {
+	t.Parallel()
+	w := &logHold{lineWatch: lineWatch{want: "run.taken_over", seen: make(chan struct{})},
+		hold: "session.resumed_through_dbos", held: make(chan struct{}), release: make(chan struct{})}
+	p := waitingPayment(t, w)
+	t.Cleanup(w.let) // before the engine's shutdown: a failed test leaves no execution held
+	client := dbosClient(t, p.url)
+	require.NoError(t, dbos.CancelWorkflow(client, p.h.WorkflowID))
+	require.Eventually(t, func() bool {
+		st, err := p.e.Session(t.Context(), p.h.SessionID)
+		require.NoError(t, err)
+		return st.Status == helix.SessionFailed
+	}, 30*time.Second, 20*time.Millisecond, "the cancel sweep aborts the session")
+	_, err := dbos.ResumeWorkflow[steps.Outcome](client, p.h.WorkflowID)
+	require.NoError(t, err)
+	select {
+	case <-w.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the resumed execution did not revive the session")
+	}
+
+	res, err := p.e.SubmitToolResult(t.Context(), p.h.SessionID, helix.Approve("t1", "fine"))
+	require.NoError(t, err, "the revived session takes the answer")
+	require.False(t, res.AlreadyCompleted)
+	w.await(t, "the cancelled execution ends once the answer woke it")
+	require.Zero(t, executions2(&p.runs, "t1"), "the cancelled execution did not run the tool")
+
+	w.let()
+	out := waitFor(t, p.h, helix.AgentCompleted)
+	require.JSONEq(t, `"paid"`, string(out.Output))
+	require.EqualValues(t, 1, executions2(&p.runs, "t1"), "the resumed execution ran the tool, once")
+}
+
+// An execution waiting for an approval whose workflow became another
+// execution's meanwhile (resumed or recovered by another engine: no newer
+// execution in this process fences it) does not run the approved tool
+// when the answer wakes it: it ends, and the owner runs the tool.
+func TestAWaitingExecutionThatLostItsWorkflowDoesNotRunTheTool(t *testing.T) {
+	t.Parallel()
+	w := &lineWatch{want: "run.taken_over", seen: make(chan struct{})}
+	p := waitingPayment(t, w)
+	pool, err := pgxpool.New(t.Context(), p.url)
+	require.NoError(t, err)
+	defer pool.Close()
+	tag, err := pool.Exec(t.Context(), `UPDATE dbos.workflow_status SET owner_xid = 'another-execution' WHERE workflow_uuid = $1`, p.h.WorkflowID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	_, err = p.e.SubmitToolResult(t.Context(), p.h.SessionID, helix.Approve("t1", "fine"))
+	require.NoError(t, err)
+	w.await(t, "the execution ends once the answer woke it")
+	require.Zero(t, executions2(&p.runs, "t1"), "the execution that lost its workflow did not run the tool")
+}
+
+// payment is a payer's session waiting for the approval of its transfer
+// t1, on an engine of its own that logs to a test's writer.
+type payment struct {
+	url  string
+	e    *engine.Engine
+	h    *engine.Handle
+	runs sync.Map
+}
+
+func waitingPayment(t *testing.T, log io.Writer) *payment {
+	t.Helper()
+	p := &payment{url: pgtest.NewURL(t)}
+	agent := payer(&p.runs)
+	p.e = newEngineLogging(t, p.url, log, agent)
+	var err error
+	p.h, err = p.e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, p.h).Status)
+	return p
+}
+
+// logHold is a lineWatch that also holds the goroutine that writes a line
+// containing hold, until let.
+type logHold struct {
+	lineWatch
+	hold          string
+	held, release chan struct{}
+	heldOnce      sync.Once
+	letOnce       sync.Once
+}
+
+func (w *logHold) Write(p []byte) (int, error) {
+	n, err := w.lineWatch.Write(p)
+	if strings.Contains(string(p), w.hold) {
+		w.heldOnce.Do(func() { close(w.held) })
+		<-w.release
+	}
+	return n, err
+}
+
+func (w *logHold) let() { w.letOnce.Do(func() { close(w.release) }) }
 
 // A queued session whose workflow was cancelled with DBOS's tools while it
 // waited in the queue (its segment cancelled with it by the abort) runs

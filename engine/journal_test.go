@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -35,6 +34,16 @@ func (w *lineWatch) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// await waits (at most 30 s) for a line containing want.
+func (w *lineWatch) await(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-w.seen:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no line with %q was logged", what, w.want)
+	}
+}
+
 // The step journal records only for the execution that owns the workflow:
 // once another execution owns it (a takeover, a DBOS cancel or resume), the
 // step that was running commits nothing: not its messages, not its records.
@@ -55,12 +64,7 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 	agent := &helix.Agent{Name: "journal-owner", Tools: []*helix.Tool{tool},
 		Model: script(calls(call("t1", "slow", `{}`)), text("never reached"))}
 	watch := &lineWatch{want: "run.taken_over", seen: make(chan struct{})}
-	log := zerolog.New(watch)
-	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, Logger: &log})
-	require.NoError(t, err)
-	require.NoError(t, e.Register(agent))
-	require.NoError(t, e.Launch(t.Context()))
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	e := newEngineLogging(t, url, watch, agent)
 
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
 	require.NoError(t, err)
@@ -74,11 +78,7 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 	require.EqualValues(t, 1, tag.RowsAffected())
 	close(release)
 
-	select {
-	case <-watch.seen:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the execution went on recording after its workflow became another execution's")
-	}
+	watch.await(t, "the execution went on recording after its workflow became another execution's")
 	var names []string
 	rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal_records
 		WHERE workflow_id = $1 AND id >= $2 ORDER BY id`, h.WorkflowID, workflows.JournalBase)

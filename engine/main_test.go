@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -36,12 +38,27 @@ func newEngineOn(t *testing.T, url string, agents ...*helix.Agent) *engine.Engin
 		// The whole suite through a queue: every run in segments.
 		cfg.Queue = &engine.QueueConfig{PollingInterval: 20 * time.Millisecond}
 	}
+	return newEngineWith(t, cfg, agents...)
+}
+
+// newEngineWith returns an engine on cfg, its agents registered, launched
+// and shut down at cleanup.
+func newEngineWith(t *testing.T, cfg engine.Config, agents ...*helix.Agent) *engine.Engine {
+	t.Helper()
 	e, err := engine.New(t.Context(), cfg)
 	require.NoError(t, err)
 	require.NoError(t, e.Register(agents...))
 	require.NoError(t, e.Launch(t.Context()))
 	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
 	return e
+}
+
+// newEngineLogging is newEngineOn without the queued suite, its logs
+// written to log.
+func newEngineLogging(t *testing.T, url string, log io.Writer, agents ...*helix.Agent) *engine.Engine {
+	t.Helper()
+	logger := zerolog.New(log)
+	return newEngineWith(t, engine.Config{DatabaseURL: url, Logger: &logger}, agents...)
 }
 
 // script is a deterministic test model: the step to play is the number of

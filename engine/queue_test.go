@@ -24,12 +24,7 @@ import (
 // through a queue configured by q.
 func newQueuedEngineOn(t *testing.T, url string, q engine.QueueConfig, agents ...*helix.Agent) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, Queue: &q})
-	require.NoError(t, err)
-	require.NoError(t, e.Register(agents...))
-	require.NoError(t, e.Launch(t.Context()))
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	return e
+	return newEngineWith(t, engine.Config{DatabaseURL: url, Queue: &q}, agents...)
 }
 
 // gate is a model that records which sessions called it, in order, and

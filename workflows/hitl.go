@@ -274,11 +274,28 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 		}
 		var a postgres.Answer
 		err := t.j.retry(t.ctx, "look for the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
-			a, err = t.env.Store.PeekAnswer(ctx, t.run.SessionID, c.ToolCallID, t.j.wfID, recv.Topic(c.ToolCallID))
+			a, err = t.env.Store.PeekAnswer(ctx, t.run.SessionID, c.ToolCallID, t.j.wfID, recv.Topic(c.ToolCallID), t.j.owner)
 			return err
 		})
 		if err != nil {
 			return false, err
+		}
+		if !a.Owned {
+			// This execution lost its workflow while it waited: cancelled
+			// with DBOS's tools (and maybe resumed since), or taken over.
+			// DBOS does not stop a cancelled execution that waits outside
+			// its steps, and an answer can only come once the session runs
+			// again, in the execution that owns the workflow now (a resume
+			// revives an aborted session only after DBOS gave it a new
+			// owner token; a message to a cancelled workflow is refused).
+			// That answer wakes this execution too: acting on it would run
+			// an approved tool a second time, the in-process fence (Fence)
+			// stopping it only once the new execution took its ticket, and
+			// never when the new execution runs in another process. It is
+			// read in the same statement as the message, so whichever
+			// answer this wait sees, it sees the new owner with it: this
+			// execution ends here, recording nothing.
+			return false, conflict(t.j.wfID)
 		}
 		if a.MessageWaiting {
 			t.answer = &a

@@ -315,20 +315,28 @@ type Answer struct {
 	Found bool
 	// Interrupt reports the session's interrupt flag.
 	Interrupt bool
+	// Owned reports that the waiting execution still owns workflowID: its
+	// DBOS owner token is the one PeekAnswer was given. An execution that
+	// lost its workflow (cancelled with DBOS's tools, then resumed; taken
+	// over) must not act on an answer, which is the owner's.
+	Owned bool
 }
 
 // PeekAnswer reads, locking nothing and in one statement, whether a message
 // for a tool call waits for workflowID on topic (DBOS's notifications),
-// the call as pending in the session, and the session's interrupt flag:
-// what a run that waits for the call looks at when it is woken, before it
-// takes the answer in a transaction of its own.
-func (s *Store) PeekAnswer(ctx context.Context, sessionID, toolCallID, workflowID, topic string) (Answer, error) {
+// the call as pending in the session, the session's interrupt flag, and
+// whether the execution whose DBOS owner token is owner still owns
+// workflowID: what a run that waits for the call looks at when it is woken,
+// before it takes the answer in a transaction of its own.
+func (s *Store) PeekAnswer(ctx context.Context, sessionID, toolCallID, workflowID, topic, owner string) (Answer, error) {
 	var a Answer
 	var raw []byte
 	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dbos.notifications
 			WHERE destination_uuid = $3 AND topic = $4 AND NOT consumed),
-		pending_client_tool_calls -> $2, interrupt_requested
-		FROM helix.sessions WHERE session_id = $1`, sessionID, toolCallID, workflowID, topic).Scan(&a.MessageWaiting, &raw, &a.Interrupt)
+		pending_client_tool_calls -> $2, interrupt_requested,
+		EXISTS (SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = $3 AND owner_xid = $5)
+		FROM helix.sessions WHERE session_id = $1`, sessionID, toolCallID, workflowID, topic, owner).
+		Scan(&a.MessageWaiting, &raw, &a.Interrupt, &a.Owned)
 	if isNoRows(err) {
 		return a, notFound("session", sessionID)
 	}
