@@ -46,28 +46,32 @@ func (e *Engine) DeleteSession(ctx context.Context, sessionID string, opts *Dele
 // transaction, as DeleteSession does for one: when one of them is refused
 // nothing is deleted. Give it batches of at most a few hundred roots.
 func (e *Engine) DeleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
-	if opts == nil {
-		opts = &DeleteOptions{}
-	}
-	if opts.Force {
+	if opts != nil && opts.Force {
 		if err := e.requireLaunched(); err != nil {
 			return nil, err
 		}
+	}
+	return e.control().deleteSessions(ctx, sessionIDs, opts)
+}
+
+// deleteSessions implements Engine.DeleteSessions and Client.DeleteSessions.
+func (c control) deleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+	if opts != nil && opts.Force {
 		for _, id := range sessionIDs {
-			if err := e.stopTree(ctx, id); err != nil {
+			if err := c.stopTree(ctx, id); err != nil {
 				return nil, err
 			}
 		}
 	}
 	// Without Force, or when a run started on a tree after it was stopped,
 	// the store refuses the batch under the tree's row locks.
-	return e.store.DeleteSessionTrees(ctx, sessionIDs, nil)
+	return c.store.DeleteSessionTrees(ctx, sessionIDs, nil)
 }
 
 // stopTree aborts the active sessions of rootID's tree, cancels its
 // workflows DBOS has not finished, and waits until DBOS records them ended.
-func (e *Engine) stopTree(ctx context.Context, rootID string) error {
-	tree, err := e.store.ListSubtree(ctx, rootID)
+func (c control) stopTree(ctx context.Context, rootID string) error {
+	tree, err := c.store.ListSubtree(ctx, rootID)
 	if err != nil || len(tree) == 0 {
 		return err
 	}
@@ -77,7 +81,7 @@ func (e *Engine) stopTree(ctx context.Context, rootID string) error {
 	// Parents first; aborting a session aborts its running descendants,
 	// so each is read again before it is aborted.
 	for _, s := range tree {
-		st, err := e.store.LoadState(ctx, s.SessionID)
+		st, err := c.store.LoadState(ctx, s.SessionID)
 		if errors.Is(err, helix.ErrNotFound) {
 			continue
 		}
@@ -87,7 +91,7 @@ func (e *Engine) stopTree(ctx context.Context, rootID string) error {
 		if st.Status != helix.SessionActive {
 			continue
 		}
-		err = e.control().abort(ctx, st.SessionID, fmt.Sprintf("deleted with session %s", rootID))
+		err = c.abort(ctx, st.SessionID, fmt.Sprintf("deleted with session %s", rootID))
 		var refused *RefusedError
 		if err != nil && !(errors.As(err, &refused) && refused.Code == RefusedNotRunning) { // ended meanwhile
 			return err
@@ -96,11 +100,11 @@ func (e *Engine) stopTree(ctx context.Context, rootID string) error {
 	t := time.NewTicker(deleteWaitInterval)
 	defer t.Stop()
 	for {
-		pending, err := e.store.PendingTreeWorkflows(ctx, rootID)
+		pending, err := c.store.PendingTreeWorkflows(ctx, rootID)
 		if err != nil || len(pending) == 0 {
 			return err
 		}
-		if err := dbos.CancelWorkflows(e.dbos, pending); err != nil {
+		if err := dbos.CancelWorkflows(c.dbos, pending); err != nil {
 			return fmt.Errorf("engine: cancel the workflows %v of session %s: %w", pending, rootID, err)
 		}
 		select {
