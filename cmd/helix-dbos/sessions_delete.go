@@ -56,7 +56,7 @@ func newSessionsDeleteCmd(g *globals) *cobra.Command {
 					var notRoot *helix.NotRootSessionError
 					switch {
 					case errors.As(err, &running):
-						r.Status, r.Error = "refused", strings.TrimPrefix(running.Error(), "helix: ")+"; --force aborts it"
+						r.Status, r.Error = "refused", strings.Replace(strings.TrimPrefix(running.Error(), "helix: "), "with force", "with --force", 1)
 						rep.Failed++
 					case errors.As(err, &notRoot):
 						r.Status, r.Error = "refused", strings.TrimPrefix(notRoot.Error(), "helix: ")
