@@ -15,6 +15,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // rowsWithPrefix counts, for every table of the helix and dbos schemas,
@@ -191,4 +192,39 @@ func TestDeleteSessionRefusesARunningSession(t *testing.T) {
 	_, err = h.Result(t.Context())
 	require.Error(t, err, "the run was aborted")
 	require.Zero(t, executions2(&runs, "t1"), "the waiting tool never ran")
+}
+
+// A turn that starts while a deletion's transaction holds the session
+// waits for it, then finds the session gone: no run starts on a session
+// being deleted.
+func TestDeleteSessionBlocksARunStartingMeanwhile(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "echo", Model: script(text("first"), text("second"))}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "hi"}, &engine.ExecuteOptions{SessionID: uuid.NewString()})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	pool := e.Store().Pool()
+
+	tx, err := pool.Begin(t.Context())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+	stats, err := e.Store().WithQuerier(postgres.PgxQuerier(tx)).DeleteSessionTrees(t.Context(), []string{h.SessionID}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{h.SessionID}, stats.Deleted)
+
+	started := make(chan error, 1)
+	go func() {
+		_, err := e.Execute(t.Context(), agent, engine.Input{Message: "again"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+		started <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the new turn waits for the deletion's lock")
+	require.NoError(t, tx.Commit(t.Context()))
+	require.ErrorIs(t, <-started, helix.ErrNotFound, "the turn finds the session deleted")
+	require.Empty(t, rowsWithPrefix(t, pool, h.SessionID), "and wrote nothing")
 }

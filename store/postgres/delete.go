@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -114,23 +114,27 @@ func (s *Store) DeleteSessionTrees(ctx context.Context, rootIDs []string, opts *
 		if err != nil {
 			return err
 		}
-		var sessions []string
-		var roots []string
+		dbos, err := hasDBOS(ctx, q)
+		if err != nil {
+			return err
+		}
+		var sessions, roots []string
+		seen := map[string]bool{}
 		for _, id := range rootIDs {
-			t, ok := trees[id]
-			switch {
-			case !ok:
-				if !slices.Contains(stats.NotFound, id) {
-					stats.NotFound = append(stats.NotFound, id)
-				}
-				continue
-			case t.parent != "":
-				return &helix.NotRootSessionError{SessionID: id, RootSessionID: t.root}
-			case slices.Contains(roots, id):
+			if seen[id] {
 				continue
 			}
-			if err := checkIdle(ctx, q, id, t.sessions); err != nil {
-				if opts.SkipRunning && errorsIsRunning(err) {
+			seen[id] = true
+			t, ok := trees[id]
+			if !ok {
+				stats.NotFound = append(stats.NotFound, id)
+				continue
+			}
+			if t.parent != "" {
+				return &helix.NotRootSessionError{SessionID: id, RootSessionID: t.root}
+			}
+			if err := checkIdle(ctx, q, id, t.sessions, dbos); err != nil {
+				if opts.SkipRunning && errors.As(err, new(*helix.SessionRunningError)) {
 					stats.Running = append(stats.Running, id)
 					continue
 				}
@@ -143,17 +147,12 @@ func (s *Store) DeleteSessionTrees(ctx context.Context, rootIDs []string, opts *
 		if len(roots) == 0 {
 			return nil
 		}
-		return deleteRows(ctx, q, sessions, stats)
+		return deleteRows(ctx, q, sessions, dbos, stats)
 	})
 	if err != nil {
 		return nil, wrap(err, "delete session trees %v", rootIDs)
 	}
 	return stats, nil
-}
-
-func errorsIsRunning(err error) bool {
-	_, ok := err.(*helix.SessionRunningError) //nolint:errorlint // checkIdle returns it unwrapped
-	return ok
 }
 
 // tree is a locked session tree: its root's parent and root (set for an ID
@@ -206,7 +205,7 @@ func lockTrees(ctx context.Context, q Querier, ids []string) (map[string]*tree, 
 
 // checkIdle returns *helix.SessionRunningError when a session of the tree
 // (locked) is active or a workflow of its runs is still pending.
-func checkIdle(ctx context.Context, q Querier, root string, sessions []string) error {
+func checkIdle(ctx context.Context, q Querier, root string, sessions []string, dbos bool) error {
 	var id, status string
 	err := q.QueryRow(ctx, `SELECT session_id, status FROM helix.sessions
 		WHERE session_id = ANY($1) AND status = $2 ORDER BY session_id LIMIT 1`,
@@ -217,9 +216,8 @@ func checkIdle(ctx context.Context, q Querier, root string, sessions []string) e
 	if !isNoRows(err) {
 		return fmt.Errorf("check sessions of %s: %w", root, err)
 	}
-	dbos, err := hasDBOS(ctx, q)
-	if err != nil || !dbos {
-		return err
+	if !dbos {
+		return nil
 	}
 	var wf string
 	err = q.QueryRow(ctx, `WITH RECURSIVE `+treeWorkflows+`
@@ -258,7 +256,7 @@ func hasDBOS(ctx context.Context, q Querier) (bool, error) {
 
 // deleteRows deletes the rows of the locked, idle sessions, counting them
 // in stats.
-func deleteRows(ctx context.Context, q Querier, sessions []string, stats *DeleteStats) error {
+func deleteRows(ctx context.Context, q Querier, sessions []string, dbos bool, stats *DeleteStats) error {
 	rows, err := q.Query(ctx, `SELECT stream_id FROM helix.streams WHERE owner_session_id = ANY($1)
 		UNION SELECT stream_id FROM helix.sessions WHERE session_id = ANY($1) AND stream_id IS NOT NULL`, sessions)
 	if err != nil {
@@ -267,10 +265,6 @@ func deleteRows(ctx context.Context, q Querier, sessions []string, stats *Delete
 	streams, err := collectStrings(rows)
 	if err != nil {
 		return fmt.Errorf("list streams: %w", err)
-	}
-	dbos, err := hasDBOS(ctx, q)
-	if err != nil {
-		return err
 	}
 	var workflows []string
 	if dbos {

@@ -1,8 +1,10 @@
 package postgres_test
 
 import (
+	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -48,7 +50,7 @@ func TestDeleteSessionTreesBatch(t *testing.T) {
 	require.ErrorAs(t, err, &notRoot)
 	require.Equal(t, "a", notRoot.RootSessionID)
 
-	stats, err := st.DeleteSessionTrees(ctx, []string{"a", "busy", "nobody", "a", "b"}, &postgres.DeleteTreesOptions{SkipRunning: true})
+	stats, err := st.DeleteSessionTrees(ctx, []string{"a", "busy", "nobody", "a", "b", "busy", "nobody"}, &postgres.DeleteTreesOptions{SkipRunning: true})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b"}, stats.Deleted)
 	require.Equal(t, []string{"busy"}, stats.Running)
@@ -97,4 +99,41 @@ func TestDeleteSessionTreesConcurrent(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	require.Len(t, append(deleted[0], deleted[1]...), 4, "each tree deleted once: %v", deleted)
+}
+
+// A session moved to active by a transaction that commits while the
+// deletion waits for its row lock is seen active: the deletion locks the
+// sessions before it checks them, so it never deletes a session whose run
+// started after the check.
+func TestDeleteSessionTreesSeesARunThatStartedMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	pool := st.Pool()
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "s", AgentType: "a"})
+	require.NoError(t, err)
+	require.NoError(t, st.UpdateStatus(ctx, "s", helix.SessionCompleted, nil))
+
+	start, err := pool.Begin(ctx) // Execute's transaction, continuing the session
+	require.NoError(t, err)
+	defer func() { _ = start.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = start.Exec(ctx, `UPDATE helix.sessions SET status = 'active', version = version + 1 WHERE session_id = 's'`)
+	require.NoError(t, err)
+
+	deleted := make(chan error, 1)
+	go func() {
+		_, err := st.DeleteSessionTrees(ctx, []string{"s"}, nil)
+		deleted <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond, "the deletion waits for the session's row")
+	require.NoError(t, start.Commit(ctx))
+	require.ErrorIs(t, <-deleted, helix.ErrSessionRunning)
+	s, err := st.LoadState(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionActive, s.Status)
 }
