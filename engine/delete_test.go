@@ -140,6 +140,10 @@ func TestDeleteSessionLeavesNoRowOfTheTree(t *testing.T) {
 		`"dbos"."workflow_status"`, `"dbos"."workflow_input"`, `"dbos"."workflow_output"`, `"dbos"."operation_outputs"`} {
 		require.Positive(t, before[table], "the tree has rows in %s before it is deleted: %v", table, before)
 	}
+	var children int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dbos.workflow_status
+		WHERE starts_with(workflow_uuid, $1) AND parent_workflow_id IS NOT NULL`, gone).Scan(&children))
+	require.Positive(t, children, "the queued runs' segments are DBOS child workflows of their drivers")
 	keptBefore := rowsWithPrefix(t, pool, kept)
 	for table := range before {
 		require.Positive(t, keptBefore[table], "the other tree has rows in %s too", table)
