@@ -232,3 +232,33 @@ func TestDeleteSessionBlocksARunStartingMeanwhile(t *testing.T) {
 	require.ErrorIs(t, <-started, helix.ErrNotFound, "the turn finds the session deleted")
 	require.Empty(t, rowsWithPrefix(t, pool, h.SessionID), "and wrote nothing")
 }
+
+// A root waiting for its sub-agent, which waits for the user, is running
+// through its child: refused, then deleted with Force, which aborts the
+// tree (the child's wait too) and leaves no row of it.
+func TestDeleteSessionForceAbortsAWaitingTree(t *testing.T) {
+	t.Parallel()
+	parent := &helix.Agent{
+		Name:  "boss",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("done")),
+	}
+	e := newEngine(t, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: uuid.NewString()})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedAwaitingChildren, awaitSuspended(t, h).Status)
+	pool := e.Store().Pool()
+
+	_, err = e.DeleteSession(t.Context(), h.SessionID, nil)
+	require.ErrorIs(t, err, helix.ErrSessionRunning)
+	_, err = e.DeleteSession(t.Context(), h.SessionID+"-sub-r1", &engine.DeleteOptions{Force: true})
+	require.ErrorIs(t, err, helix.ErrNotRootSession, "Force does not abort a tree given a sub-agent's ID")
+	st, err := e.Session(t.Context(), h.SessionID+"-sub-r1")
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionActive, st.Status, "nothing was aborted")
+
+	stats, err := e.DeleteSession(t.Context(), h.SessionID, &engine.DeleteOptions{Force: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, stats.Sessions)
+	require.Empty(t, rowsWithPrefix(t, pool, h.SessionID))
+}
