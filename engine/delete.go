@@ -44,7 +44,8 @@ func (e *Engine) DeleteSession(ctx context.Context, sessionID string, opts *Dele
 
 // DeleteSessions deletes the session trees of sessionIDs in one
 // transaction, as DeleteSession does for one: when one of them is refused
-// nothing is deleted. Give it batches of at most a few hundred roots.
+// nothing is deleted (with Force, the trees stopped before the refusal
+// stay aborted). Give it batches of at most a few hundred roots.
 func (e *Engine) DeleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
 	if opts != nil && opts.Force {
 		if err := e.requireLaunched(); err != nil {
