@@ -24,6 +24,10 @@ var (
 	ErrInvalidInput = errors.New("helix: invalid input")
 	// ErrInvalidDefinition matches *DefinitionError.
 	ErrInvalidDefinition = errors.New("helix: invalid definition")
+	// ErrSessionRunning matches *SessionRunningError.
+	ErrSessionRunning = errors.New("helix: session has a run in progress")
+	// ErrNotRootSession matches *NotRootSessionError.
+	ErrNotRootSession = errors.New("helix: not a root session")
 )
 
 // The error types cross DBOS checkpoints, which gob-encode errors; registering
@@ -43,7 +47,54 @@ func init() {
 	gob.Register(&StreamFailedError{})
 	gob.Register(&StreamNotActiveError{})
 	gob.Register(&ToolPanicError{})
+	gob.Register(&SessionRunningError{})
+	gob.Register(&NotRootSessionError{})
 }
+
+// SessionRunningError refuses to delete a session tree that has a run in
+// progress: a session of the tree is active (running, queued, or waiting
+// for a person) or one of its runs' DBOS workflows is still pending. Stop
+// it first (Interrupt or Abort), or delete with force, which aborts it and
+// waits for its workflows to end. It matches ErrSessionRunning.
+type SessionRunningError struct {
+	// SessionID is the root whose deletion was refused.
+	SessionID string
+	// RunningSessionID is the session of the tree that runs (the root or
+	// one of its sub-agents or companions).
+	RunningSessionID string
+	// Status is that session's status, or the DBOS status of WorkflowID.
+	Status string
+	// WorkflowID is the pending workflow, when a workflow is what runs.
+	WorkflowID string
+}
+
+func (e *SessionRunningError) Error() string {
+	what := fmt.Sprintf("session %s is %s", e.RunningSessionID, e.Status)
+	if e.WorkflowID != "" {
+		what = fmt.Sprintf("workflow %s of session %s is %s", e.WorkflowID, e.RunningSessionID, e.Status)
+	}
+	return fmt.Sprintf("helix: session %s has a run in progress (%s): interrupt or abort it first, or delete with force (which aborts it)",
+		e.SessionID, what)
+}
+
+// Is reports whether target is ErrSessionRunning.
+func (e *SessionRunningError) Is(target error) bool { return target == ErrSessionRunning }
+
+// NotRootSessionError refuses an operation on a whole session tree given a
+// sub-agent's or companion's session: delete the tree from its root.
+// It matches ErrNotRootSession.
+type NotRootSessionError struct {
+	SessionID     string
+	RootSessionID string
+}
+
+func (e *NotRootSessionError) Error() string {
+	return fmt.Sprintf("helix: session %s is a sub-agent or companion session of root %s: delete the root session, which deletes its whole tree",
+		e.SessionID, e.RootSessionID)
+}
+
+// Is reports whether target is ErrNotRootSession.
+func (e *NotRootSessionError) Is(target error) bool { return target == ErrNotRootSession }
 
 // AgentAlreadyRunningError is returned when Execute or Resume targets a
 // session that is already running (the single-writer rule). Wait for the run

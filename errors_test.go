@@ -70,6 +70,9 @@ func TestErrorsMatchAfterGob(t *testing.T) {
 			var e *helix.ToolPanicError
 			require.ErrorAs(t, err, &e)
 		}},
+		{&helix.SessionRunningError{SessionID: "s", RunningSessionID: "s-sub-c1", Status: "PENDING", WorkflowID: "s-sub-c1-turn-1"},
+			helix.ErrSessionRunning, nil},
+		{&helix.NotRootSessionError{SessionID: "s-sub-c1", RootSessionID: "s"}, helix.ErrNotRootSession, nil},
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%T", c.err), func(t *testing.T) {

@@ -3,6 +3,7 @@ package helix_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -63,4 +64,17 @@ func ExampleMessage() {
 	b, _ := json.Marshal(msgs[2])
 	fmt.Println(string(b))
 	// Output: {"role":"assistant","toolCalls":[{"id":"call_1","name":"get_weather","arguments":{"city":"Oslo"}}]}
+}
+
+// Deleting a session tree with a run in progress is refused with a
+// *SessionRunningError, whatever wraps it; its message says what to do.
+func ExampleSessionRunningError() {
+	err := fmt.Errorf("store: delete session trees [s-1]: %w",
+		&helix.SessionRunningError{SessionID: "s-1", RunningSessionID: "s-1-sub-c1", Status: "active"})
+	var running *helix.SessionRunningError
+	fmt.Println(errors.Is(err, helix.ErrSessionRunning), errors.As(err, &running), running.RunningSessionID)
+	fmt.Println(running)
+	// Output:
+	// true true s-1-sub-c1
+	// helix: session s-1 has a run in progress (session s-1-sub-c1 is active): interrupt or abort it first, or delete with force (which aborts it)
 }

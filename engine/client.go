@@ -111,6 +111,19 @@ func (c *Client) Abort(ctx context.Context, sessionID, reason string) error {
 	return c.c.abort(ctx, sessionID, reason)
 }
 
+// DeleteSession deletes a root session with its whole tree, helix and DBOS
+// rows; see Engine.DeleteSession. With opts.Force a run in progress is
+// aborted, wherever it runs, and its workflows are waited for.
+func (c *Client) DeleteSession(ctx context.Context, sessionID string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+	return c.c.deleteSessions(ctx, []string{sessionID}, opts)
+}
+
+// DeleteSessions deletes root sessions with their trees in one
+// transaction; see Engine.DeleteSessions.
+func (c *Client) DeleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+	return c.c.deleteSessions(ctx, sessionIDs, opts)
+}
+
 // PendingToolCalls returns the tool calls waiting for an answer in a
 // session and, for a root session, in its sub-agents; see
 // Engine.PendingToolCalls.

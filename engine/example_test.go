@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 )
 
@@ -172,4 +173,36 @@ func ExampleEngine_Metrics() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(eng.Metrics())
 	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+}
+
+// DeleteSession deletes a root session with its sub-agents, companions and
+// DBOS workflows. A session with a run in progress is refused until the
+// caller stops it, or deletes with Force; a session already gone is
+// reported in NotFound, not as an error.
+func ExampleEngine_DeleteSession() {
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{DatabaseURL: os.Getenv("HELIX_DATABASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	if err := eng.Launch(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	stats, err := eng.DeleteSession(ctx, "s-1", nil)
+	if errors.Is(err, helix.ErrSessionRunning) {
+		// Running, queued or waiting for a person: abort it and delete.
+		stats, err = eng.DeleteSession(ctx, "s-1", &engine.DeleteOptions{Force: true})
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if len(stats.NotFound) > 0 {
+		fmt.Println("s-1 was already gone")
+		return
+	}
+	fmt.Printf("deleted %d sessions, %d workflows, %d messages\n", stats.Sessions, stats.Workflows, stats.Rows["helix.messages"])
 }

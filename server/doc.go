@@ -67,6 +67,15 @@
 //	    A new session of the caller (newSessionId, default a UUIDv7) starts
 //	    from a checkpoint of one of its root sessions (default the latest),
 //	    with the checkpoint's messages and state; the source is unchanged.
+//	POST /delete              DeleteRequest {sessionId, force?} -> 200 DeleteResponse
+//	    -> {sessionId, status: "deleted", sessions, workflows, rows}
+//	    One of the caller's root sessions is deleted for good with its whole
+//	    tree: sub-agents, companions, messages, checkpoints, runs, streams,
+//	    usage, and the DBOS rows of every workflow of their runs
+//	    (Engine.DeleteSession). A tree with a run in progress is 409
+//	    session_running unless force, which aborts the run and waits for its
+//	    workflows to end. A session deleted before is 404 session_not_found,
+//	    as any missing session (a 404 is what a retried delete gets).
 //	GET  /healthz             200 {"status":"ok"} when the database answers within 2 s, else 503
 //	GET  /metrics             Prometheus exposition (see Metrics)
 //	POST /chat, /chat/...     Config.Chat, when set (the AI SDK routes of server/aisdk)
@@ -118,7 +127,8 @@
 //	400     invalid_resume_position  /sse: a resume position is not an integer >= 0 or is past the stream's end
 //	400     invalid_submission       /submit-tool-result: the submission's shape is wrong
 //	400     invalid_result           /submit-tool-result: the result fails the tool's output schema (details: violations)
-//	400     not_root_session         /submit-tool-result: submit on the conversation's root session
+//	400     not_root_session         /submit-tool-result: submit on the conversation's root session;
+//	                                 /delete: delete the root session (its tree goes with it)
 //	401     unauthenticated          Authenticate refused the request
 //	404     session_not_found        no such session, or not the caller's (or an ID no session can have)
 //	404     unknown_tool_call        /submit-tool-result: no such call waits in the session
@@ -126,6 +136,7 @@
 //	404     not_found                no such route
 //	405     method_not_allowed       the route does not accept the method (Allow header)
 //	409     already_running          the session is running: wait, or interrupt it
+//	409     session_running          /delete: a run of the tree is in progress: interrupt or abort it, or force
 //	409     not_resumable            /resume: the session cannot be resumed (message says why)
 //	409     not_running              /interrupt, /abort: the session is not running
 //	409     session_not_continuable  /start with sessionId: the session is interrupted, failed or a sub-agent

@@ -33,6 +33,8 @@ const (
 	CodeNotContinuable       = "session_not_continuable"
 	CodeAgentMismatch        = "agent_mismatch"
 	CodeAwaitingToolResults  = "awaiting_tool_results"
+	CodeSessionRunning       = "session_running"
+	CodeNotRootSession       = "not_root_session"
 	CodeShuttingDown         = "shutting_down"
 	CodeDatabaseUnavailable  = "database_unavailable"
 	CodeInternal             = "internal_error"
@@ -122,6 +124,8 @@ func engineError(err error, sessionID string) *apiError {
 		def       *helix.DefinitionError
 		valid     *helix.ValidationError
 		refused   *engine.RefusedError
+		busy      *helix.SessionRunningError
+		notRoot   *helix.NotRootSessionError
 	)
 	switch {
 	case errors.As(err, &sub):
@@ -134,6 +138,10 @@ func engineError(err error, sessionID string) *apiError {
 		return refusedError(refused, sessionID)
 	case errors.As(err, &running):
 		return newError(http.StatusConflict, CodeAlreadyRunning, "%s", userMessage(running))
+	case errors.As(err, &busy):
+		return newError(http.StatusConflict, CodeSessionRunning, "%s", userMessage(busy))
+	case errors.As(err, &notRoot):
+		return newError(http.StatusBadRequest, CodeNotRootSession, "%s", userMessage(notRoot))
 	case errors.As(err, &notResume):
 		return newError(http.StatusConflict, CodeNotResumable, "%s", userMessage(notResume))
 	case errors.As(err, &valid):

@@ -70,3 +70,12 @@ func ExampleBranchRequest() {
 	// Output:
 	// {"sessionId":"s-1","checkpointId":"cpv1-s-1-s2-t1703123456789-a1b2c3","newSessionId":"s-1-what-if","message":"What if we shipped on Monday?"}
 }
+
+// The body of POST /delete: one of the caller's root sessions, deleted
+// with its whole tree; force aborts a run in progress first.
+func ExampleDeleteRequest() {
+	body, _ := json.Marshal(server.DeleteRequest{SessionID: "s-1", Force: true})
+	fmt.Println(string(body))
+	// Output:
+	// {"sessionId":"s-1","force":true}
+}

@@ -187,6 +187,7 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 		"/submit-tool-result": {name: "submit_tool_result", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleSubmit)}},
 		"/retry":              {name: "retry", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleRetry)}},
 		"/branch":             {name: "branch", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleBranch)}},
+		"/delete":             {name: "delete", auth: true, methods: map[string]http.Handler{http.MethodPost: api(s.handleDelete)}},
 		"/healthz":            {name: "healthz", methods: map[string]http.Handler{http.MethodGet: api(s.handleHealth)}},
 	}
 	if !s.cfg.DisableInspector {
@@ -263,7 +264,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, rt *route, h http
 		return
 	case rt.name == "not_found":
 		s.writeError(rec, r, newError(http.StatusNotFound, CodeNotFound,
-			"no route %s: the routes are POST /start, POST /resume, GET /sse, GET /status, POST /interrupt, POST /abort, POST /submit-tool-result, POST /retry, POST /branch, GET /healthz and the inspector under /inspector/", r.URL.Path))
+			"no route %s: the routes are POST /start, POST /resume, GET /sse, GET /status, POST /interrupt, POST /abort, POST /submit-tool-result, POST /retry, POST /branch, POST /delete, GET /healthz and the inspector under /inspector/", r.URL.Path))
 		return
 	case h == nil:
 		allow := slices.Sorted(maps.Keys(rt.methods))

@@ -228,7 +228,7 @@ func TestAuthAndOwnership(t *testing.T) {
 	h := newHarness(t, "", "", server.Config{Agents: []*helix.Agent{approverAgent(&runs)}, Chat: chat})
 	for _, r := range []struct{ method, path string }{
 		{"POST", "/start"}, {"POST", "/resume"}, {"GET", "/sse?sessionId=x"}, {"GET", "/status?sessionId=x"},
-		{"POST", "/interrupt"}, {"POST", "/abort"}, {"POST", "/submit-tool-result"}, {"POST", "/chat"}, {"GET", "/chat/x/stream"},
+		{"POST", "/interrupt"}, {"POST", "/abort"}, {"POST", "/submit-tool-result"}, {"POST", "/delete"}, {"POST", "/chat"}, {"GET", "/chat/x/stream"},
 	} {
 		res := h.do(r.method, r.path, "", `{}`)
 		require.Equal(t, http.StatusUnauthorized, res.status, "%s %s", r.method, r.path)
@@ -250,6 +250,7 @@ func TestAuthAndOwnership(t *testing.T) {
 		{"POST", "/resume", map[string]any{"sessionId": id}},
 		{"POST", "/interrupt", map[string]any{"sessionId": id}},
 		{"POST", "/abort", map[string]any{"sessionId": id}},
+		{"POST", "/delete", map[string]any{"sessionId": id, "force": true}},
 		{"POST", "/submit-tool-result", map[string]any{"sessionId": id, "kind": "approval-response", "toolCallId": "t1", "approved": true}},
 		{"POST", "/start", map[string]any{"agentType": "approver", "message": "x", "sessionId": id}},
 	} {

@@ -23,12 +23,12 @@ import (
 func newSessionsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sessions",
-		Short: "Inspect sessions: list, show, messages, runs, checkpoints",
+		Short: "Inspect sessions: list, show, messages, runs, checkpoints; delete them",
 		Long: "Read sessions from the helix tables (--database-url or HELIX_DATABASE_URL). These commands\n" +
-			"only read: they need no engine and work while agents run in other processes.",
+			"only read, but delete: they need no engine and work while agents run in other processes.",
 	}
 	cmd.AddCommand(newSessionsListCmd(g), newSessionsShowCmd(g), newSessionsMessagesCmd(g), newSessionsRunsCmd(g),
-		newSessionsCheckpointsCmd(g))
+		newSessionsCheckpointsCmd(g), newSessionsDeleteCmd(g))
 	return cmd
 }
 
