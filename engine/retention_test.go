@@ -55,12 +55,12 @@ func sessionExists(t *testing.T, pool *pgxpool.Pool, id string) bool {
 // retentionFixture builds, on one database, a session of every kind the
 // policy of TestRetentionJobDeletesOnlyWhatThePolicySays tells apart.
 type retentionFixture struct {
-	url                                                   string
-	oldDone, oldTree, oldFailed, expiredDone              string // deleted
+	url                                                     string
+	oldDone, oldTree, oldFailed, expiredDone                string // deleted
 	youngDone, oldAborted, oldBusy, oldBusyChild, youngFail string // kept
-	release                                               chan struct{}
-	traffic                                               *helix.Agent
-	runner                                                *engine.Engine
+	release                                                 chan struct{}
+	traffic                                                 *helix.Agent
+	runner                                                  *engine.Engine
 }
 
 func newRetentionFixture(t *testing.T) *retentionFixture {
