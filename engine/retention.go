@@ -162,8 +162,10 @@ func (r *GCResult) TotalBytes() int64 {
 // DeleteSessions) the session trees policy picks, in batches of
 // policy.BatchSize trees, one transaction each, holding GCLockKey for the
 // pass (ErrGCBusy when another pass holds it). A tree on which a run
-// starts meanwhile is skipped, not an error. The engine need not be
-// launched, nor have a Retention of its own; `helix-dbos gc` calls it.
+// starts meanwhile is skipped, not an error. On an error (ctx ended, the
+// database) the result counts what the batches committed before it. The
+// engine need not be launched, nor have a Retention of its own;
+// `helix-dbos gc` calls Client.CollectGarbage.
 func (e *Engine) CollectGarbage(ctx context.Context, policy RetentionPolicy, opts *GCOptions) (*GCResult, error) {
 	return e.gc().collect(ctx, policy, opts)
 }

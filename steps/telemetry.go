@@ -151,7 +151,7 @@ func NewMetrics() *Metrics {
 	}
 	m.GCSessions = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "helix_gc_sessions_deleted_total",
-		Help: "Sessions (roots, sub-agents, companions) deleted by this process's retention job (Config.Retention).",
+		Help: "Sessions (roots, sub-agents, companions) deleted by this process's garbage-collection passes (the retention job of Config.Retention, Engine.CollectGarbage).",
 	})
 	m.GCPasses = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "helix_gc_passes_total",
