@@ -236,3 +236,36 @@ func TestRetentionPolicyValidation(t *testing.T) {
 	_, err := e.CollectGarbage(context.Background(), engine.RetentionPolicy{Failed: -time.Second}, nil)
 	require.ErrorContains(t, err, "RetentionPolicy.Failed must not be negative")
 }
+
+// A tree's age is its last activity: an old root whose companion was
+// active a minute ago is kept, until the companion is old too; a paused or
+// interrupted root is never picked by age.
+func TestRetentionAgeIsTheTreesLastActivity(t *testing.T) {
+	t.Parallel()
+	tree := deleteTree()
+	e := newEngineWith(t, engine.Config{DatabaseURL: pgtest.NewURL(t)}, tree)
+	pool := e.Store().Pool()
+	id := runTree(t, e, tree)
+	age(t, pool, id, 2*time.Hour)
+	_, err := pool.Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - interval '1 minute'
+		WHERE session_id = (SELECT max(session_id) FROM helix.sessions WHERE root_session_id = $1 AND session_id <> $1)`, id)
+	require.NoError(t, err)
+	policy := engine.RetentionPolicy{Completed: time.Hour}
+	res, err := e.CollectGarbage(t.Context(), policy, &engine.GCOptions{DryRun: true})
+	require.NoError(t, err)
+	require.Zero(t, res.Trees, "a session of the tree was active a minute ago")
+
+	age(t, pool, id, 2*time.Hour)
+	res, err = e.CollectGarbage(t.Context(), policy, &engine.GCOptions{DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Trees)
+	require.EqualValues(t, 3, res.Sessions, "the root, its sub-agent and its companion")
+
+	_, err = pool.Exec(t.Context(), `UPDATE helix.sessions SET status = 'paused' WHERE session_id = $1`, id)
+	require.NoError(t, err)
+	age(t, pool, id, 2*time.Hour)
+	res, err = e.CollectGarbage(t.Context(), engine.RetentionPolicy{Completed: time.Hour, Failed: time.Hour, Aborted: time.Hour}, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.Trees, "a paused session can be resumed: kept whatever its age")
+	require.True(t, sessionExists(t, pool, id))
+}
