@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -198,35 +199,40 @@ func (g gc) collect(ctx context.Context, policy RetentionPolicy, opts *GCOptions
 	if opts == nil {
 		opts = &GCOptions{}
 	}
-	if !opts.DryRun {
-		unlock, ok, err := g.lock(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, ErrGCBusy
-		}
-		defer unlock()
+	if opts.DryRun {
+		return g.pass(ctx, nil, &policy, opts)
 	}
-	return g.pass(ctx, &policy, opts)
+	conn, unlock, err := g.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if conn == nil {
+		return nil, ErrGCBusy
+	}
+	defer unlock()
+	return g.pass(ctx, conn, &policy, opts)
 }
 
-// lock takes GCLockKey on a connection of its own, held until unlock.
-func (g gc) lock(ctx context.Context) (unlock func(), ok bool, err error) {
+// lock takes GCLockKey on a connection of its own, held until unlock; a
+// nil conn (and no error) when another pass holds it. The pass runs all
+// its statements on that connection, so it needs no other one from the
+// pool (an engine's pool may have only two, one being DBOS's listener).
+func (g gc) lock(ctx context.Context) (_ *pgxpool.Conn, unlock func(), err error) {
 	conn, err := g.pool.Acquire(ctx)
 	if err != nil {
-		return nil, false, fmt.Errorf("engine: gc: acquire a connection for the lock: %w", err)
+		return nil, nil, fmt.Errorf("engine: gc: acquire a connection for the lock: %w", err)
 	}
+	var ok bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, GCLockKey).Scan(&ok); err != nil || !ok {
 		conn.Release()
 		if err != nil {
-			return nil, false, fmt.Errorf("engine: gc: take the lock %d: %w", GCLockKey, err)
+			return nil, nil, fmt.Errorf("engine: gc: take the lock %d: %w", GCLockKey, err)
 		}
 		g.event(ctx, "busy")
-		return nil, false, nil
+		return nil, nil, nil
 	}
 	g.event(ctx, "started")
-	return func() {
+	return conn, func() {
 		g.event(ctx, "finished")
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -237,7 +243,7 @@ func (g gc) lock(ctx context.Context) (unlock func(), ok bool, err error) {
 			return
 		}
 		conn.Release()
-	}, true, nil
+	}, nil
 }
 
 func (g gc) event(ctx context.Context, event string) {
@@ -246,14 +252,19 @@ func (g gc) event(ctx context.Context, event string) {
 	}
 }
 
-// pass deletes (or measures) the trees policy picks, batch by batch.
-func (g gc) pass(ctx context.Context, policy *RetentionPolicy, opts *GCOptions) (*GCResult, error) {
+// pass deletes (or measures) the trees policy picks, batch by batch, on
+// conn, the connection holding the lock (nil in a dry run: the pool).
+func (g gc) pass(ctx context.Context, conn *pgxpool.Conn, policy *RetentionPolicy, opts *GCOptions) (*GCResult, error) {
+	st := g.store
+	if conn != nil {
+		st = g.store.WithQuerier(postgres.PgxQuerier(conn))
+	}
 	start := time.Now()
 	res := &GCResult{DryRun: opts.DryRun, TreeSize: *postgres.NewTreeSize(), Skipped: []string{}}
 	sel := policy.selection()
 	var after string
 	for {
-		ids, err := g.store.SelectGCRoots(ctx, sel, after, policy.BatchSize)
+		ids, err := st.SelectGCRoots(ctx, sel, after, policy.BatchSize)
 		if err != nil {
 			return res, err
 		}
@@ -261,7 +272,7 @@ func (g gc) pass(ctx context.Context, policy *RetentionPolicy, opts *GCOptions) 
 			break
 		}
 		after = ids[len(ids)-1]
-		size, err := g.store.MeasureSessionTrees(ctx, ids)
+		size, err := st.MeasureSessionTrees(ctx, ids)
 		if err != nil {
 			return res, err
 		}
@@ -269,13 +280,20 @@ func (g gc) pass(ctx context.Context, policy *RetentionPolicy, opts *GCOptions) 
 			res.Trees += len(ids)
 			res.Add(size)
 		} else {
-			stats, err := g.store.DeleteSessionTrees(ctx, ids, &postgres.DeleteTreesOptions{SkipRunning: true})
+			// One transaction per batch, on the lock's connection.
+			var stats *postgres.DeleteStats
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				var err error
+				stats, err = g.store.WithQuerier(postgres.PgxQuerier(tx)).DeleteSessionTrees(ctx, ids,
+					&postgres.DeleteTreesOptions{SkipRunning: true})
+				return err
+			})
 			if err != nil {
 				return res, err
 			}
 			if len(stats.Running) > 0 {
 				// Still in place: not freed.
-				left, err := g.store.MeasureSessionTrees(ctx, stats.Running)
+				left, err := st.MeasureSessionTrees(ctx, stats.Running)
 				if err != nil {
 					return res, err
 				}
@@ -314,14 +332,14 @@ func (g gc) pass(ctx context.Context, policy *RetentionPolicy, opts *GCOptions) 
 // the cluster, and an engine that finds it taken waits for its next tick.
 func startRetention(ctx context.Context, g gc, policy RetentionPolicy) *loop {
 	return every(ctx, policy.Interval, func(ctx context.Context) {
-		unlock, ok, err := g.lock(ctx)
+		conn, unlock, err := g.lock(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				g.log.Warn().Err(err).Str("event", "gc.failed").Msg("retention pass failed; retrying at the next interval")
 			}
 			return
 		}
-		if !ok {
+		if conn == nil {
 			g.log.Debug().Str("event", "gc.busy").Msg("another engine runs the retention pass; skipped")
 			return
 		}
@@ -329,7 +347,7 @@ func startRetention(ctx context.Context, g gc, policy RetentionPolicy) *loop {
 		if g.metrics != nil {
 			g.metrics.GCPasses.Inc()
 		}
-		res, err := g.pass(ctx, &policy, &GCOptions{})
+		res, err := g.pass(ctx, conn, &policy, &GCOptions{})
 		ev := g.log.Info()
 		if err != nil {
 			if ctx.Err() != nil {

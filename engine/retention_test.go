@@ -269,3 +269,34 @@ func TestRetentionAgeIsTheTreesLastActivity(t *testing.T) {
 	require.Zero(t, res.Trees, "a paused session can be resumed: kept whatever its age")
 	require.True(t, sessionExists(t, pool, id))
 }
+
+// A pass runs on the one connection that holds its lock: an engine whose
+// pool has the fewest connections it accepts (two, one being DBOS's
+// listener) still completes its passes.
+func TestRetentionPassNeedsOneConnection(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	quick := &helix.Agent{Name: "quick", Model: script(text("done"))}
+	e := newEngineWith(t, engine.Config{DatabaseURL: url}, quick)
+	h, err := e.Execute(t.Context(), quick, engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: "old"})
+	require.NoError(t, err)
+	result(t, h)
+	age(t, e.Store().Pool(), "old", 2*time.Hour)
+
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	passes := make(passLog, 4)
+	logger := zerolog.New(passes)
+	newEngineWith(t, engine.Config{Pool: pool, Logger: &logger, DisableTakeover: true,
+		Retention: &engine.RetentionPolicy{Completed: time.Hour, Interval: time.Second}})
+	select {
+	case line := <-passes:
+		require.Contains(t, line, `"trees":1`, line)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no retention pass within 30s on a pool of two connections")
+	}
+	require.False(t, sessionExists(t, e.Store().Pool(), "old"))
+}
