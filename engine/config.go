@@ -118,6 +118,15 @@ type Config struct {
 	// of the process would. For test kits (helixtest's crash points);
 	// leave it nil in production.
 	Probe func(ctx context.Context, at ProbeInfo) error
+	// Retention, when set, runs the retention job in this engine: every
+	// Interval, one pass (one engine of the cluster at a time, GCLockKey)
+	// deletes the session trees the policy picks (see RetentionPolicy and
+	// docs/operations.md, data lifecycle). nil (the default) deletes
+	// nothing: sessions are kept forever.
+	Retention *RetentionPolicy
+
+	// gcHook, for tests, sees the retention job's lock events (gc.hook).
+	gcHook func(ctx context.Context, event string)
 }
 
 func (c *Config) withDefaults() error {
@@ -139,6 +148,13 @@ func (c *Config) withDefaults() error {
 			return err
 		}
 		c.Queue = &q
+	}
+	if c.Retention != nil {
+		r := *c.Retention // the caller's value stays as given
+		if err := r.withDefaults("Config.Retention"); err != nil {
+			return err
+		}
+		c.Retention = &r
 	}
 	if c.AppName == "" {
 		c.AppName = DefaultAppName

@@ -44,6 +44,7 @@ type Engine struct {
 	wake     *loop      // the wake-up sweep, set by Launch
 	cancels  *loop      // the sweep of workflows cancelled through DBOS, set by Launch
 	sweep    *loop      // the takeover sweep, set by Launch
+	gcJob    *loop      // the retention job, set by Launch with Config.Retention
 }
 
 // New builds an engine: it connects to the database and prepares DBOS, but
@@ -212,6 +213,9 @@ func (e *Engine) Launch(ctx context.Context) error {
 			version: e.cfg.ApplicationVersion, adopt: e.cfg.AdoptVersions, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log,
 			metrics: e.env.Telemetry.Metrics})
 	}
+	if e.cfg.Retention != nil {
+		e.gcJob = startRetention(ctx, e.gc(), *e.cfg.Retention)
+	}
 	if err := e.startOrphans(ctx); err != nil {
 		return fmt.Errorf("engine: start recorded runs: %w", err)
 	}
@@ -321,6 +325,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		}
 		cancel()
 	}
+	e.gcJob.stop() // a batch in progress rolls back
 	e.sweep.stop()
 	e.wake.stop()
 	e.cancels.stop()

@@ -99,6 +99,10 @@ type Metrics struct {
 	Takeovers prometheus.Counter
 	// TakenWorkflows is helix_takeover_workflows_total.
 	TakenWorkflows prometheus.Counter
+	// GCSessions is helix_gc_sessions_deleted_total.
+	GCSessions prometheus.Counter
+	// GCPasses is helix_gc_passes_total.
+	GCPasses prometheus.Counter
 
 	all []prometheus.Collector
 }
@@ -145,8 +149,16 @@ func NewMetrics() *Metrics {
 			Help: "Pending workflows this process re-enqueued when it took an executor over.",
 		}),
 	}
+	m.GCSessions = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "helix_gc_sessions_deleted_total",
+		Help: "Sessions (roots, sub-agents, companions) deleted by this process's garbage-collection passes (the retention job of Config.Retention, Engine.CollectGarbage).",
+	})
+	m.GCPasses = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "helix_gc_passes_total",
+		Help: "Retention passes this process ran while holding the cluster's garbage-collection lock.",
+	})
 	m.all = []prometheus.Collector{m.StepDuration, m.ModelDuration, m.ToolDuration, m.SuspensionWait,
-		m.Recoveries, m.Takeovers, m.TakenWorkflows}
+		m.Recoveries, m.Takeovers, m.TakenWorkflows, m.GCSessions, m.GCPasses}
 	return m
 }
 

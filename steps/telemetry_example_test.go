@@ -67,6 +67,8 @@ func ExampleNewMetrics() {
 	}
 	// Output:
 	// helix_executor_takeovers_total
+	// helix_gc_passes_total
+	// helix_gc_sessions_deleted_total
 	// helix_model_call_duration_seconds
 	// helix_takeover_workflows_total
 }

@@ -86,6 +86,12 @@ var settings = []setting{
 		help: "serve: sessions of one principal one process runs at once (0: queue-concurrency)"},
 	{name: "queue-rate-limit", check: checkRateLimit, help: "serve: at most N segment starts per period, as N/PERIOD (60/1m): a model provider's limit"},
 	{name: "queue-polling-interval", kind: kindDuration, help: "serve: how often each process polls the queue"},
+	{name: "retention-completed", check: checkAge, help: "serve: delete completed sessions whose last activity is older (30d, 12h; empty: keep forever)"},
+	{name: "retention-failed", check: checkAge, help: "serve: delete failed sessions whose last activity is older (empty: keep forever)"},
+	{name: "retention-aborted", check: checkAge, help: "serve: delete aborted sessions whose last activity is older (empty: keep forever)"},
+	{name: "retention-keep-expired", kind: kindBool, help: "serve: with a retention age set, keep sessions past their expiresAt instead of deleting them"},
+	{name: "retention-interval", kind: kindDuration, help: "serve: time between two retention passes"},
+	{name: "retention-batch", kind: kindInt, check: checkNonNegative, help: "serve: session trees a retention pass deletes per transaction"},
 }
 
 // config is the merged configuration of a command.
@@ -109,6 +115,13 @@ type config struct {
 	QueuePartitionWorkerConcurrency int           `koanf:"queue-partition-worker-concurrency"`
 	QueueRateLimit                  string        `koanf:"queue-rate-limit"`
 	QueuePollingInterval            time.Duration `koanf:"queue-polling-interval"`
+
+	RetentionCompleted   string        `koanf:"retention-completed"`
+	RetentionFailed      string        `koanf:"retention-failed"`
+	RetentionAborted     string        `koanf:"retention-aborted"`
+	RetentionKeepExpired bool          `koanf:"retention-keep-expired"`
+	RetentionInterval    time.Duration `koanf:"retention-interval"`
+	RetentionBatch       int           `koanf:"retention-batch"`
 }
 
 // checkExecutorLease accepts a lease of at least engine.MinExecutorLease,
@@ -459,6 +472,7 @@ func newConfigCmd(g *globals) *cobra.Command {
 	f.Bool("no-inspector", false, "")
 	f.Duration("shutdown-timeout", 0, "")
 	addQueueFlags(f, true)
+	addRetentionFlags(f, true)
 	for _, s := range settings {
 		if fl := f.Lookup(s.name); fl != nil {
 			fl.Usage = s.help
@@ -524,6 +538,21 @@ func (g *globals) shownValue(s setting) any {
 			return ""
 		}
 		return c.QueuePollingInterval.String()
+	case "retention-completed":
+		return c.RetentionCompleted
+	case "retention-failed":
+		return c.RetentionFailed
+	case "retention-aborted":
+		return c.RetentionAborted
+	case "retention-keep-expired":
+		return c.RetentionKeepExpired
+	case "retention-interval":
+		if c.RetentionInterval == 0 {
+			return ""
+		}
+		return c.RetentionInterval.String()
+	case "retention-batch":
+		return c.RetentionBatch
 	}
 	return nil
 }

@@ -116,6 +116,8 @@ type engineOpts struct {
 	beforeLaunch func(e *engine.Engine) error
 	// queue admits the engine's runs (nil: each at once).
 	queue *engine.QueueConfig
+	// retention runs the engine's retention job (nil: none).
+	retention *engine.RetentionPolicy
 	// tracerProvider receives the engine's spans (nil: the global one, a
 	// no-op).
 	tracerProvider trace.TracerProvider
@@ -137,7 +139,7 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 		return nil, err
 	}
 	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, ExecutorLease: o.lease, SkipMigrations: true,
-		Logger: g.logger(), DisableTakeover: o.oneShot, Queue: o.queue, TracerProvider: o.tracerProvider})
+		Logger: g.logger(), DisableTakeover: o.oneShot, Queue: o.queue, TracerProvider: o.tracerProvider, Retention: o.retention})
 	if err != nil {
 		return nil, err
 	}

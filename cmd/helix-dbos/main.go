@@ -99,6 +99,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newDemoCmd(g))
 	root.AddCommand(newDemoWorkerCmd(g))
 	root.AddCommand(newSessionsCmd(g))
+	root.AddCommand(newGCCmd(g))
 	root.AddCommand(newStreamCmd(g))
 	root.AddCommand(newInterruptCmd(g))
 	root.AddCommand(newResumeCmd(g))

@@ -104,6 +104,7 @@ func newServeCmd(g *globals) *cobra.Command {
 	f.Bool("no-inspector", false, "do not serve the web inspector at / and /inspector/ (env HELIX_NO_INSPECTOR)")
 	f.Duration("shutdown-timeout", defaultShutdownTimeout, "how long a graceful shutdown may take (env HELIX_SHUTDOWN_TIMEOUT)")
 	addQueueFlags(f, false)
+	addRetentionFlags(f, false)
 	return cmd
 }
 
@@ -228,6 +229,15 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	if err != nil {
 		return err
 	}
+	retention, err := cfg.retentionPolicy()
+	if err != nil {
+		return err
+	}
+	if retention == nil {
+		say("no retention (--retention-completed, --retention-failed, --retention-aborted): sessions are kept until deleted")
+	} else {
+		say("retention: %s", describeRetention(retention))
+	}
 	if queue == nil {
 		say("no queue (--queue %s): every session runs at once, in the process that receives it", queueOff)
 	} else {
@@ -255,6 +265,7 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	c, err := g.startEngine(ctx, url, engineOpts{
 		tracerProvider: tracing,
 		queue:          queue,
+		retention:      retention,
 		executorID:     cfg.ExecutorID,
 		lease:          cfg.ExecutorLease,
 		agents:         &cliAgentSet{all: file.All, file: file},
