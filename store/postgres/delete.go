@@ -254,29 +254,38 @@ func hasDBOS(ctx context.Context, q Querier) (bool, error) {
 	return ok, nil
 }
 
-// deleteRows deletes the rows of the locked, idle sessions, counting them
-// in stats.
-func deleteRows(ctx context.Context, q Querier, sessions []string, dbos bool, stats *DeleteStats) error {
+// treeKeys lists the streams and the workflows of sessions: the streams
+// they own or write to, and their runs' workflows with (when the database
+// has DBOS's schema) every workflow DBOS records as their child.
+func treeKeys(ctx context.Context, q Querier, sessions []string, dbos bool) (streams, workflows []string, err error) {
 	rows, err := q.Query(ctx, `SELECT stream_id FROM helix.streams WHERE owner_session_id = ANY($1)
 		UNION SELECT stream_id FROM helix.sessions WHERE session_id = ANY($1) AND stream_id IS NOT NULL`, sessions)
 	if err != nil {
-		return fmt.Errorf("list streams: %w", err)
+		return nil, nil, fmt.Errorf("list streams: %w", err)
 	}
-	streams, err := collectStrings(rows)
-	if err != nil {
-		return fmt.Errorf("list streams: %w", err)
+	if streams, err = collectStrings(rows); err != nil {
+		return nil, nil, fmt.Errorf("list streams: %w", err)
 	}
-	var workflows []string
 	if dbos {
 		rows, err = q.Query(ctx, `WITH RECURSIVE `+treeWorkflows+` SELECT DISTINCT id FROM wf`, sessions)
 	} else {
 		rows, err = q.Query(ctx, `SELECT workflow_id FROM helix.runs WHERE session_id = ANY($1) AND workflow_id IS NOT NULL`, sessions)
 	}
 	if err != nil {
-		return fmt.Errorf("list workflows: %w", err)
+		return nil, nil, fmt.Errorf("list workflows: %w", err)
 	}
 	if workflows, err = collectStrings(rows); err != nil {
-		return fmt.Errorf("list workflows: %w", err)
+		return nil, nil, fmt.Errorf("list workflows: %w", err)
+	}
+	return streams, workflows, nil
+}
+
+// deleteRows deletes the rows of the locked, idle sessions, counting them
+// in stats.
+func deleteRows(ctx context.Context, q Querier, sessions []string, dbos bool, stats *DeleteStats) error {
+	streams, workflows, err := treeKeys(ctx, q, sessions, dbos)
+	if err != nil {
+		return err
 	}
 	stats.Workflows = len(workflows)
 	count := func(table string, n int64) {

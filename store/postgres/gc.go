@@ -141,29 +141,13 @@ func (s *Store) measure(ctx context.Context, rootIDs []string, z *TreeSize) erro
 	if err != nil {
 		return fmt.Errorf("list sessions: %w", err)
 	}
-	if rows, err = q.Query(ctx, `SELECT stream_id FROM helix.streams WHERE owner_session_id = ANY($1)
-		UNION SELECT stream_id FROM helix.sessions WHERE session_id = ANY($1) AND stream_id IS NOT NULL`, sessions); err != nil {
-		return fmt.Errorf("list streams: %w", err)
-	}
-	streams, err := collectStrings(rows)
-	if err != nil {
-		return fmt.Errorf("list streams: %w", err)
-	}
 	dbos, err := hasDBOS(ctx, q)
 	if err != nil {
 		return err
 	}
-	if dbos {
-		rows, err = q.Query(ctx, `WITH RECURSIVE `+treeWorkflows+` SELECT DISTINCT id FROM wf`, sessions)
-	} else {
-		rows, err = q.Query(ctx, `SELECT workflow_id FROM helix.runs WHERE session_id = ANY($1) AND workflow_id IS NOT NULL`, sessions)
-	}
+	streams, workflows, err := treeKeys(ctx, q, sessions, dbos)
 	if err != nil {
-		return fmt.Errorf("list workflows: %w", err)
-	}
-	workflows, err := collectStrings(rows)
-	if err != nil {
-		return fmt.Errorf("list workflows: %w", err)
+		return err
 	}
 	z.Workflows += len(workflows)
 	count := func(table, where string, arg any) error {
