@@ -90,6 +90,14 @@ func (s *script) add(sessionID string, t *trace) {
 	s.mu.Unlock()
 }
 
+// remove forgets a session that ended (the churn mode runs sessions
+// without end).
+func (s *script) remove(sessionID string) {
+	s.mu.Lock()
+	delete(s.traces, sessionID)
+	s.mu.Unlock()
+}
+
 func (s *script) trace(sessionID string) *trace {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

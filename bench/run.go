@@ -125,7 +125,9 @@ type harness struct {
 	next int
 }
 
-func newHarness(ctx context.Context, cfg Config, maxSteps int) (_ *harness, err error) {
+// newHarness launches the bench engine; tweak, when given, adjusts its
+// engine.Config (the churn mode adds a retention policy and a logger).
+func newHarness(ctx context.Context, cfg Config, maxSteps int, tweak ...func(*engine.Config)) (_ *harness, err error) {
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: parse the database URL: %w", err)
@@ -141,9 +143,11 @@ func newHarness(ctx context.Context, cfg Config, maxSteps int) (_ *harness, err 
 		return nil, fmt.Errorf("bench: open the database: %w", err)
 	}
 	id := uuid.NewString()[:8]
-	eng, err := engine.New(ctx, engine.Config{
-		Pool: pool, AppName: appName, ExecutorID: "helix-bench-" + id, ApplicationVersion: applicationVersion,
-	})
+	ec := engine.Config{Pool: pool, AppName: appName, ExecutorID: "helix-bench-" + id, ApplicationVersion: applicationVersion}
+	for _, f := range tweak {
+		f(&ec)
+	}
+	eng, err := engine.New(ctx, ec)
 	if err != nil {
 		pool.Close()
 		return nil, err

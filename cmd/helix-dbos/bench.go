@@ -20,6 +20,10 @@ type benchFlags struct {
 	steps, sessions, stepsPerSession, floorSteps, hitlSamples, maxConns int
 	streamSessions, streamDeltas                                        int
 	asJSON, samples                                                     bool
+	// The churn mode (--churn): sessions started without end on an
+	// engine with a short retention, the tables sampled.
+	churn, churnRetention, churnInterval time.Duration
+	churnSessions, churnSteps          int
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -38,7 +42,13 @@ func newBenchCmd(g *globals) *cobra.Command {
 			"package and docs/performance.md.\n\n" +
 			"With --database-url (or HELIX_DATABASE_URL) it writes bench sessions and workflows into that\n" +
 			"database (use a scratch one); without, it provisions Postgres like `demo` and creates a\n" +
-			"database " + benchDatabase + ". Progress goes to stderr, the report to stdout.",
+			"database " + benchDatabase + ". Progress goes to stderr, the report to stdout.\n\n" +
+			"With --churn DURATION it runs the churn mode instead: --churn-sessions sessions in flight,\n" +
+			"started again as they complete, on an engine whose retention job deletes completed sessions\n" +
+			"older than --churn-retention; it samples the rows, size, dead tuples and autovacuum runs of\n" +
+			"every helix and dbos table and reports whether the total size reaches a plateau, and the\n" +
+			"retention job's time per deleted session. It deletes every completed session older than the\n" +
+			"retention in the database, whatever its agent: use a scratch one.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runBench(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), g, f)
@@ -54,6 +64,11 @@ func newBenchCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.streamDeltas, "stream-deltas", bench.DefaultStreamDeltas, "text deltas each stream writes, one every 20 ms (negative for no streaming phase)")
 	fl.IntVar(&f.maxConns, "max-conns", 0, "pool size (0: pgx's default, as an engine built from a URL gets)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	fl.DurationVar(&f.churn, "churn", 0, "run the churn mode for this long instead of the benchmark (e.g. 3m)")
+	fl.DurationVar(&f.churnRetention, "churn-retention", bench.DefaultChurnRetention, "churn mode: retention of completed sessions")
+	fl.DurationVar(&f.churnInterval, "churn-interval", bench.DefaultChurnInterval, "churn mode: time between two retention passes")
+	fl.IntVar(&f.churnSessions, "churn-sessions", bench.DefaultChurnSessions, "churn mode: sessions in flight")
+	fl.IntVar(&f.churnSteps, "churn-steps", bench.DefaultChurnSteps, "churn mode: steps of each session (one no-op tool call each but the last)")
 	fl.BoolVar(&f.samples, "samples", false, "keep every overhead sample of the sequential session and every human-in-the-loop sample in the JSON report")
 	return cmd
 }
@@ -76,6 +91,17 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 		}
 		say("created database %s", benchDatabase)
 	}
+	if f.churn > 0 {
+		r, err := bench.Churn(ctx, bench.ChurnConfig{
+			DatabaseURL: dbURL, Duration: f.churn, Retention: f.churnRetention, Interval: f.churnInterval,
+			Sessions: f.churnSessions, Steps: f.churnSteps, MaxConns: f.maxConns,
+			Progress: func(s string) { say("%s", s) },
+		})
+		if err != nil {
+			return err
+		}
+		return writeReport(out, f.asJSON, r, r.WriteText)
+	}
 	r, err := bench.Run(ctx, bench.Config{
 		DatabaseURL: dbURL, Steps: f.steps, Sessions: f.sessions, StepsPerSession: f.stepsPerSession,
 		FloorSteps: f.floorSteps, HITLSamples: f.hitlSamples, StreamSessions: f.streamSessions, StreamDeltas: f.streamDeltas,
@@ -85,10 +111,15 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 	if err != nil {
 		return err
 	}
-	if f.asJSON {
+	return writeReport(out, f.asJSON, r, r.WriteText)
+}
+
+// writeReport prints r as indented JSON or as text.
+func writeReport(out io.Writer, asJSON bool, r any, text func(io.Writer) error) error {
+	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	return r.WriteText(out)
+	return text(out)
 }
