@@ -241,3 +241,39 @@ func BenchmarkCommit(b *testing.B) {
 	require.NoError(b, err)
 	reportDistribution(b, f.Distribution)
 }
+
+// TestChurnSmall runs the churn mode for a few seconds and checks that its
+// report is complete: every hot table sampled, the retention job's passes
+// counted, the text written. It asserts no timing and no plateau.
+func TestChurnSmall(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	r, err := Churn(t.Context(), ChurnConfig{DatabaseURL: url, Duration: 4 * time.Second, Retention: time.Second, Interval: time.Second,
+		Sessions: 2, Steps: 3, Sample: time.Second})
+	require.NoError(t, err)
+	require.Positive(t, r.Sessions)
+	require.GreaterOrEqual(t, r.GC.Passes, 1, "the first pass runs at Launch")
+	require.GreaterOrEqual(t, len(r.Totals), 3, "a sample at the start, every second, and at the end")
+	byName := map[string]ChurnTable{}
+	for _, tb := range r.Tables {
+		byName[tb.Name] = tb
+	}
+	for _, name := range []string{"helix.sessions", "helix.messages", "helix.checkpoints", "helix.step_journal", "helix.runs",
+		"dbos.workflow_status", "dbos.operation_outputs"} {
+		require.Contains(t, byName, name)
+	}
+	sessions := byName["helix.sessions"]
+	require.Zero(t, sessions.Rows[0])
+	// Every session the mode started completed; those left are the ones
+	// the retention job has not deleted yet (a pass may end between the
+	// last sample and the report: no equality).
+	require.LessOrEqual(t, sessions.Rows[2], int64(r.Sessions))
+	require.LessOrEqual(t, r.GC.Sessions, int64(r.Sessions))
+	var text bytes.Buffer
+	require.NoError(t, r.WriteText(&text))
+	require.Contains(t, text.String(), "helix.sessions")
+	require.Contains(t, text.String(), "retention job:")
+	js, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Contains(t, string(js), `"msPerSession"`)
+}

@@ -31,6 +31,11 @@ const (
 	// DefaultChurnSteps is the length of each session: short agent runs,
 	// one no-op tool call per step but the last.
 	DefaultChurnSteps = 5
+	// DefaultChurnRate is the pace at which sessions start: steady, and
+	// below what a busy 2-vCPU machine sustains, so the live set (rate ×
+	// retention) stays the same through the run and a growing size means
+	// growing storage, not a faster machine.
+	DefaultChurnRate = 30
 	// DefaultChurnSample is the time between two table samples.
 	DefaultChurnSample = 5 * time.Second
 )
@@ -57,6 +62,9 @@ type ChurnConfig struct {
 	// Steps is the length of each session (default DefaultChurnSteps, at
 	// least 2).
 	Steps int
+	// Rate is the sessions started per second at most (default
+	// DefaultChurnRate; negative for as fast as the Sessions workers go).
+	Rate float64
 	// Sample is the time between two samples of the tables (default
 	// DefaultChurnSample).
 	Sample time.Duration
@@ -73,6 +81,7 @@ func (c *ChurnConfig) withDefaults() error {
 	c.Sessions = cmp.Or(c.Sessions, DefaultChurnSessions)
 	c.Steps = cmp.Or(c.Steps, DefaultChurnSteps)
 	c.Sample = cmp.Or(c.Sample, DefaultChurnSample)
+	c.Rate = cmp.Or(c.Rate, DefaultChurnRate)
 	inner := Config{Progress: c.Progress}
 	_ = inner.withDefaults() // only for its serialized Progress
 	c.Progress = inner.Progress
@@ -127,6 +136,8 @@ type ChurnReportConfig struct {
 	IntervalS  float64 `json:"intervalS"`
 	Sessions   int     `json:"sessions"`
 	Steps      int     `json:"steps"`
+	// Rate is the pace of session starts, per second; 0 for none.
+	Rate    float64 `json:"rate"`
 	SampleS    float64 `json:"sampleS"`
 }
 
@@ -202,7 +213,7 @@ func Churn(ctx context.Context, cfg ChurnConfig) (*ChurnReport, error) {
 	}
 	defer h.close(ctx)
 	r := &ChurnReport{Config: ChurnReportConfig{DurationS: cfg.Duration.Seconds(), RetentionS: cfg.Retention.Seconds(),
-		IntervalS: cfg.Interval.Seconds(), Sessions: cfg.Sessions, Steps: cfg.Steps, SampleS: cfg.Sample.Seconds()}}
+		IntervalS: cfg.Interval.Seconds(), Sessions: cfg.Sessions, Steps: cfg.Steps, SampleS: cfg.Sample.Seconds(), Rate: max(cfg.Rate, 0)}}
 	if r.Machine, err = describeMachine(ctx, h.pool); err != nil {
 		return nil, fmt.Errorf("bench: describe the database: %w", err)
 	}
@@ -232,11 +243,26 @@ func Churn(ctx context.Context, cfg ChurnConfig) (*ChurnReport, error) {
 	defer stop()
 	wctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
+	// pace lets one session start per tick; a tick no worker is ready for
+	// is dropped, so a slow spell is not followed by a burst.
+	var pace <-chan time.Time
+	if cfg.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+		defer t.Stop()
+		pace = t.C
+	}
 	errs := make([]error, cfg.Sessions)
 	var wg sync.WaitGroup
 	for i := range cfg.Sessions {
 		wg.Go(func() {
 			for wctx.Err() == nil {
+				if pace != nil {
+					select {
+					case <-pace:
+					case <-wctx.Done():
+						return
+					}
+				}
 				r, err := h.start(ctx, cfg.Steps)
 				if err == nil {
 					err = h.wait(ctx, r) // the session in flight finishes after Duration

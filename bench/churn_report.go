@@ -18,8 +18,12 @@ func (r *ChurnReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "postgres: %s, host %s, pool of %d; autovacuum=%s naptime=%ss vacuum_scale_factor=%s threshold=%s\n",
 		firstWords(m.Postgres, 2), m.DatabaseHost, m.PoolMaxConns, r.Autovacuum["autovacuum"], r.Autovacuum["autovacuum_naptime"],
 		r.Autovacuum["autovacuum_vacuum_scale_factor"], r.Autovacuum["autovacuum_vacuum_threshold"])
-	fmt.Fprintf(&b, "churn: %.0f s of %d sessions in flight × %d steps; retention %.0f s, a pass every %.0f s; a sample every %.0f s\n",
-		c.DurationS, c.Sessions, c.Steps, c.RetentionS, c.IntervalS, c.SampleS)
+	pace := "as fast as they go"
+	if c.Rate > 0 {
+		pace = fmt.Sprintf("at most %.0f started/s", c.Rate)
+	}
+	fmt.Fprintf(&b, "churn: %.0f s of %d sessions in flight (%s) × %d steps; retention %.0f s, a pass every %.0f s; a sample every %.0f s\n",
+		c.DurationS, c.Sessions, pace, c.Steps, c.RetentionS, c.IntervalS, c.SampleS)
 	fmt.Fprintf(&b, "sessions completed: %d (%.1f/s)\n\n", r.Sessions, r.SessionsPerSecond)
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)

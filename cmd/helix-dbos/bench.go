@@ -24,6 +24,7 @@ type benchFlags struct {
 	// engine with a short retention, the tables sampled.
 	churn, churnRetention, churnInterval time.Duration
 	churnSessions, churnSteps          int
+	churnRate                          float64
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -68,6 +69,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	fl.DurationVar(&f.churnRetention, "churn-retention", bench.DefaultChurnRetention, "churn mode: retention of completed sessions")
 	fl.DurationVar(&f.churnInterval, "churn-interval", bench.DefaultChurnInterval, "churn mode: time between two retention passes")
 	fl.IntVar(&f.churnSessions, "churn-sessions", bench.DefaultChurnSessions, "churn mode: sessions in flight")
+	fl.Float64Var(&f.churnRate, "churn-rate", bench.DefaultChurnRate, "churn mode: sessions started per second at most (negative: as fast as they go)")
 	fl.IntVar(&f.churnSteps, "churn-steps", bench.DefaultChurnSteps, "churn mode: steps of each session (one no-op tool call each but the last)")
 	fl.BoolVar(&f.samples, "samples", false, "keep every overhead sample of the sequential session and every human-in-the-loop sample in the JSON report")
 	return cmd
@@ -94,7 +96,7 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 	if f.churn > 0 {
 		r, err := bench.Churn(ctx, bench.ChurnConfig{
 			DatabaseURL: dbURL, Duration: f.churn, Retention: f.churnRetention, Interval: f.churnInterval,
-			Sessions: f.churnSessions, Steps: f.churnSteps, MaxConns: f.maxConns,
+			Sessions: f.churnSessions, Steps: f.churnSteps, Rate: f.churnRate, MaxConns: f.maxConns,
 			Progress: func(s string) { say("%s", s) },
 		})
 		if err != nil {
