@@ -105,7 +105,7 @@ func (c *ChurnConfig) withDefaults() error {
 // ChurnReport is the outcome of Churn: the tables of schemas helix and
 // dbos sampled while sessions start, complete and are deleted.
 type ChurnReport struct {
-	Machine Machine          `json:"machine"`
+	Machine Machine           `json:"machine"`
 	Config  ChurnReportConfig `json:"config"`
 	// Autovacuum holds the server's autovacuum settings.
 	Autovacuum map[string]string `json:"autovacuum"`
@@ -138,7 +138,7 @@ type ChurnReportConfig struct {
 	Steps      int     `json:"steps"`
 	// Rate is the pace of session starts, per second; 0 for none.
 	Rate    float64 `json:"rate"`
-	SampleS    float64 `json:"sampleS"`
+	SampleS float64 `json:"sampleS"`
 }
 
 // ChurnTable is one table at the start, the plateau and the end.
@@ -175,7 +175,10 @@ type ChurnTotal struct {
 // ChurnGC sums the passes of the engine's retention job, as logged in its
 // gc.pass events.
 type ChurnGC struct {
-	Passes   int     `json:"passes"`
+	Passes int `json:"passes"`
+	// Batches counts the passes' delete transactions; a pass pauses
+	// engine.GCBatchPause after each full batch, inside its time.
+	Batches  int     `json:"batches"`
 	Sessions int64   `json:"sessions"`
 	Rows     int64   `json:"rows"`
 	Bytes    int64   `json:"bytes"`
@@ -435,6 +438,7 @@ func (l *gcLog) Write(p []byte) (int, error) {
 		Sessions int64   `json:"sessions"`
 		Rows     int64   `json:"rows"`
 		Bytes    int64   `json:"bytes"`
+		Batches  int     `json:"batches"`
 		Took     float64 `json:"took"` // zerolog's default: milliseconds
 	}
 	if json.Unmarshal(p, &ev) != nil || ev.Event != "gc.pass" {
@@ -444,6 +448,7 @@ func (l *gcLog) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	l.gc.Passes++
 	l.gc.Sessions += ev.Sessions
+	l.gc.Batches += ev.Batches
 	l.gc.Rows += ev.Rows
 	l.gc.Bytes += ev.Bytes
 	l.gc.TotalMS += ev.Took

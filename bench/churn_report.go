@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/helix-agents/helix-dbos/engine"
 )
 
 // WriteText writes the churn report as text: the tables at the start, the
@@ -49,8 +51,8 @@ func (r *ChurnReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\ntotal size growth: %.0f kB/min over the first third of the samples, %.0f kB/min over the last third\n",
 		r.FirstThirdBytesPerMin/1024, r.LastThirdBytesPerMin/1024)
 	g := r.GC
-	fmt.Fprintf(&b, "retention job: %d passes deleted %d sessions (%d rows, %d kB measured) in %.0f ms: %.3f ms per deleted session (longest pass %.0f ms)\n",
-		g.Passes, g.Sessions, g.Rows, g.Bytes/1024, g.TotalMS, g.MSPerSession, g.MaxMS)
+	fmt.Fprintf(&b, "retention job: %d passes (%d batches) deleted %d sessions (%d rows, %d kB measured) in %.0f ms: %.3f ms per deleted session (longest pass %.0f ms; the %s pauses between batches included)\n",
+		g.Passes, g.Batches, g.Sessions, g.Rows, g.Bytes/1024, g.TotalMS, g.MSPerSession, g.MaxMS, engine.GCBatchPause)
 	b.WriteString("\ntotal per sample (s: sessions, rows, kB, dead tuples):")
 	for i, t := range r.Totals {
 		if i%6 == 0 {

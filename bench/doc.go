@@ -91,4 +91,14 @@
 // Every statement on the pool is traced (count and client-side time, by
 // statement text), as is the time spent waiting for a pool connection, so a
 // report shows where an agent step's time goes.
+//
+// # Storage under churn
+//
+// [Churn] is a separate mode (`helix-dbos bench --churn 5m`): workers start
+// short sessions of the bench agent at a steady pace on an engine whose
+// retention job ([engine.RetentionPolicy]) deletes completed sessions older
+// than a short age, and every few seconds it samples each helix and dbos
+// table (exact rows, total size, live and dead tuples, autovacuum runs). Its
+// report shows whether the tables reach a plateau and what the job costs
+// per deleted session, read from the job's gc.pass log lines.
 package bench

@@ -23,8 +23,8 @@ type benchFlags struct {
 	// The churn mode (--churn): sessions started without end on an
 	// engine with a short retention, the tables sampled.
 	churn, churnRetention, churnInterval time.Duration
-	churnSessions, churnSteps          int
-	churnRate                          float64
+	churnSessions, churnSteps            int
+	churnRate                            float64
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
