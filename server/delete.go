@@ -38,10 +38,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 	if err := decodeBody(r, w, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
 	}
-	if err := requireSessionID(req.SessionID); err != nil {
-		return err
-	}
-	st, apiErr := s.session(r.Context(), req.SessionID)
+	st, apiErr := s.requestedSession(r, req.SessionID)
 	if apiErr != nil {
 		return apiErr
 	}

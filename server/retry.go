@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
@@ -104,10 +103,7 @@ func (s *Server) handleBranch(w http.ResponseWriter, r *http.Request) *apiError 
 // must be visible to the caller, a root session, of an agent this server
 // runs, and checkpointID (when set) one of its checkpoints.
 func (s *Server) rootSessionServed(r *http.Request, sessionID, checkpointID string) (*store.SessionState, *apiError) {
-	if err := requireSessionID(sessionID); err != nil {
-		return nil, err
-	}
-	st, apiErr := s.session(r.Context(), sessionID)
+	st, apiErr := s.requestedSession(r, sessionID)
 	if apiErr != nil {
 		return nil, apiErr
 	}
@@ -116,10 +112,7 @@ func (s *Server) rootSessionServed(r *http.Request, sessionID, checkpointID stri
 			"session %q is a sub-agent session: act on its root session %q", st.SessionID, st.RootSessionID)
 	}
 	if s.agents[st.AgentType] == nil {
-		return nil, &apiError{Status: http.StatusConflict, Code: CodeUnknownAgent,
-			Message: "session " + strconv.Quote(st.SessionID) + " runs agent " + strconv.Quote(st.AgentType) +
-				", which this server does not serve: use a server configured with that agent",
-			Details: map[string]any{"knownAgents": s.names}}
+		return nil, s.unservedAgent(st, "use a server configured with that agent")
 	}
 	if checkpointID != "" {
 		if apiErr := s.checkpointOf(r.Context(), st.SessionID, checkpointID); apiErr != nil {

@@ -260,18 +260,12 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) *apiError 
 	if err := decodeBody(r, w, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
 	}
-	if err := requireSessionID(req.SessionID); err != nil {
-		return err
-	}
-	st, apiErr := s.session(r.Context(), req.SessionID)
+	st, apiErr := s.requestedSession(r, req.SessionID)
 	if apiErr != nil {
 		return apiErr
 	}
 	if st.IsRoot() && s.agents[st.AgentType] == nil {
-		return &apiError{Status: http.StatusConflict, Code: CodeUnknownAgent,
-			Message: "session " + strconv.Quote(st.SessionID) + " runs agent " + strconv.Quote(st.AgentType) +
-				", which this server does not serve: resume it on a server configured with that agent",
-			Details: map[string]any{"knownAgents": s.names}}
+		return s.unservedAgent(st, "resume it on a server configured with that agent")
 	}
 	if req.Message != "" {
 		if err := s.resumeMessageCheck(r.Context(), st); err != nil {
@@ -505,6 +499,24 @@ func (s *Server) agent(name string) (*helix.Agent, *apiError) {
 	}
 	return nil, &apiError{Status: http.StatusBadRequest, Code: code,
 		Message: msg + ": this server runs " + quoteList(s.names), Details: map[string]any{"knownAgents": s.names}}
+}
+
+// requestedSession loads the session a request names in its sessionId
+// field: 400 when the field is missing or invalid, else as session.
+func (s *Server) requestedSession(r *http.Request, id string) (*store.SessionState, *apiError) {
+	if err := requireSessionID(id); err != nil {
+		return nil, err
+	}
+	return s.session(r.Context(), id)
+}
+
+// unservedAgent is the 409 unknown_agent of a session whose agent this
+// server does not run; todo says what to do instead.
+func (s *Server) unservedAgent(st *store.SessionState, todo string) *apiError {
+	return &apiError{Status: http.StatusConflict, Code: CodeUnknownAgent,
+		Message: "session " + strconv.Quote(st.SessionID) + " runs agent " + strconv.Quote(st.AgentType) +
+			", which this server does not serve: " + todo,
+		Details: map[string]any{"knownAgents": s.names}}
 }
 
 // session loads a session the caller may see (see authorize). A missing
