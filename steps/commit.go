@@ -152,6 +152,10 @@ type CommitInput struct {
 	// ExpectMessageCount), and falls back to locking first when the
 	// session changed meanwhile.
 	MessageCount int `json:"messageCount,omitempty"`
+	// Starts are the step's start chunks when the step held them and
+	// nothing wrote them yet (HeldStarts.Take): the commit writes them
+	// before its own chunks. Never recorded.
+	Starts []helix.Chunk `json:"-"`
 }
 
 // stepRunID returns the run that began the step.
@@ -191,6 +195,7 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		}
 		stepID := StepID(in.stepRunID(), step)
 		c.ClearSuspension = in.Suspended
+		c.Chunks = append(c.Chunks, in.Starts...)
 		c.ExpectMessageCount, c.StreamID = in.MessageCount, run.StreamID
 		c.ReadInbox = run.Persistent
 		if in.Complete && run.Parent != nil {

@@ -26,6 +26,14 @@ const (
 	NameFireHooks  = "helix.fire_hooks"
 )
 
+// Names of the steps that write a step's held start chunks (HeldStarts).
+// They are never recorded (their writes are idempotent or fenced): the
+// names are for errors and logs.
+const (
+	NameRestoreStarts = "helix.restore_step_start"
+	NameTakeStarts    = "helix.take_step_start"
+)
+
 // InfraRetries is how many times a step is retried (with DBOS's backoff,
 // 100 ms doubling to 5 s) after an infrastructure error — a lost
 // connection, a failed write. Domain outcomes (model and tool errors) are

@@ -100,7 +100,7 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 		// step_start is queued with the model's first delta (it goes out
 		// within the flush interval); without deltas, with the step's
 		// tool_start chunks.
-		stepStart := &helix.StepStartChunk{Base: base(in.Run, in.Step), StepID: StepID(in.Run.RunID, in.Step)}
+		stepStart := stepStartChunk(in.Run, in.Step)
 		started := false
 		var writeErr error
 		start := func() {
@@ -165,22 +165,7 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 		}
 		// tool_start for every call, in the model's order; checkpointed with
 		// this step, so emitted once per committed model call.
-		own := []helix.Chunk{stepStart}
-		for _, call := range res.ToolCalls {
-			if helix.IsFinishTool(call.Name) {
-				continue
-			}
-			args := call.Arguments
-			if len(args) == 0 {
-				args = []byte("{}")
-			}
-			start := &helix.ToolStartChunk{Base: base(in.Run, in.Step), ToolCallID: call.ID, ToolName: call.Name, Arguments: args}
-			if tool, ok := def.Tools[call.Name]; ok && tool.ExecutesOnClient() {
-				client := false
-				start.ProviderExecuted = &client
-			}
-			own = append(own, start)
-		}
+		own := append([]helix.Chunk{stepStart}, toolStartChunks(in.Run, in.Step, def, res)...)
 		if !started && closing != nil {
 			*closing = own
 			return out, nil

@@ -36,6 +36,10 @@ type ToolInput struct {
 	// Approval is the answer of the person who approved the call
 	// (OutcomeApproved), for its span; never recorded.
 	Approval string `json:"-"`
+	// Starts are the step's start chunks when the step holds them
+	// (HeldStarts): the tool's first event writes them first. Never
+	// recorded.
+	Starts *HeldStarts `json:"-"`
 }
 
 // ToolResult is the checkpointed outcome of one tool call.
@@ -129,7 +133,7 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 			res.Error, res.ErrorCode = err.Error(), CodeInvalidArguments
 			return res, nil
 		}
-		tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: in.Call, staged: in.Staged}
+		tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: in.Call, staged: in.Staged, starts: in.Starts}
 		hc := helix.HookContext{SessionID: in.Run.SessionID, RunID: in.Run.RunID, AgentType: in.Run.AgentType, Step: in.Step}
 		hooks := def.Agent.Hooks
 		if hooks != nil && hooks.BeforeTool != nil {
@@ -194,6 +198,9 @@ type toolContext struct {
 
 	// staged are the step's earlier changes the tool sees.
 	staged []helix.PatchOp
+	// starts are the step's held start chunks, which precede the tool's
+	// events (nil when none are held).
+	starts *HeldStarts
 
 	mu sync.Mutex
 	// base is the state the tool started from (the committed state with
@@ -281,6 +288,9 @@ func (t *toolContext) Emit(eventName string, data any) error {
 	b, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("emit %q: encode data: %w", eventName, err)
+	}
+	if err := t.starts.Flush(t.ctx); err != nil {
+		return fmt.Errorf("emit %q: write the step's start chunks first: %w", eventName, err)
 	}
 	if err := t.env.Check(t.ctx, t.run.Ticket); err != nil {
 		return err

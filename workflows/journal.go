@@ -171,6 +171,17 @@ func (j *journal) has(id int) bool {
 	return ok
 }
 
+// replaysOnly reports whether every record left to replay is a step named
+// name (true when none is left).
+func (j *journal) replaysOnly(name string) bool {
+	for _, r := range j.replay {
+		if r.Name != name {
+			return false
+		}
+	}
+	return true
+}
+
 // reserve returns the next step's ID.
 func (j *journal) reserve() int {
 	id := j.next
@@ -450,9 +461,9 @@ func runStep[R any](ctx dbos.Context, j *journal, name string, mode recordMode, 
 }
 
 // runStepWith is runStep whose record, when the step ran, commits with the
-// stream append with returns (nil for none); when later is not nil it
-// decides the mode from the step's output.
-func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with func() streamAppend, later func(R) bool) (R, error) {
+// stream append with returns for the step's output (nil for none); when
+// later is not nil it decides the mode from the step's output.
+func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with func(R) streamAppend, later func(R) bool) (R, error) {
 	id := j.reserve()
 	if r, ok, err := j.recorded(id, name); ok || err != nil {
 		if err != nil {
@@ -465,7 +476,7 @@ func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMo
 	out, stepErr := execute(ctx, name, fn)
 	var a *streamAppend
 	if stepErr == nil && with != nil { // a failed step's writes are not its outcome
-		if w := with(); len(w.chunks) > 0 {
+		if w := with(out); len(w.chunks) > 0 {
 			a = &w
 		}
 	}

@@ -268,6 +268,9 @@ type turn struct {
 	// answer is what the last wait for a call read when it ended (nil when
 	// it did not read: a replay, or a deadline).
 	answer *postgres.Answer
+	// starts are the running step's held start chunks (holdsStarts; nil
+	// when it holds none).
+	starts *steps.HeldStarts
 	// tr is the execution's tracing state (a side channel).
 	tr runTrace
 }
@@ -278,20 +281,22 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 		return steps.Outcome{}, true, err
 	}
 	// The step's own chunks, when the model streamed nothing, commit with
-	// its record: the step's first write.
-	var closing []helix.Chunk
+	// its record (the step's first write), or are held for its commit
+	// (holdsStarts).
+	var closing, held []helix.Chunk
 	m, err := runStepWith(t.ctx, t.j, steps.NameCallModel, recordNow,
 		fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step, MessageCount: t.messageCount}, &closing)),
-		func() streamAppend {
-			w := make([]store.ChunkWrite, len(closing))
-			for i, c := range closing {
-				w[i] = store.ChunkWrite{RunID: t.run.RunID, Chunk: c}
+		func(m steps.ModelOutput) streamAppend {
+			if t.holdsStarts(m) {
+				held = closing
+				return streamAppend{}
 			}
-			return streamAppend{stream: t.run.StreamID, chunks: w}
+			return streamAppend{stream: t.run.StreamID, chunks: steps.ChunkWrites(t.run.RunID, closing)}
 		}, t.nothingRunsBeforeTheNextWrite)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
+	replayed := !t.j.ran
 	if m.Failure != nil {
 		out, err := t.fail(step-1, *m.Failure)
 		return out, true, err
@@ -299,6 +304,18 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if err := t.env.CallProbe(t.ctx, steps.ProbeInfo{Point: steps.ProbeAfterModelCall, SessionID: t.run.SessionID,
 		RunID: t.run.RunID, Step: step}); err != nil {
 		return steps.Outcome{}, true, err
+	}
+	switch {
+	case held != nil:
+		t.starts = t.env.HoldStarts(t.ctx, t.run, step, held)
+		defer func() { t.starts.Stop(); t.starts = nil }()
+	case replayed && t.holdsStarts(m) && t.j.replaysOnly(steps.NameRunTool):
+		// The lost execution recorded the model call but not the step's
+		// commit: its start chunks may not have been written.
+		if _, err := execute(t.ctx, steps.NameRestoreStarts, fenced(t,
+			t.env.RestoreStarts(t.run, step, steps.StartChunks(t.run, step, t.def, m.Result)))); err != nil {
+			return steps.Outcome{}, true, err
+		}
 	}
 	if t.messageCount == 0 {
 		t.messageCount = m.MessageCount
@@ -365,6 +382,27 @@ func (t *turn) nothingRunsBeforeTheNextWrite(m steps.ModelOutput) bool {
 	return true
 }
 
+// holdsStarts reports a model step whose start chunks (step_start and its
+// tool_starts) are held for the step's commit when the model streamed
+// nothing, instead of written with its record (steps.HeldStarts): a step
+// whose record is written at once (its tools run application code) and
+// whose calls all run as in-process tools, so nothing but the tools' events
+// (which write the held chunks first) reaches the stream before the
+// commit. Sub-agents and companions write into the stream, client tools
+// and approvals suspend the step: those steps write them with the record.
+func (t *turn) holdsStarts(m steps.ModelOutput) bool {
+	if m.Failure != nil || t.def == nil || t.nothingRunsBeforeTheNextWrite(m) {
+		return false
+	}
+	for _, call := range m.Result.ToolCalls {
+		tool, known := t.def.Tools[call.Name]
+		if known && (tool.SubAgent() != nil || tool.IsCompanion() || tool.ExecutesOnClient() || tool.NeedsApprovalCheck()) {
+			return false
+		}
+	}
+	return true
+}
+
 // classify sorts a step's calls: __finish__ (finish, -1 for none), the
 // finishWith tools of phase 2, and the rest in the model's order.
 func (t *turn) classify(calls []helix.ToolCall) (finish int, phase2, rest []int) {
@@ -402,7 +440,7 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 			mode = recordLater
 		}
 		r, err := runStep(ctx, t.j, steps.NameRunTool, mode,
-			fenced(t, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged})))
+			fenced(t, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged, Starts: t.starts})))
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
@@ -438,6 +476,13 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 	in.Text = res.Content
 	if in.Complete && len(in.Output) == 0 && t.def.Output == nil {
 		in.Output, _ = json.Marshal(res.Content)
+	}
+	if t.starts != nil {
+		// The start chunks nothing wrote yet go first in the commit.
+		var err error
+		if in.Starts, err = execute(ctx, steps.NameTakeStarts, t.starts.Take()); err != nil {
+			return steps.Outcome{}, true, err
+		}
 	}
 	c, err := runTxn(ctx, t.j, steps.NameCommitStep, env.CommitStep(in))
 	if err != nil {
@@ -478,7 +523,7 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 // at the same indexes. Step IDs are taken in a fixed order (the dispatches,
 // the children, the tools, then the awaits), so a replay finds each one.
 func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult) (stopped []int, err error) {
-	input := func(i int) steps.ToolInput { return steps.ToolInput{Run: t.run, Step: step, Call: calls[i]} }
+	input := func(i int) steps.ToolInput { return steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts} }
 	if len(tools) == 1 && len(subs) == 0 {
 		// A lone call runs without the goroutine hand-off.
 		r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater, fenced(t, t.env.RunTool(input(tools[0]))))
@@ -521,7 +566,7 @@ func (t *turn) runTools(step int, calls []helix.ToolCall, tools []int, results [
 			continue
 		}
 		running++
-		fn := fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[i]}))
+		fn := fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts}))
 		go func() {
 			r, err := execute(t.ctx, steps.NameRunTool, fn)
 			results[i] = r
