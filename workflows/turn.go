@@ -523,7 +523,9 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 // at the same indexes. Step IDs are taken in a fixed order (the dispatches,
 // the children, the tools, then the awaits), so a replay finds each one.
 func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult) (stopped []int, err error) {
-	input := func(i int) steps.ToolInput { return steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts} }
+	input := func(i int) steps.ToolInput {
+		return steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts}
+	}
 	if len(tools) == 1 && len(subs) == 0 {
 		// A lone call runs without the goroutine hand-off.
 		r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater, fenced(t, t.env.RunTool(input(tools[0]))))
