@@ -46,7 +46,8 @@ type ModelOutput struct {
 // the model's first delta. A model that streamed nothing (it answered at
 // once, or its adapter does not stream) leaves them in *closing when closing
 // is not nil, for the caller to write in the transaction that records the
-// step: one write for the whole step instead of two.
+// step (one write for the whole step instead of two), or to hold for the
+// step's commit (HeldStarts).
 func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOutput] {
 	return func(ctx context.Context) (ModelOutput, error) {
 		def, err := e.Agent(in.Run.AgentType)

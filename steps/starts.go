@@ -86,8 +86,8 @@ type HeldStarts struct {
 // workflow's: a cancelled workflow writes nothing).
 func (e *Env) HoldStarts(ctx context.Context, run RunInfo, step int, chunks []helix.Chunk) *HeldStarts {
 	h := &HeldStarts{env: e, run: run, step: step, chunks: chunks}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	// The timer's Flush takes h.mu, which orders it after this assignment
+	// for the methods that read h.timer (they run after HoldStarts returns).
 	h.timer = time.AfterFunc(StartChunksDelay, func() {
 		if err := h.Flush(ctx); err != nil && ctx.Err() == nil {
 			e.Log.Warn().Ctx(ctx).Str("event", "stream.step_start_delayed").Str("sessionId", run.SessionID).
