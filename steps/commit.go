@@ -179,10 +179,11 @@ type CommitOutput struct {
 // records the DBOS step, so a replay never applies it twice) it appends the
 // step's messages, applies the tools' state changes (StepPatches),
 // writes the checkpoint and counters, records usage, appends the step's
-// held start chunks (in.Starts) and its closing chunks (tool_end, state_patch, step_end, then checkpoint_created,
-// step_committed, output, run_interrupted, and stream_end when a root
-// session completes) and consumes the interrupt flag for the next step. The
-// store does it in two statements (store.StepStore.CommitStep).
+// held start chunks (in.Starts, first) and its closing chunks (tool_end,
+// state_patch, step_end, then checkpoint_created, step_committed, output,
+// run_interrupted, and stream_end when a root session completes) and
+// consumes the interrupt flag for the next step. The store does it in two
+// statements (store.StepStore.CommitStep).
 func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (CommitOutput, error) {
 		run, step := in.Run, in.Step
