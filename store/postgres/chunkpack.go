@@ -550,10 +550,11 @@ type v2Row struct {
 type codedRow struct {
 	v2Row
 	stream []byte
+	runID  string
 }
 
 func newCodedRow(streamID, runID string, step int) codedRow {
-	r := codedRow{v2Row: v2Row{step: strconv.AppendInt(nil, int64(step), 10)}, stream: appendJSONString(nil, streamID)}
+	r := codedRow{v2Row: v2Row{step: strconv.AppendInt(nil, int64(step), 10)}, stream: appendJSONString(nil, streamID), runID: runID}
 	if runID != "" {
 		r.run = appendJSONString(nil, runID)
 		r.stepID = appendJSONString(nil, rowStepID(runID, step))

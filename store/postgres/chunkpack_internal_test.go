@@ -292,6 +292,16 @@ func TestCodedRowsRoundTrip(t *testing.T) {
 			stream: "ag", run: run, coded: true,
 			in: []string{`[3,{"t":6,"A":"x"},{"m":10,"d":"a"},{"d":"b"},{"T":3,"d":"c"},{"T":-6,"d":"d"},`},
 		},
+		"an approval's ID is its run's and tool call's, unless it is another": {
+			chunks: []helix.Chunk{
+				&helix.ToolApprovalRequestChunk{Base: b, ToolCallID: "c<1>", ToolName: "n", ApprovalID: run + "::c<1>", Input: json.RawMessage(`{}`)},
+				&helix.ToolApprovalResponseChunk{Base: b, ToolCallID: "c<1>", ToolName: "n", ApprovalID: run + "::c<1>", Approved: true},
+				&helix.ToolApprovalRequestChunk{Base: b, ToolCallID: "c2", ToolName: "n", ApprovalID: "other::c2", Input: json.RawMessage(`{}`)},
+			},
+			stream: "ag", run: run, coded: true,
+			in:  []string{`"v":"other::c2"`},
+			out: []string{run, `"-"`},
+		},
 		"a chunk alone in its row is coded": {
 			chunks: []helix.Chunk{&helix.ToolApprovalRequestChunk{Base: b, ToolCallID: "c", ToolName: "n", ApprovalID: "a", Input: json.RawMessage(`{}`)}},
 			stream: "ag", run: run, coded: true,
@@ -448,6 +458,8 @@ func FuzzCodedRows(f *testing.F) {
 			&helix.CustomEventChunk{Base: later, EventName: text, Data: json.RawMessage(data)},
 			&helix.CheckpointCreatedChunk{Base: b, RunID: "run", CheckpointID: cp, StepCount: step + len(random)},
 			&helix.StepCommittedChunk{Base: later, RunID: text, StepID: "run:" + text, CheckpointID: cp},
+			&helix.ToolApprovalRequestChunk{Base: later, ToolCallID: text, ToolName: "n", ApprovalID: "run::" + text, Input: json.RawMessage(data)},
+			&helix.ToolApprovalResponseChunk{Base: b, ToolCallID: random, ToolName: "n", ApprovalID: "run::" + text, Approved: own},
 		})
 		requireV2ReadsBack(t, enc)
 		requireReadsBack(t, enc)

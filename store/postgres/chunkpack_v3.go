@@ -19,7 +19,8 @@ import (
 //     it gives (its agentId the row's stream, as a session's own chunks in
 //     its own stream have; its step the row's; its timestamp the one of the
 //     chunk before; step_committed's checkpointId the one of the
-//     checkpoint_created before it; ...). A member the type implies but the
+//     checkpoint_created before it; an approval's approvalId its run's ID
+//     and its toolCallId; ...). A member the type implies but the
 //     chunk does not have is named, by its key's code, in the chunk's "-"
 //     string; one with another value is stored, coded as in format 2 (a
 //     sub-agent's chunks in its parent's stream keep their agentId);
@@ -64,22 +65,34 @@ var (
 	impliedStepCount = implied{[]byte(`"stepCount"`), 'k', func(_ codedRow, _, self []member) []byte { return valueOf(self, keyStep) }}
 	impliedPrevCP    = implied{keyCheckpoint, 'p', func(_ codedRow, prev, _ []member) []byte { return valueOf(prev, keyCheckpoint) }}
 	impliedStreamID  = implied{[]byte(`"streamId"`), 'w', func(row codedRow, _, _ []member) []byte { return row.stream }}
+	// An approval's ID is its run's and tool call's (steps.hitl).
+	impliedApproval = implied{[]byte(`"approvalId"`), 'v', func(row codedRow, _, self []member) []byte {
+		call, ok := unquote(valueOf(self, keyToolCallID))
+		if row.run == nil || !ok {
+			return nil
+		}
+		return appendJSONString(nil, row.runID+"::"+call)
+	}}
 )
+
+var keyToolCallID = []byte(`"toolCallId"`)
 
 // v3Implied are the members each type implies, by the type's quoted name.
 var v3Implied = map[string][]implied{}
 
 func init() {
 	extra := map[helix.ChunkType][]implied{
-		helix.ChunkStepStart:         {impliedStepID},
-		helix.ChunkStepEnd:           {impliedStepID},
-		helix.ChunkCheckpointCreated: {impliedRunID, impliedStepCount},
-		helix.ChunkStepCommitted:     {impliedRunID, impliedStepID, impliedPrevCP},
-		helix.ChunkStepDiscarded:     {impliedRunID, impliedStepID},
-		helix.ChunkRunInterrupted:    {impliedRunID},
-		helix.ChunkRunResumed:        {impliedRunID},
-		helix.ChunkRunPaused:         {impliedRunID},
-		helix.ChunkRunQueued:         {impliedRunID},
+		helix.ChunkStepStart:            {impliedStepID},
+		helix.ChunkStepEnd:              {impliedStepID},
+		helix.ChunkCheckpointCreated:    {impliedRunID, impliedStepCount},
+		helix.ChunkStepCommitted:        {impliedRunID, impliedStepID, impliedPrevCP},
+		helix.ChunkStepDiscarded:        {impliedRunID, impliedStepID},
+		helix.ChunkRunInterrupted:       {impliedRunID},
+		helix.ChunkRunResumed:           {impliedRunID},
+		helix.ChunkRunPaused:            {impliedRunID},
+		helix.ChunkRunQueued:            {impliedRunID},
+		helix.ChunkToolApprovalRequest:  {impliedApproval},
+		helix.ChunkToolApprovalResponse: {impliedApproval},
 	}
 	for _, t := range v2Types {
 		imp := []implied{impliedAgent, impliedStep, impliedTimestamp}
