@@ -17,14 +17,17 @@ import (
 // statement appends to one stream for one run, step and attempt share a row
 // of helix.stream_chunks, whose seq is the sequence of its last chunk and n
 // its number of chunks (the first is seq - n + 1). A row of one chunk holds
-// that chunk's JSON, as rows did before packing. A row of several holds a
+// that chunk's JSON, as rows did before packing, or the chunk coded. A row of several holds a
 // JSON array: first the fields every one of its chunks has with the same
 // value (agentId, agentType, step, often runId, stepId and timestamp), then
 // each chunk without them. A step's six lifecycle chunks take two rows
 // instead of six, and a stretch of token deltas one row instead of one per
 // delta; readers see the same chunks, byte for byte (see unpackRow). Rows
-// written now code their keys and derived values (see Coded rows below):
-// [2, common, chunk, ...]; rows of the earlier formats still read.
+// written now, of one chunk or several, code their keys and derived values
+// and leave out what the row or the chunk before gives (see Coded rows
+// below, and format 3 in chunkpack_v3.go): [3, common, chunk, ...]; rows of
+// the earlier formats (format 2, [2, ...]; packed before coding; a chunk
+// as it is) still read.
 //
 // SQL cannot look inside a coded row (its chunks have no "type" key): read
 // chunks through the store.
@@ -62,18 +65,22 @@ func sameRow(a, b encodedChunk) bool {
 }
 
 // appendRows appends the rows of chunks of one row's run, step and attempt:
-// the chunk itself when there is one, else one coded row (packV2), else one
-// row of the earlier format (packV1) when it reads back byte for byte, else
-// (a chunk with a one-character key and a "~" one, say, or one with
-// replaced UTF-8) a row per chunk, which always does.
+// one coded row (packCoded, format 3; for a single chunk only when shorter
+// than the chunk), else for several one row of the earlier format (packV1)
+// when it reads back byte for byte, else (a chunk with a one-character key
+// and a "~" one, say, or one with replaced UTF-8) a row per chunk as it is,
+// which always reads back.
 func appendRows(rows []chunkRow, chunks []encodedChunk) ([]chunkRow, error) {
 	row := func(c encodedChunk, n int, body string) chunkRow {
 		return chunkRow{streamID: c.streamID, runID: c.runID, step: c.step, attempt: c.attempt, n: n, body: body}
 	}
-	if len(chunks) > 1 && !slices.ContainsFunc(chunks, replacedUTF8) {
-		if body, ok := packV2(chunks); ok {
-			return append(rows, row(chunks[0], len(chunks), body)), nil
-		}
+	if slices.ContainsFunc(chunks, replacedUTF8) {
+		return appendSingles(rows, chunks, row), nil
+	}
+	if body, ok := packCoded(chunks, v3Version); ok && (len(chunks) > 1 || len(body) < len(chunks[0].raw)) {
+		return append(rows, row(chunks[0], len(chunks), body)), nil
+	}
+	if len(chunks) > 1 {
 		body, err := packV1(chunks)
 		if err != nil {
 			return nil, err
@@ -82,10 +89,15 @@ func appendRows(rows []chunkRow, chunks []encodedChunk) ([]chunkRow, error) {
 			return append(rows, row(chunks[0], len(chunks), body)), nil
 		}
 	}
+	return appendSingles(rows, chunks, row), nil
+}
+
+// appendSingles appends a row per chunk, each as it is.
+func appendSingles(rows []chunkRow, chunks []encodedChunk, row func(encodedChunk, int, string) chunkRow) []chunkRow {
 	for _, c := range chunks {
 		rows = append(rows, row(c, 1, string(c.raw)))
 	}
-	return rows, nil
+	return rows
 }
 
 // replacedUTF8 reports whether json.Marshal replaced invalid UTF-8 in c by
@@ -101,13 +113,13 @@ func replacedUTF8(c encodedChunk) bool { return bytes.Contains(c.raw, []byte(`\u
 // readsBack reports whether readers get chunks back from body, byte for
 // byte.
 func readsBack(body string, chunks []encodedChunk) bool {
-	_, raws, err := unpackRow([]byte(body), len(chunks), chunks[0].runID, chunks[0].step)
+	_, raws, err := unpackRow([]byte(body), len(chunks), chunks[0].streamID, chunks[0].runID, chunks[0].step)
 	return err == nil && slices.EqualFunc(raws, chunks, func(raw []byte, c encodedChunk) bool { return bytes.Equal(raw, c.raw) })
 }
 
 // packV1 renders two or more chunks as [common fields, chunk without them,
 // ...], compacted (compactRow): the format before coded rows, written now
-// only for chunks packV2 cannot code. A field is left out only where its
+// only for chunks packCoded cannot code. A field is left out only where its
 // exact bytes come back (from the row's run and step, or from the first
 // element), and readers render every chunk through its type, as
 // encodeChunk did; appendRows still checks it reads back.
@@ -258,20 +270,20 @@ func compactRow(common map[string]json.RawMessage, fields []map[string]json.RawM
 	return renderRow(c, out)
 }
 
-// unpackRow returns the chunks of a row written with packChunks (coded,
-// in the earlier format, or before packing), as the raw JSON they were appended with: json.Marshal of the
-// decoded chunk, which is how encodeChunk wrote them. runID and step are
-// the row's.
-func unpackRow(body []byte, n int, runID string, step int) ([]helix.Chunk, [][]byte, error) {
+// unpackRow returns the chunks of a row written with packChunks (coded, in
+// the earlier formats, or before packing), as the raw JSON they were
+// appended with: json.Marshal of the decoded chunk, which is how
+// encodeChunk wrote them. streamID, runID and step are the row's.
+func unpackRow(body []byte, n int, streamID, runID string, step int) ([]helix.Chunk, [][]byte, error) {
+	if isCoded(body) {
+		return unpackCoded(body, n, newCodedRow(streamID, runID, step))
+	}
 	if n <= 1 {
 		c, err := helix.UnmarshalChunk(body)
 		if err != nil {
 			return nil, nil, err
 		}
 		return []helix.Chunk{c}, [][]byte{body}, nil
-	}
-	if bytes.HasPrefix(body, []byte("["+v2Version+",")) {
-		return unpackV2(body, n, runID, step)
 	}
 	var parts []json.RawMessage
 	if err := json.Unmarshal(body, &parts); err != nil {
@@ -299,10 +311,17 @@ func unpackRow(body []byte, n int, runID string, step int) ([]helix.Chunk, [][]b
 	return chunks, raws, nil
 }
 
-// unpackV2 returns the chunks of a coded row (see Coded rows) and their raw
-// JSON, as unpackRow.
-func unpackV2(body []byte, n int, runID string, step int) ([]helix.Chunk, [][]byte, error) {
-	objects, err := decodeV2(body, n, newV2Row(runID, step))
+// isCoded reports whether a row's body is a coded row (format 2 or 3): a
+// chunk stored as it is is an object, a row of the first packed format an
+// array whose first element is one.
+func isCoded(body []byte) bool {
+	return bytes.HasPrefix(body, []byte("["+v3Version+",")) || bytes.HasPrefix(body, []byte("["+v2Version+","))
+}
+
+// unpackCoded returns the chunks of a coded row (see Coded rows) and their
+// raw JSON, as unpackRow.
+func unpackCoded(body []byte, n int, row codedRow) ([]helix.Chunk, [][]byte, error) {
+	objects, err := decodeCoded(body, n, row)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -435,10 +454,10 @@ func mergeObjects(a, b []byte) []byte {
 // into each chunk before expanding codes, so a rebuilt checkpointId uses
 // the chunk's own agentId, step and timestamp wherever they are stored.
 //
-// packV2 decodes every row it codes as readers do (decodeV2) and keeps it
-// only when each chunk comes back with exactly its fields and value bytes;
-// readers then render each chunk through its type, as for the earlier
-// format. The tables below are part of the stored format: append to them,
+// packCoded decodes every row it codes as readers do (decodeCoded) and
+// keeps it only when each chunk comes back with exactly its fields and
+// value bytes; readers then render each chunk through its type, as for the
+// earlier format. The tables below are part of the stored format: append to them,
 // never reorder, remove or rename.
 
 // v2Version is the first element of a coded row.
@@ -526,8 +545,16 @@ type v2Row struct {
 	run, stepID, step []byte // run and stepID nil when the row has no run
 }
 
-func newV2Row(runID string, step int) v2Row {
-	r := v2Row{step: strconv.AppendInt(nil, int64(step), 10)}
+// codedRow is what coding needs of the row's columns, as JSON: its run and
+// step, and (format 3) its stream.
+type codedRow struct {
+	v2Row
+	stream []byte
+	runID  string
+}
+
+func newCodedRow(streamID, runID string, step int) codedRow {
+	r := codedRow{v2Row: v2Row{step: strconv.AppendInt(nil, int64(step), 10)}, stream: appendJSONString(nil, streamID), runID: runID}
 	if runID != "" {
 		r.run = appendJSONString(nil, runID)
 		r.stepID = appendJSONString(nil, rowStepID(runID, step))
@@ -535,10 +562,14 @@ func newV2Row(runID string, step int) v2Row {
 	return r
 }
 
-// packV2 renders chunks (two or more of one row) as a coded row, or returns
-// false when they cannot be coded or the row would not read back exactly.
-func packV2(chunks []encodedChunk) (string, bool) {
-	row := newV2Row(chunks[0].runID, chunks[0].step)
+// packCoded renders chunks of one row as a coded row of format version
+// (v2Version for two or more chunks, or v3Version), or returns false when
+// they cannot be coded or the row would not read back exactly. Rows are
+// written in format 3; format 2 is coded here for the tests that check
+// stored rows of it still read.
+func packCoded(chunks []encodedChunk, version string) (string, bool) {
+	c0 := chunks[0]
+	row := newCodedRow(c0.streamID, c0.runID, c0.step)
 	orig := make([][]member, len(chunks))
 	coded := make([][]member, len(chunks))
 	size := 8
@@ -552,13 +583,22 @@ func packV2(chunks []encodedChunk) (string, bool) {
 				return "", false // a one-character key, or a key twice
 			}
 		}
-		orig[i], coded[i] = fields, codeFields(fields, row)
+		orig[i] = fields
+		switch {
+		case version == v2Version:
+			coded[i] = codeFields(fields, row.v2Row)
+		case i == 0:
+			coded[i] = codeV3(fields, row, nil)
+		default:
+			coded[i] = codeV3(fields, row, orig[i-1])
+		}
 		size += len(c.raw)
 	}
-	// The common fields: those of the first chunk every other has the same.
+	// The common fields: those of the first chunk every other has the same
+	// (none for a row of one chunk).
 	var common []member
 	for _, f := range coded[0] {
-		shared := true
+		shared := len(coded) > 1
 		for _, g := range coded[1:] {
 			if !hasMember(g, f) {
 				shared = false
@@ -570,13 +610,18 @@ func packV2(chunks []encodedChunk) (string, bool) {
 		}
 	}
 	buf := make([]byte, 0, size)
-	buf = append(append(append(buf, '['), v2Version...), ',')
+	buf = append(append(append(buf, '['), version...), ',')
 	buf = appendObject(buf, common, nil)
 	for _, fields := range coded {
-		buf = appendObject(append(buf, ','), fields, common)
+		buf = append(buf, ',')
+		if version == v3Version {
+			buf = appendChunkV3(buf, fields, common)
+		} else {
+			buf = appendObject(buf, fields, common)
+		}
 	}
 	buf = append(buf, ']')
-	got, err := decodeV2(buf, len(chunks), row)
+	got, err := decodeCoded(buf, len(chunks), row)
 	if err != nil {
 		return "", false
 	}
@@ -703,13 +748,15 @@ func codeUsage(v []byte) []byte {
 	return append(out, ']')
 }
 
-// decodeV2 returns the chunks of a coded row as their fields: the common
-// ones merged in, every code expanded.
-func decodeV2(body []byte, n int, row v2Row) ([][]member, error) {
+// decodeCoded returns the chunks of a coded row (format 2 or 3) as their
+// fields: the common ones merged in, every code expanded, every implied
+// member added.
+func decodeCoded(body []byte, n int, row codedRow) ([][]member, error) {
 	elems, ok := arrayElems(make([][]byte, 0, n+2), body)
-	if !ok || len(elems) == 0 || string(elems[0]) != v2Version {
+	if !ok || len(elems) == 0 || (string(elems[0]) != v2Version && string(elems[0]) != v3Version) {
 		return nil, errors.New("decode coded chunks: not a coded row")
 	}
+	v3 := string(elems[0]) == v3Version
 	if len(elems) != n+2 {
 		return nil, fmt.Errorf("decode coded chunks: row says %d chunks, holds %d", n, len(elems)-2)
 	}
@@ -719,11 +766,23 @@ func decodeV2(body []byte, n int, row v2Row) ([][]member, error) {
 	}
 	out := make([][]member, n)
 	for i, e := range elems[2:] {
-		fields, ok := objectFields(make([]member, 0, len(common)+8), e)
-		if !ok {
+		var fields []member
+		if v3 && len(e) > 0 && e[0] != '{' {
+			fields = append(make([]member, 0, len(common)+8), member{v3TypeKey, e}) // a chunk of its type alone
+		} else if fields, ok = objectFields(make([]member, 0, len(common)+8), e); !ok {
 			return nil, fmt.Errorf("decode coded chunk %d: not an object", i+1)
 		}
-		fields, err := expandV2(append(fields, common...), row)
+		fields = append(fields, common...)
+		var err error
+		if v3 {
+			var prev []member
+			if i > 0 {
+				prev = out[i-1]
+			}
+			fields, err = expandV3(fields, row, prev)
+		} else {
+			fields, err = expandV2(fields, row.v2Row)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("decode coded chunk %d: %w", i+1, err)
 		}
@@ -735,6 +794,28 @@ func decodeV2(body []byte, n int, row v2Row) ([][]member, error) {
 // expandV2 gives a chunk's coded fields back their keys and values, in
 // place.
 func expandV2(fields []member, row v2Row) ([]member, error) {
+	fields, checkpoint, err := expandCodes(fields, row)
+	if err != nil || checkpoint < 0 {
+		return fields, err
+	}
+	return expandCheckpointAt(fields, checkpoint)
+}
+
+// expandCheckpointAt rebuilds the coded checkpointId at fields[i] from the
+// chunk's agentId, step and timestamp, which must be expanded already.
+func expandCheckpointAt(fields []member, i int) ([]member, error) {
+	v, err := expandCheckpoint(fields, fields[i].val)
+	if err != nil {
+		return nil, err
+	}
+	fields[i] = member{keyCheckpoint, v}
+	return fields, nil
+}
+
+// expandCodes expands every code of a chunk's fields in place but a coded
+// checkpointId (built from fields that may come later), whose index it
+// returns (-1 for none).
+func expandCodes(fields []member, row v2Row) ([]member, int, error) {
 	checkpoint := -1
 	for i, f := range fields {
 		if len(f.key) != 3 {
@@ -743,12 +824,12 @@ func expandV2(fields []member, row v2Row) ([]member, error) {
 		switch code := string(f.key[1:2]); code {
 		case v2RowRun:
 			if row.run == nil {
-				return nil, errors.New("the runId of a row without a run")
+				return nil, -1, errors.New("the runId of a row without a run")
 			}
 			fields[i] = member{keyRunID, row.run}
 		case v2RowStepID:
 			if row.run == nil {
-				return nil, errors.New("the stepId of a row without a run")
+				return nil, -1, errors.New("the stepId of a row without a run")
 			}
 			fields[i] = member{keyStepID, row.stepID}
 		case v2RowStep:
@@ -758,32 +839,25 @@ func expandV2(fields []member, row v2Row) ([]member, error) {
 		case v2Usage:
 			u, err := expandUsage(f.val)
 			if err != nil {
-				return nil, err
+				return nil, -1, err
 			}
 			fields[i] = member{keyUsage, u}
 		default:
 			key := v2Decode[string(f.key)]
 			if key == nil {
-				return nil, fmt.Errorf("unknown key code %s", f.key)
+				return nil, -1, fmt.Errorf("unknown key code %s", f.key)
 			}
 			fields[i].key = key
 			if bytes.Equal(key, keyType) && len(f.val) > 0 && f.val[0] != '"' {
 				t, err := strconv.Atoi(string(f.val))
 				if err != nil || t < 0 || t >= len(v2TypeName) {
-					return nil, fmt.Errorf("unknown type code %s", f.val)
+					return nil, -1, fmt.Errorf("unknown type code %s", f.val)
 				}
 				fields[i].val = v2TypeName[t]
 			}
 		}
 	}
-	if checkpoint >= 0 {
-		v, err := expandCheckpoint(fields, fields[checkpoint].val)
-		if err != nil {
-			return nil, err
-		}
-		fields[checkpoint] = member{keyCheckpoint, v}
-	}
-	return fields, nil
+	return fields, checkpoint, nil
 }
 
 func expandCheckpoint(fields []member, v []byte) ([]byte, error) {

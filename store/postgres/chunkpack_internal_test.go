@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"encoding/json"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -32,17 +34,24 @@ func benchStep(run string) (begin, commit []helix.Chunk) {
 	return begin, commit
 }
 
+// encodeAll encodes chunks for stream "s" of run, as Append does.
 func encodeAll(t testing.TB, run string, chunks []helix.Chunk) []encodedChunk {
+	t.Helper()
+	return encodeFor(t, "s", run, chunks)
+}
+
+// encodeFor encodes chunks for stream of run, as Append does.
+func encodeFor(t testing.TB, stream, run string, chunks []helix.Chunk) []encodedChunk {
 	t.Helper()
 	out := make([]encodedChunk, len(chunks))
 	for i, c := range chunks {
 		if end, ok := c.(*helix.StreamEnd); ok { // as chunkBatch.addStreamEnd writes it
 			raw, err := json.Marshal(end)
 			require.NoError(t, err)
-			out[i] = encodedChunk{streamID: "s", raw: raw}
+			out[i] = encodedChunk{streamID: stream, raw: raw}
 			continue
 		}
-		e, err := encodeChunk("s", c, run, 0)
+		e, err := encodeChunk(stream, c, run, 0)
 		require.NoError(t, err)
 		out[i] = e
 	}
@@ -57,7 +66,7 @@ func requireReadsBack(t *testing.T, chunks []encodedChunk) []chunkRow {
 	require.NoError(t, err)
 	var got [][]byte
 	for _, r := range rows {
-		_, raws, err := unpackRow([]byte(r.body), r.n, r.runID, r.step)
+		_, raws, err := unpackRow([]byte(r.body), r.n, r.streamID, r.runID, r.step)
 		require.NoError(t, err, "row %s", r.body)
 		got = append(got, raws...)
 	}
@@ -68,20 +77,43 @@ func requireReadsBack(t *testing.T, chunks []encodedChunk) []chunkRow {
 	return rows
 }
 
-// TestCodedRowSizes packs one bench step's two rows in the earlier format
+// benchAgent is benchStep's agent, whose own stream its chunks are in.
+const benchAgent = "bench-8fbee99f-2"
+
+// requireV2ReadsBack codes chunks of one row in format 2, as rows stored
+// before format 3 are, and requires them back byte for byte when it codes
+// them (a format 2 row holds two or more chunks).
+func requireV2ReadsBack(t testing.TB, chunks []encodedChunk) {
+	t.Helper()
+	if len(chunks) < 2 || slices.ContainsFunc(chunks, replacedUTF8) {
+		return
+	}
+	body, ok := packCoded(chunks, v2Version)
+	if !ok {
+		return
+	}
+	require.True(t, strings.HasPrefix(body, "[2,"), body)
+	_, raws, err := unpackRow([]byte(body), len(chunks), chunks[0].streamID, chunks[0].runID, chunks[0].step)
+	require.NoError(t, err, "row %s", body)
+	for i, c := range chunks {
+		require.Equal(t, string(c.raw), string(raws[i]), "chunk %d of %s", i, body)
+	}
+}
+
+// TestCodedRowSizes packs one bench step's two rows in the earlier formats
 // and coded, and pins the coded bodies: they are the stored format.
 func TestCodedRowSizes(t *testing.T) {
 	t.Parallel()
 	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
 	begin, commit := benchStep(run)
 	want := []string{
-		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664693,"S":0},{"t":0,"J":0},{"t":1,"c":"call-52","n":"noop","g":{}}]`,
-		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664694,"S":0},{"t":2,"c":"call-52","n":"noop","r":{"ok":true},"x":true},` +
-			`{"t":3,"J":0,"U":[0,0],"f":"tool-calls"},{"t":4,"R":0,"P":"a3cf5d","k":52},{"t":5,"R":0,"J":0,"P":"a3cf5d"}]`,
+		`[3,{"A":"helix-bench"},{"t":0,"m":1795667664693},{"t":1,"c":"call-52","n":"noop","g":{}}]`,
+		`[3,{"A":"helix-bench"},{"t":2,"m":1795667664694,"c":"call-52","n":"noop","r":{"ok":true},"x":true},` +
+			`{"t":3,"U":[0,0],"f":"tool-calls"},{"t":4,"P":"a3cf5d"},5]`,
 	}
-	var plain, v1, v2 int
+	var plain, v1, v2, v3 int
 	for i, chunks := range [][]helix.Chunk{begin, commit} {
-		enc := encodeAll(t, run, chunks)
+		enc := encodeFor(t, benchAgent, run, chunks)
 		rowPlain := 0
 		for _, e := range enc {
 			rowPlain += len(e.raw)
@@ -90,14 +122,19 @@ func TestCodedRowSizes(t *testing.T) {
 		old, err := packV1(enc)
 		require.NoError(t, err)
 		require.True(t, readsBack(old, enc))
+		coded2, ok := packCoded(enc, v2Version)
+		require.True(t, ok)
+		require.True(t, readsBack(coded2, enc))
 		rows := requireReadsBack(t, enc)
 		require.Len(t, rows, 1)
 		require.Equal(t, want[i], rows[0].body)
-		v1, v2 = v1+len(old), v2+len(rows[0].body)
-		t.Logf("%d chunks: %d B unpacked, %d B before coding, %d B coded\n  %s\n  %s", len(enc), rowPlain, len(old), len(rows[0].body), old, rows[0].body)
+		v1, v2, v3 = v1+len(old), v2+len(coded2), v3+len(rows[0].body)
+		t.Logf("%d chunks: %d B unpacked, %d B before coding, %d B in format 2, %d B in format 3\n  %s\n  %s\n  %s",
+			len(enc), rowPlain, len(old), len(coded2), len(rows[0].body), old, coded2, rows[0].body)
 	}
-	t.Logf("one step: %d B unpacked, %d B before coding, %d B coded", plain, v1, v2)
-	require.Less(t, v2*10, v1*6, "coding saves 40%% or more")
+	t.Logf("one step: %d B unpacked, %d B before coding, %d B in format 2, %d B in format 3", plain, v1, v2, v3)
+	require.Less(t, v2*10, v1*6, "format 2 saves 40%% or more")
+	require.Less(t, v3*10, v2*7, "format 3 saves 30%% or more of format 2")
 }
 
 // TestCodedRowsRoundTrip packs rows that exercise every code and every
@@ -112,6 +149,7 @@ func TestCodedRowsRoundTrip(t *testing.T) {
 	b := base("ag", 4, 1795662153813)
 	cases := map[string]struct {
 		chunks []helix.Chunk
+		stream string // "s" when empty
 		run    string
 		coded  bool     // written as a coded row
 		in     []string // substrings of the stored body
@@ -162,7 +200,8 @@ func TestCodedRowsRoundTrip(t *testing.T) {
 				&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":5", CheckpointID: "c1"},
 			},
 			run: run, coded: true,
-			in: []string{`"i":"another"`, `"j":"another:4"`, `"j":"` + run + `:5"`, `"R":0`},
+			in:  []string{`"i":"another"`, `"j":"another:4"`, `"j":"` + run + `:5"`},
+			out: []string{`"R"`, `"P"`},
 		},
 		"a row without a run keeps runId and stepId": {
 			chunks: []helix.Chunk{
@@ -193,16 +232,95 @@ func TestCodedRowsRoundTrip(t *testing.T) {
 				&helix.StreamEnd{StreamID: "s", Timestamp: 5, FinalOutput: json.RawMessage(`{"w":1}`)},
 			},
 			coded: true,
-			in:    []string{`"w":"s"`, `"W":{"w":1}`, `"t":32`},
+			in:    []string{`{"t":32,"W":{"w":1}}`},
+			out:   []string{`"w":"s"`, `"m":5}`},
+		},
+		"a session's chunks in its own stream leave out what the row and the chunk before give": {
+			chunks: []helix.Chunk{
+				&helix.StepStartChunk{Base: b, StepID: run + ":4"},
+				&helix.TextDeltaChunk{Base: b, Delta: "d"},
+				&helix.StepEndChunk{Base: b, StepID: run + ":4", FinishReason: "stop"},
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "cpv1-ag-s4-t1795662153813-abc", StepCount: 4},
+				&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":4", CheckpointID: "cpv1-ag-s4-t1795662153813-abc"},
+				&helix.StepDiscardedChunk{Base: b, RunID: run, StepID: run + ":4", Reason: "r"},
+				&helix.RunPausedChunk{Base: b, RunID: run, Reason: "r"},
+			},
+			stream: "ag", run: run, coded: true,
+			in:  []string{`[3,{"A":"x"},{"t":0,"m":1795662153813},{"t":6,"d":"d"},{"t":3,"f":"stop"},{"t":4,"P":"abc"},5,{"t":29,"y":"r"},{"t":26,"y":"r"}]`},
+			out: []string{`"a"`, `"s"`, `"S"`, `"i"`, `"R"`, `"j"`, `"J"`, `"k"`, `"-"`},
+		},
+		"a sub-agent's chunks in its parent's stream keep their agentId": {
+			chunks: []helix.Chunk{
+				&helix.StepStartChunk{Base: base("child", 4, 7), StepID: run + ":4"},
+				&helix.TextDeltaChunk{Base: base("child", 4, 7), Delta: "d"},
+			},
+			stream: "parent", run: run, coded: true,
+			in: []string{`[3,{"a":"child","A":"x"},{"t":0,"m":7},{"t":6,"d":"d"}]`},
+		},
+		"a row of the session's and a sub-agent's chunks": {
+			chunks: []helix.Chunk{
+				&helix.TextDeltaChunk{Base: base("parent", 4, 7), Delta: "d"},
+				&helix.SubAgentStartChunk{Base: base("parent", 4, 7), SubAgentType: "t", SubSessionID: "child", CallID: "c"},
+				&helix.TextDeltaChunk{Base: base("child", 4, 7), Delta: "e"},
+				&helix.TextDeltaChunk{Base: base("parent", 4, 8), Delta: "f"},
+			},
+			stream: "parent", run: run, coded: true,
+			in: []string{`{"t":6,"a":"child","d":"e"}`, `{"t":6,"T":1,"d":"f"}`},
+		},
+		"members a type implies that a chunk lacks or holds with another value": {
+			chunks: []helix.Chunk{
+				&helix.StepStartChunk{Base: b},
+				&helix.StepEndChunk{Base: b, StepID: run + ":3"},
+				&helix.CheckpointCreatedChunk{Base: b, RunID: run, CheckpointID: "cpv1-ag-s4-t1795662153813-abc", StepCount: 9},
+				&helix.StepCommittedChunk{Base: b, RunID: "", StepID: run + ":4", CheckpointID: "cpv1-ag-s4-t1795662153813-xyz"},
+				&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":4", CheckpointID: "cpv1-ag-s4-t1795662153813-xyz"},
+				&helix.StepCommittedChunk{Base: b, RunID: run, StepID: run + ":4", CheckpointID: ""},
+				&helix.RunResumedChunk{Base: b, RunID: "other", Mode: "m"},
+			},
+			stream: "ag", run: run, coded: true,
+			in: []string{`{"t":0,"m":1795662153813,"-":"j"}`, `"j":"` + run + `:3"`, `"k":9`, `{"t":5,"i":"","P":"xyz"}`, `5,{"t":5,"p":""}`, `"i":"other"`},
+		},
+		"timestamps: the difference to the chunk before, either way, and at the ends of int64": {
+			chunks: []helix.Chunk{
+				&helix.TextDeltaChunk{Base: base("ag", 4, 10), Delta: "a"},
+				&helix.TextDeltaChunk{Base: base("ag", 4, 10), Delta: "b"},
+				&helix.TextDeltaChunk{Base: base("ag", 4, 13), Delta: "c"},
+				&helix.TextDeltaChunk{Base: base("ag", 4, 7), Delta: "d"},
+				&helix.TextDeltaChunk{Base: base("ag", 4, math.MaxInt64), Delta: "e"},
+				&helix.TextDeltaChunk{Base: base("ag", 4, math.MinInt64), Delta: "f"},
+			},
+			stream: "ag", run: run, coded: true,
+			in: []string{`[3,{"t":6,"A":"x"},{"m":10,"d":"a"},{"d":"b"},{"T":3,"d":"c"},{"T":-6,"d":"d"},`},
+		},
+		"an approval's ID is its run's and tool call's, unless it is another": {
+			chunks: []helix.Chunk{
+				&helix.ToolApprovalRequestChunk{Base: b, ToolCallID: "c<1>", ToolName: "n", ApprovalID: run + "::c<1>", Input: json.RawMessage(`{}`)},
+				&helix.ToolApprovalResponseChunk{Base: b, ToolCallID: "c<1>", ToolName: "n", ApprovalID: run + "::c<1>", Approved: true},
+				&helix.ToolApprovalRequestChunk{Base: b, ToolCallID: "c2", ToolName: "n", ApprovalID: "other::c2", Input: json.RawMessage(`{}`)},
+			},
+			stream: "ag", run: run, coded: true,
+			in:  []string{`"v":"other::c2"`},
+			out: []string{run, `"-"`},
+		},
+		"a chunk alone in its row is coded": {
+			chunks: []helix.Chunk{&helix.ToolApprovalRequestChunk{Base: b, ToolCallID: "c", ToolName: "n", ApprovalID: "a", Input: json.RawMessage(`{}`)}},
+			stream: "ag", run: run, coded: true,
+			in: []string{`[3,{},{"t":13,"A":"x","m":1795662153813,"c":"c","n":"n","v":"a","I":{}}]`},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			rows := requireReadsBack(t, encodeAll(t, tc.run, tc.chunks))
+			stream := tc.stream
+			if stream == "" {
+				stream = "s"
+			}
+			enc := encodeFor(t, stream, tc.run, tc.chunks)
+			requireV2ReadsBack(t, enc)
+			rows := requireReadsBack(t, enc)
 			require.Len(t, rows, 1)
 			body := rows[0].body
-			require.Equal(t, tc.coded, strings.HasPrefix(body, "[2,"), body)
+			require.Equal(t, tc.coded, strings.HasPrefix(body, "[3,"), body)
 			for _, s := range tc.in {
 				require.Contains(t, body, s)
 			}
@@ -268,7 +386,7 @@ func TestUncodableRowsFallBack(t *testing.T) {
 	} {
 		odd := ok
 		odd.raw = []byte(raw)
-		_, codable := packV2([]encodedChunk{ok, odd})
+		_, codable := packCoded([]encodedChunk{ok, odd}, v3Version)
 		require.False(t, codable, raw)
 		rows, err := packChunks([]encodedChunk{ok, odd, ok})
 		if err != nil {
@@ -282,7 +400,8 @@ func TestUncodableRowsFallBack(t *testing.T) {
 	}
 }
 
-// TestEarlierRowsStillRead reads rows written before coding, as stored.
+// TestEarlierRowsStillRead reads rows written before format 3 (coded in
+// format 2, and before coding), as stored.
 func TestEarlierRowsStillRead(t *testing.T) {
 	t.Parallel()
 	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
@@ -294,8 +413,12 @@ func TestEarlierRowsStillRead(t *testing.T) {
 		{begin, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"type":"step_start","~":"s"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`},
 		{commit, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664694,"~":[["checkpointId","cpv1-bench-8fbee99f-2-s52-t1795667664694-a3cf5d"]]},{"providerExecuted":true,"result":{"ok":true},"toolCallId":"call-52","toolName":"noop","type":"tool_end"},{"finishReason":"tool-calls","type":"step_end","usage":{"inputTokens":0,"outputTokens":0},"~":"s"},{"stepCount":52,"type":"checkpoint_created","~":"r0"},{"type":"step_committed","~":"rs0"}]`},
 		{begin, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"stepId":"` + run + `:52","type":"step_start"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`},
+		// Format 2.
+		{begin, `[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664693,"S":0},{"t":0,"J":0},{"t":1,"c":"call-52","n":"noop","g":{}}]`},
+		{commit, `[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664694,"S":0},{"t":2,"c":"call-52","n":"noop","r":{"ok":true},"x":true},` +
+			`{"t":3,"J":0,"U":[0,0],"f":"tool-calls"},{"t":4,"R":0,"P":"a3cf5d","k":52},{"t":5,"R":0,"J":0,"P":"a3cf5d"}]`},
 	} {
-		_, raws, err := unpackRow([]byte(tc.body), len(tc.chunks), run, 52)
+		_, raws, err := unpackRow([]byte(tc.body), len(tc.chunks), "s", run, 52)
 		require.NoError(t, err)
 		for i, c := range tc.chunks {
 			want, err := json.Marshal(c)
@@ -305,24 +428,43 @@ func TestEarlierRowsStillRead(t *testing.T) {
 	}
 }
 
-// FuzzCodedRows packs rows of user text and JSON and requires them back byte
-// for byte, coded or not.
+// FuzzCodedRows packs rows of user text and JSON, of a session in its own
+// stream or a sub-agent in its parent's, and requires them back byte for
+// byte, coded (format 3, and format 2 as stored rows are) or not.
 func FuzzCodedRows(f *testing.F) {
-	f.Add("d", `{"a":1}`, "ag", int64(5), 3, "abc")
-	f.Add(`"~"`, `{"t":0,"P":"x"}`, "a<b>-s1-t2", int64(0), 0, "0")
-	f.Add("[2,", `[2,{"S":0}]`, "é", int64(-1), 12, "")
-	f.Add("0", `{}`, "0", int64(5), 3, "\x80") // json.Marshal writes \ufffd, readers would write U+FFFD
-	f.Fuzz(func(t *testing.T, text, data, agent string, ts int64, step int, random string) {
+	f.Add("d", `{"a":1}`, "ag", int64(5), 3, "abc", true)
+	f.Add(`"~"`, `{"t":0,"P":"x"}`, "a<b>-s1-t2", int64(0), 0, "0", false)
+	f.Add("[2,", `[2,{"S":0}]`, "é", int64(-1), 12, "", true)
+	f.Add("[3,", `{"T":1,"-":"am"}`, "s", int64(math.MaxInt64), 1, "x", false)
+	f.Add("0", `{}`, "0", int64(5), 3, "\x80", true) // json.Marshal writes \ufffd, readers would write U+FFFD
+	f.Fuzz(func(t *testing.T, text, data, agent string, ts int64, step int, random string, own bool) {
 		if !json.Valid([]byte(data)) {
 			return
 		}
+		stream := "parent"
+		if own {
+			stream = agent
+		}
 		b := helix.Base{AgentID: agent, AgentType: text, Timestamp: ts, Step: step}
+		later := b
+		later.Timestamp += int64(len(data))
+		sub := b
+		sub.AgentID = text
 		cp := helix.FormatCheckpointID(helix.ParsedCheckpointID{SessionID: agent, StepCount: step, Timestamp: ts + int64(len(text)), Random: random})
-		requireReadsBack(t, encodeAll(t, "run", []helix.Chunk{
+		enc := encodeFor(t, stream, "run", []helix.Chunk{
+			&helix.StepStartChunk{Base: b, StepID: "run:" + text},
 			&helix.TextDeltaChunk{Base: b, Delta: text},
-			&helix.CustomEventChunk{Base: b, EventName: text, Data: json.RawMessage(data)},
-			&helix.CheckpointCreatedChunk{Base: b, RunID: "run", CheckpointID: cp, StepCount: step},
-			&helix.StepCommittedChunk{Base: b, RunID: text, StepID: "run:" + text, CheckpointID: cp},
-		}))
+			&helix.TextDeltaChunk{Base: sub, Delta: data},
+			&helix.CustomEventChunk{Base: later, EventName: text, Data: json.RawMessage(data)},
+			&helix.CheckpointCreatedChunk{Base: b, RunID: "run", CheckpointID: cp, StepCount: step + len(random)},
+			&helix.StepCommittedChunk{Base: later, RunID: text, StepID: "run:" + text, CheckpointID: cp},
+			&helix.ToolApprovalRequestChunk{Base: later, ToolCallID: text, ToolName: "n", ApprovalID: "run::" + text, Input: json.RawMessage(data)},
+			&helix.ToolApprovalResponseChunk{Base: b, ToolCallID: random, ToolName: "n", ApprovalID: "run::" + text, Approved: own},
+		})
+		requireV2ReadsBack(t, enc)
+		requireReadsBack(t, enc)
+		for _, c := range enc {
+			requireReadsBack(t, []encodedChunk{c})
+		}
 	})
 }

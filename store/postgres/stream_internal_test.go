@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,9 +105,9 @@ func TestPackedRowsReadBackByteForByte(t *testing.T) {
 	require.Equal(t, int64(len(chunks)), latest)
 
 	var rows, coded int
-	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE chunk::text LIKE '[2,%') FROM helix.stream_chunks WHERE stream_id = 'p'`).Scan(&rows, &coded))
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE chunk::text LIKE '[3,%') FROM helix.stream_chunks WHERE stream_id = 'p'`).Scan(&rows, &coded))
 	require.Equal(t, 3, rows, "steps 1 and 3 pack into one row each")
-	require.Equal(t, 2, coded, "packed rows are coded")
+	require.Equal(t, 3, coded, "rows are coded, step 2's of one chunk too")
 	info, err := st.GetStreamInfo(ctx, "p")
 	require.NoError(t, err)
 	require.Equal(t, int64(len(chunks)), info.ChunkCount)
@@ -179,7 +180,9 @@ func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	var body string
 	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.stream_chunks WHERE stream_id = 'cp'`).Scan(&body))
 	require.Equal(t, 0, strings.Count(body, cp), "the checkpoint ID comes from the chunk's agent, step and timestamp: %s", body)
-	require.Equal(t, 3, strings.Count(body, `"28b066"`), "its random suffix, in each of three chunks: %s", body)
+	require.Equal(t, 1, strings.Count(body, `"28b066"`), "its random suffix, once: the commits take it from the chunk before: %s", body)
+	require.Equal(t, 0, strings.Count(body, `"cp"`), "the agent's ID is the stream's: %s", body)
+	require.Equal(t, 1, strings.Count(body, `"another-run"`), "another run's ID is kept: %s", body)
 	require.Equal(t, 0, strings.Count(body, run), "the run's ID comes from the row: %s", body)
 	require.Less(t, len(body), plain/2)
 
@@ -191,8 +194,9 @@ func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	}
 }
 
-// TestEarlierRowsReadBackByteForByte reads rows stored before coding (the
-// compacted format, and packed rows before compaction) from the table.
+// TestEarlierRowsReadBackByteForByte reads rows stored before format 3 (the
+// compacted format, packed rows before compaction, and coded rows of format
+// 2) from the table.
 func TestEarlierRowsReadBackByteForByte(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -205,22 +209,71 @@ func TestEarlierRowsReadBackByteForByte(t *testing.T) {
 	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
 	begin, commit := benchStep(run)
 	_, err = st.shared.pool.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk) VALUES
-		('old', 2, 2, $1, 52, $2), ('old', 6, 4, $1, 52, $3), ('old', 8, 2, $1, 52, $4)`, run,
+		('old', 2, 2, $1, 52, $2), ('old', 6, 4, $1, 52, $3), ('old', 8, 2, $1, 52, $4), ('old', 10, 2, $1, 52, $5), ('old', 14, 4, $1, 52, $6)`, run,
 		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"type":"step_start","~":"s"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`,
 		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664694,"~":[["checkpointId","cpv1-bench-8fbee99f-2-s52-t1795667664694-a3cf5d"]]},{"providerExecuted":true,"result":{"ok":true},"toolCallId":"call-52","toolName":"noop","type":"tool_end"},{"finishReason":"tool-calls","type":"step_end","usage":{"inputTokens":0,"outputTokens":0},"~":"s"},{"stepCount":52,"type":"checkpoint_created","~":"r0"},{"type":"step_committed","~":"rs0"}]`,
-		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"stepId":"`+run+`:52","type":"step_start"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`)
+		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"stepId":"`+run+`:52","type":"step_start"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`,
+		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664693,"S":0},{"t":0,"J":0},{"t":1,"c":"call-52","n":"noop","g":{}}]`,
+		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664694,"S":0},{"t":2,"c":"call-52","n":"noop","r":{"ok":true},"x":true},`+
+			`{"t":3,"J":0,"U":[0,0],"f":"tool-calls"},{"t":4,"R":0,"P":"a3cf5d","k":52},{"t":5,"R":0,"J":0,"P":"a3cf5d"}]`)
 	require.NoError(t, err)
-	_, err = st.shared.pool.Exec(ctx, `UPDATE helix.streams SET latest_seq = 8 WHERE stream_id = 'old'`)
+	_, err = st.shared.pool.Exec(ctx, `UPDATE helix.streams SET latest_seq = 14 WHERE stream_id = 'old'`)
 	require.NoError(t, err)
 
 	page, err := st.ReadChunks(ctx, "old", 0, 100)
 	require.NoError(t, err)
-	want := append(append(append([]helix.Chunk{}, begin...), commit...), begin...)
+	want := slices.Concat(begin, commit, begin, begin, commit)
 	require.Len(t, page, len(want))
 	for i, sc := range page {
 		raw, err := json.Marshal(want[i])
 		require.NoError(t, err)
 		require.Equal(t, string(raw), string(sc.Raw), "chunk %d", i+1)
 		require.Equal(t, int64(i+1), sc.Sequence)
+	}
+}
+
+// TestSubAgentRowsReadBackByteForByte appends a step of a session and of
+// its sub-agent into the session's stream: the session's chunks leave out
+// their agentId (the stream's), the sub-agent's keep theirs, and every
+// chunk reads back byte for byte.
+func TestSubAgentRowsReadBackByteForByte(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st, err := New(pgtest.NewPool(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	const parent, child, run = "01a216f4-2748-7306-8e5e-af8d1d2d763a", "01a216f4-2748-7306-8e5e-af8d1d2d0001", "01a216f4-2748-7306-8e5e-af8d1d2d0002"
+	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: parent, AgentType: "x"})
+	require.NoError(t, err)
+
+	base := func(agent string, ts int64) helix.Base {
+		return helix.Base{AgentID: agent, AgentType: "x", Timestamp: ts, Step: 3}
+	}
+	chunks := []helix.Chunk{
+		&helix.SubAgentStartChunk{Base: base(parent, 5), SubAgentType: "y", SubSessionID: child, CallID: "c"},
+		&helix.TextDeltaChunk{Base: base(child, 5), Delta: "a"},
+		&helix.TextDeltaChunk{Base: base(child, 9), Delta: "b"},
+		&helix.SubAgentEndChunk{Base: base(parent, 9), SubAgentType: "y", SubSessionID: child, CallID: "c", Result: json.RawMessage(`{}`)},
+		&helix.StepCommittedChunk{Base: base(parent, 9), RunID: run, StepID: run + ":3", CheckpointID: "cpv1-" + parent + "-s3-t9-abc"},
+	}
+	var writes []store.ChunkWrite
+	for _, c := range chunks {
+		writes = append(writes, store.ChunkWrite{Chunk: c, RunID: run})
+	}
+	_, err = st.Append(ctx, parent, writes)
+	require.NoError(t, err)
+
+	var body string
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.stream_chunks WHERE stream_id = $1`, parent).Scan(&body))
+	require.True(t, strings.HasPrefix(body, "[3,"), body)
+	require.Equal(t, 2, strings.Count(body, `"a":"`+child+`"`), "the sub-agent's chunks keep their agentId: %s", body)
+	require.Equal(t, 0, strings.Count(body, `"a":"`+parent+`"`), "the session's take the stream's: %s", body)
+	page, err := st.ReadChunks(ctx, parent, 0, 100)
+	require.NoError(t, err)
+	require.Len(t, page, len(chunks))
+	for i, sc := range page {
+		raw, err := json.Marshal(chunks[i])
+		require.NoError(t, err)
+		require.Equal(t, string(raw), string(sc.Raw), "chunk %d", i+1)
 	}
 }

@@ -575,7 +575,7 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 		if seq == nil || len(out) >= limit {
 			continue
 		}
-		chunks, raws, err := unpackRow(body, *n, runID, *step)
+		chunks, raws, err := unpackRow(body, *n, streamID, runID, *step)
 		if err != nil {
 			return nil, streamState{}, fmt.Errorf("chunk %d: %w", *seq, err)
 		}
