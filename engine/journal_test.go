@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -98,11 +99,12 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 	require.Len(t, msgs.Messages, 1, "only the user's message")
 }
 
-// The records of one write share a row (migration 00020): a step's tool
-// record and its commit, written together, are one row of two records,
-// which a recovery replays: the tool is not run again, the commit not
-// applied twice.
-func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
+// A step's commit carries the records written with it in its checkpoint
+// (migration 00025): the step's tool record and the commit's own are the
+// checkpoint's journal, not a helix.step_journal row, and a recovery after
+// the commit replays them from there: the tool is not run again, the
+// commit not applied twice.
+func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	var x executions
@@ -133,7 +135,12 @@ func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	base := workflows.JournalBase
-	require.Equal(t, []row{{base, 1}, {base + 1, 2}}, got, "the model call alone, then the tool and the commit in one row")
+	require.Equal(t, []row{{base, 1}}, got, "the model call alone: the tool and the commit are the checkpoint's")
+	var checkpoint, carried string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, journal FROM helix.checkpoints
+		WHERE session_id = $1 AND journal IS NOT NULL`, h.SessionID).Scan(&checkpoint, &carried))
+	require.True(t, strings.HasPrefix(carried, fmt.Sprintf("[0,%d,", base+1)), "the run's own workflow, from the tool: %s", carried)
+	require.NotContains(t, carried, checkpoint, "the commit's record does not repeat its checkpoint's ID")
 
 	type record struct {
 		ID   int
@@ -158,6 +165,12 @@ func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, []record{{base, steps.NameCallModel}, {base + 1, steps.NameRunTool}, {base + 2, steps.NameCommitStep}},
 		recs, "the view shows a row per record")
+	var commit steps.CommitOutput
+	var output string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM helix.step_journal_records WHERE workflow_id = $1 AND id = $2`,
+		h.WorkflowID, base+2).Scan(&output))
+	require.NoError(t, json.Unmarshal([]byte(output), &commit))
+	require.Equal(t, steps.CommitOutput{CheckpointID: checkpoint, MessageCount: 3}, commit, "the view puts the checkpoint's ID back")
 
 	second := first.Replacement(helixtest.ReplacementOptions{})
 	res := second.Await(second.Attach(h))
