@@ -181,3 +181,52 @@ func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 	second.RequireTranscriptOnce(h.SessionID)
 	second.RequireStreamGapFree(h.SessionID)
 }
+
+// A commit whose acknowledgement is lost (the server committed, the
+// connection ended before the client read the COMMIT's completion) is not
+// applied again: the retry finds its records in the checkpoint the attempt
+// wrote (a primary-key look-up of the checkpoint IDs its attempts
+// rendered), whether the commit went out as one held statement or, with
+// state patches, under the session's locks.
+func TestJournalCommitWithALostAcknowledgementIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	for _, patches := range []bool{false, true} {
+		t.Run(map[bool]string{false: "held", true: "locked"}[patches], func(t *testing.T) {
+			t.Parallel()
+			dbURL := pgtest.NewURL(t)
+			var x executions
+			tool := noteTool(&x)
+			if !patches {
+				tool = helix.MustNewTool("note", "Record a note", func(_ context.Context, _ struct {
+					Text string `json:"text"`
+				}, tc helix.ToolContext) (string, error) {
+					x.record(tc.IdempotencyKey())
+					return "noted", nil
+				})
+			}
+			agent := &helix.Agent{Name: "journal-ack", Tools: []*helix.Tool{tool},
+				Model: script(calls(call("n1", "note", `{"text":"a"}`)), text("done"))}
+			var buf syncBuffer
+			p, proxied := newCutProxy(t, dbURL)
+			loss := newAckLoss("helix.check_journal_owner")
+			p.mu.Lock()
+			p.loss = loss
+			p.mu.Unlock()
+			e := newEngineLogging(t, proxied, &buf, agent)
+			h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+			require.NoError(t, err)
+			res := result(t, h)
+			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+			select {
+			case <-loss.lost:
+			default:
+				t.Fatal("no commit's acknowledgement was lost: the test did not test anything")
+			}
+			require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the commit")
+			require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)),
+				"the commit applied once")
+			require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the tool ran once")
+			requireNoStepFailed(t, &buf)
+		})
+	}
+}
