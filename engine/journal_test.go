@@ -230,3 +230,104 @@ func TestJournalCommitWithALostAcknowledgementIsAppliedOnce(t *testing.T) {
 		})
 	}
 }
+
+// countTool is a tool named name that counts its executions by
+// idempotency key in x.
+func countTool(name string, x *executions) *helix.Tool {
+	return helix.MustNewTool(name, "Counts its runs", func(_ context.Context, _ struct {
+		Text string `json:"text"`
+	}, tc helix.ToolContext) (string, error) {
+		x.record(tc.IdempotencyKey())
+		return "noted", nil
+	})
+}
+
+// A queued run's segments each replay their own records from the run's
+// checkpoints (helix.run_journals keeps a segment's): after a crash after a
+// commit of the second segment, its recovery finds the second segment's
+// records, not the first's (their IDs overlap: each workflow's start at
+// JournalBase), runs no tool again and applies no commit twice.
+func TestJournalQueuedSegmentsReplayTheirOwnRecords(t *testing.T) {
+	t.Parallel()
+	var x executions
+	agent := &helix.Agent{Name: "journal-segments",
+		Tools: []*helix.Tool{countTool("note", &x), helix.MustNewTool("charge", "Charges", func(_ context.Context, _ struct {
+			Text string `json:"text"`
+		}, tc helix.ToolContext) (string, error) {
+			x.record(tc.IdempotencyKey())
+			return "charged", nil
+		}, helix.RequireApproval())},
+		Model: script(calls(call("n1", "note", `{"text":"a"}`)), calls(call("c1", "charge", `{"text":"b"}`)),
+			calls(call("n2", "note", `{"text":"c"}`)), text("done"))}
+	crash := helixtest.AfterCommit(3)
+	first := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &crash, Quiet: true,
+		Queue: &engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}}, agent)
+	h := first.Start(agent, "go")
+	first.AwaitPending(h.SessionID, "c1")
+	first.Approve(h.SessionID, "c1")
+	first.AwaitCrash()
+
+	pool, err := pgxpool.New(t.Context(), first.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	var segments []string
+	rows, err := pool.Query(t.Context(), `SELECT split_part(substr(journal, 2), ',', 1) FROM helix.checkpoints
+		WHERE session_id = $1 AND journal IS NOT NULL ORDER BY created_seq`, h.SessionID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		segments = append(segments, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"1", "2", "2"}, segments, "step 1 committed in the first segment; 2 and 3 in the second")
+
+	second := first.Replacement(helixtest.ReplacementOptions{NewExecutorID: true})
+	res := second.Await(second.Attach(h))
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1, h.WorkflowID + "/c1": 1, h.WorkflowID + "/n2": 1}, x.keys,
+		"each tool ran once")
+	require.Len(t, second.Messages(h.SessionID), 8, "user, then assistant and tool three times, then assistant")
+	second.RequireTranscriptOnce(h.SessionID)
+	second.RequireStreamGapFree(h.SessionID)
+}
+
+// A run with a sub-agent, crashed after a commit, recovers with the
+// sub-agent's: each session replays its own records from its own
+// checkpoints, no tool runs twice and no commit applies twice.
+func TestJournalRunWithASubAgentReplaysAfterACrash(t *testing.T) {
+	t.Parallel()
+	var x executions
+	child := &helix.Agent{Name: "journal-child", Description: "Notes things", Tools: []*helix.Tool{countTool("child_note", &x)},
+		OutputSchema: json.RawMessage(summarySchema),
+		Model:        script(calls(call("k1", "child_note", `{"text":"x"}`)), calls(call("fin", helix.FinishToolName, `{"summary":"s"}`)))}
+	parent := &helix.Agent{Name: "journal-parent", Tools: []*helix.Tool{countTool("note", &x), helix.MustSubAgentTool(child, nil, nil)},
+		Model: script(calls(call("n1", "note", `{"text":"a"}`), call("s1", "subagent__journal-child", `{"task":"t"}`)),
+			calls(call("n2", "note", `{"text":"b"}`)), text("done"))}
+	crash := helixtest.AfterCommit(2)
+	first := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &crash, Quiet: true}, parent, child)
+	h := first.Start(parent, "go")
+	at := first.AwaitCrash()
+
+	second := first.Replacement(helixtest.ReplacementOptions{})
+	res := second.Await(second.Attach(h))
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	childID := h.SessionID + "-sub-s1"
+	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1, h.WorkflowID + "/n2": 1, childWorkflow(t, second, childID) + "/k1": 1},
+		x.keys, "each tool ran once (the crash was after step 2's commit of %s)", at.SessionID)
+	require.Len(t, second.Messages(h.SessionID), 7, "user; assistant, two tool results; assistant, tool result; assistant")
+	second.RequireTranscriptOnce(h.SessionID)
+	second.RequireTranscriptOnce(childID)
+	second.RequireStreamGapFree(h.SessionID)
+}
+
+// childWorkflow is the workflow of a sub-agent session's run.
+func childWorkflow(t *testing.T, e *helixtest.Engine, sessionID string) string {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), e.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	var wf string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT workflow_id FROM helix.runs WHERE session_id = $1`, sessionID).Scan(&wf))
+	return wf
+}

@@ -28,7 +28,9 @@ import (
 // in dbos.operation_outputs, whose three indexes took a third of the
 // journal's WAL; the IDs stay clear of DBOS's own step IDs (numbered from
 // 0), which a message's consumer ID (consumed_by_function_id) shares. The
-// records of one write share a row (migration 00020; unpack).
+// records of one write share a row (migration 00020; unpack), and those a
+// step's commit writes are in its checkpoint's row instead (00025;
+// checkpointRecords, unpackCheckpoint).
 const JournalBase = 1_000_000
 
 // A journal records the agent loop's steps (model calls, tools, hooks and
