@@ -197,12 +197,7 @@ func TestJournalCommitWithALostAcknowledgementIsAppliedOnce(t *testing.T) {
 			var x executions
 			tool := noteTool(&x)
 			if !patches {
-				tool = helix.MustNewTool("note", "Record a note", func(_ context.Context, _ struct {
-					Text string `json:"text"`
-				}, tc helix.ToolContext) (string, error) {
-					x.record(tc.IdempotencyKey())
-					return "noted", nil
-				})
+				tool = countTool("note", &x)
 			}
 			agent := &helix.Agent{Name: "journal-ack", Tools: []*helix.Tool{tool},
 				Model: script(calls(call("n1", "note", `{"text":"a"}`)), text("done"))}
@@ -233,13 +228,13 @@ func TestJournalCommitWithALostAcknowledgementIsAppliedOnce(t *testing.T) {
 
 // countTool is a tool named name that counts its executions by
 // idempotency key in x.
-func countTool(name string, x *executions) *helix.Tool {
+func countTool(name string, x *executions, opts ...helix.ToolOption) *helix.Tool {
 	return helix.MustNewTool(name, "Counts its runs", func(_ context.Context, _ struct {
 		Text string `json:"text"`
 	}, tc helix.ToolContext) (string, error) {
 		x.record(tc.IdempotencyKey())
 		return "noted", nil
-	})
+	}, opts...)
 }
 
 // A queued run's segments each replay their own records from the run's
@@ -251,12 +246,7 @@ func TestJournalQueuedSegmentsReplayTheirOwnRecords(t *testing.T) {
 	t.Parallel()
 	var x executions
 	agent := &helix.Agent{Name: "journal-segments",
-		Tools: []*helix.Tool{countTool("note", &x), helix.MustNewTool("charge", "Charges", func(_ context.Context, _ struct {
-			Text string `json:"text"`
-		}, tc helix.ToolContext) (string, error) {
-			x.record(tc.IdempotencyKey())
-			return "charged", nil
-		}, helix.RequireApproval())},
+		Tools: []*helix.Tool{countTool("note", &x), countTool("charge", &x, helix.RequireApproval())},
 		Model: script(calls(call("n1", "note", `{"text":"a"}`)), calls(call("c1", "charge", `{"text":"b"}`)),
 			calls(call("n2", "note", `{"text":"c"}`)), text("done"))}
 	crash := helixtest.AfterCommit(3)

@@ -82,14 +82,7 @@ func TestJournalInCheckpoints(t *testing.T) {
 	}
 	require.Equal(t, want, journalRecords(t, db, "helix.step_journal_records"))
 
-	for {
-		res, err := migrations.Down(ctx, db)
-		require.NoError(t, err)
-		if res.Version <= 25 {
-			require.Equal(t, "00025_journal_in_checkpoints.sql", res.Name)
-			break
-		}
-	}
+	downTo(t, db, 25, "00025_journal_in_checkpoints.sql")
 	require.Equal(t, want, journalRecords(t, db, "helix.step_journal_records"), "a row per record")
 	var rows int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM helix.step_journal`).Scan(&rows))

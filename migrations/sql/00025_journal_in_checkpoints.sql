@@ -99,15 +99,11 @@ END
 $fn$;
 -- +goose StatementEnd
 
-CREATE OR REPLACE VIEW helix.step_journal_records AS
-SELECT workflow_id, id, name, helix.journal_output(output) AS output, error, started_at, completed_at
-FROM helix.step_journal WHERE n = 1
-UNION ALL
-SELECT j.workflow_id, j.id + e.i::integer - 1, e.r->>0,
-       helix.journal_output(CASE json_array_length(e.r) WHEN 5 THEN (e.r->4)::text END), e.r->>3,
-       coalesce(j.started_at, 0) + (e.r->>1)::bigint, coalesce(j.started_at, 0) + (e.r->>2)::bigint
-FROM helix.step_journal j, json_array_elements(j.output::json) WITH ORDINALITY AS e(r, i)
-WHERE j.n > 1
+-- helix.step_journal_records adds the records checkpoints carry to those
+-- of helix.step_journal's rows (00022's view, renamed).
+ALTER VIEW helix.step_journal_records RENAME TO step_journal_row_records;
+CREATE VIEW helix.step_journal_records AS
+SELECT * FROM helix.step_journal_row_records
 UNION ALL
 SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, helix.journal_output(x.output), x.error,
        x.started_at, x.completed_at
@@ -121,15 +117,8 @@ INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at
 SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, x.output, x.error, x.started_at, x.completed_at
 FROM helix.checkpoints c JOIN helix.runs r ON r.run_id = c.run_id, helix.checkpoint_journal(c.checkpoint_id, c.journal) x
 WHERE c.journal IS NOT NULL;
-CREATE OR REPLACE VIEW helix.step_journal_records AS
-SELECT workflow_id, id, name, helix.journal_output(output) AS output, error, started_at, completed_at
-FROM helix.step_journal WHERE n = 1
-UNION ALL
-SELECT j.workflow_id, j.id + e.i::integer - 1, e.r->>0,
-       helix.journal_output(CASE json_array_length(e.r) WHEN 5 THEN (e.r->4)::text END), e.r->>3,
-       coalesce(j.started_at, 0) + (e.r->>1)::bigint, coalesce(j.started_at, 0) + (e.r->>2)::bigint
-FROM helix.step_journal j, json_array_elements(j.output::json) WITH ORDINALITY AS e(r, i)
-WHERE j.n > 1;
+DROP VIEW helix.step_journal_records;
+ALTER VIEW helix.step_journal_row_records RENAME TO step_journal_records;
 DROP FUNCTION helix.check_journal_owner(text, text);
 DROP FUNCTION helix.run_journals(text, text, integer);
 DROP FUNCTION helix.checkpoint_journal(text, text);
