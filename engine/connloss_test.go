@@ -32,6 +32,8 @@ type cutProxy struct {
 	conns   map[net.Conn]struct{}
 	down    bool
 	refused int
+	// loss, when set, loses one acknowledgement (ackLoss).
+	loss *ackLoss
 }
 
 // newCutProxy starts a proxy to the server of dbURL and returns it with
@@ -78,15 +80,23 @@ func (p *cutProxy) serve() {
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		go p.pipe(c, s, c)
+		go p.pipe(s, c, c)
 	}
 }
 
-// pipe copies one direction; either side failing closes both.
-func (p *cutProxy) pipe(dst, src net.Conn) {
+// pipe copies one direction of client's connection; either side failing
+// closes both.
+func (p *cutProxy) pipe(dst, src, client net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	p.mu.Lock()
+	loss := p.loss
+	p.mu.Unlock()
+	if loss != nil {
+		loss.copy(dst, src, client)
+	} else {
+		_, _ = io.Copy(dst, src)
+	}
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
@@ -102,6 +112,51 @@ func (p *cutProxy) cut() {
 	defer p.mu.Unlock()
 	for c := range p.conns {
 		_ = c.Close()
+	}
+}
+
+// ackLoss makes a cutProxy lose the acknowledgement of one transaction:
+// after a client's message holding arm, the connection is cut as soon as
+// the server's answer holds a COMMIT's completion, which the client never
+// reads. The server committed; the client saw its connection end.
+type ackLoss struct {
+	arm  string
+	lost chan struct{}
+
+	mu    sync.Mutex
+	armed net.Conn
+	done  bool
+}
+
+func newAckLoss(arm string) *ackLoss { return &ackLoss{arm: arm, lost: make(chan struct{})} }
+
+// copy copies src to dst, one read at a time, watching both directions of
+// client's connection.
+func (l *ackLoss) copy(dst, src, client net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			data := buf[:n]
+			l.mu.Lock()
+			switch {
+			case l.done:
+			case src == client && strings.Contains(string(data), l.arm):
+				l.armed = client
+			case src != client && l.armed == client && strings.Contains(string(data), "COMMIT\x00"):
+				l.done = true
+				close(l.lost)
+				l.mu.Unlock()
+				return // the caller closes both sides
+			}
+			l.mu.Unlock()
+			if _, err := dst.Write(data); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 

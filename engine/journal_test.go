@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -98,11 +99,12 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 	require.Len(t, msgs.Messages, 1, "only the user's message")
 }
 
-// The records of one write share a row (migration 00020): a step's tool
-// record and its commit, written together, are one row of two records,
-// which a recovery replays: the tool is not run again, the commit not
-// applied twice.
-func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
+// A step's commit carries the records written with it in its checkpoint
+// (migration 00025): the step's tool record and the commit's own are the
+// checkpoint's journal, not a helix.step_journal row, and a recovery after
+// the commit replays them from there: the tool is not run again, the
+// commit not applied twice.
+func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	var x executions
@@ -133,7 +135,12 @@ func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	base := workflows.JournalBase
-	require.Equal(t, []row{{base, 1}, {base + 1, 2}}, got, "the model call alone, then the tool and the commit in one row")
+	require.Equal(t, []row{{base, 1}}, got, "the model call alone: the tool and the commit are the checkpoint's")
+	var checkpoint, carried string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, journal FROM helix.checkpoints
+		WHERE session_id = $1 AND journal IS NOT NULL`, h.SessionID).Scan(&checkpoint, &carried))
+	require.True(t, strings.HasPrefix(carried, fmt.Sprintf("[0,%d,", base+1)), "the run's own workflow, from the tool: %s", carried)
+	require.NotContains(t, carried, checkpoint, "the commit's record does not repeat its checkpoint's ID")
 
 	type record struct {
 		ID   int
@@ -158,6 +165,12 @@ func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, []record{{base, steps.NameCallModel}, {base + 1, steps.NameRunTool}, {base + 2, steps.NameCommitStep}},
 		recs, "the view shows a row per record")
+	var commit steps.CommitOutput
+	var output string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM helix.step_journal_records WHERE workflow_id = $1 AND id = $2`,
+		h.WorkflowID, base+2).Scan(&output))
+	require.NoError(t, json.Unmarshal([]byte(output), &commit))
+	require.Equal(t, steps.CommitOutput{CheckpointID: checkpoint, MessageCount: 3}, commit, "the view puts the checkpoint's ID back")
 
 	second := first.Replacement(helixtest.ReplacementOptions{})
 	res := second.Await(second.Attach(h))
@@ -167,4 +180,144 @@ func TestJournalWriteOfSeveralRecordsIsOneRowAndReplays(t *testing.T) {
 	require.Len(t, second.Messages(h.SessionID), 4, "user, assistant, tool result, assistant: the commit applied once")
 	second.RequireTranscriptOnce(h.SessionID)
 	second.RequireStreamGapFree(h.SessionID)
+}
+
+// A commit whose acknowledgement is lost (the server committed, the
+// connection ended before the client read the COMMIT's completion) is not
+// applied again: the retry finds its records in the checkpoint the attempt
+// wrote (a primary-key look-up of the checkpoint IDs its attempts
+// rendered), whether the commit went out as one held statement or, with
+// state patches, under the session's locks.
+func TestJournalCommitWithALostAcknowledgementIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	for _, patches := range []bool{false, true} {
+		t.Run(map[bool]string{false: "held", true: "locked"}[patches], func(t *testing.T) {
+			t.Parallel()
+			dbURL := pgtest.NewURL(t)
+			var x executions
+			tool := noteTool(&x)
+			if !patches {
+				tool = countTool("note", &x)
+			}
+			agent := &helix.Agent{Name: "journal-ack", Tools: []*helix.Tool{tool},
+				Model: script(calls(call("n1", "note", `{"text":"a"}`)), text("done"))}
+			var buf syncBuffer
+			p, proxied := newCutProxy(t, dbURL)
+			loss := newAckLoss("helix.check_journal_owner")
+			p.mu.Lock()
+			p.loss = loss
+			p.mu.Unlock()
+			e := newEngineLogging(t, proxied, &buf, agent)
+			h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+			require.NoError(t, err)
+			res := result(t, h)
+			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+			select {
+			case <-loss.lost:
+			default:
+				t.Fatal("no commit's acknowledgement was lost: the test did not test anything")
+			}
+			require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the commit")
+			require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)),
+				"the commit applied once")
+			require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the tool ran once")
+			requireNoStepFailed(t, &buf)
+		})
+	}
+}
+
+// countTool is a tool named name that counts its executions by
+// idempotency key in x.
+func countTool(name string, x *executions, opts ...helix.ToolOption) *helix.Tool {
+	return helix.MustNewTool(name, "Counts its runs", func(_ context.Context, _ struct {
+		Text string `json:"text"`
+	}, tc helix.ToolContext) (string, error) {
+		x.record(tc.IdempotencyKey())
+		return "noted", nil
+	}, opts...)
+}
+
+// A queued run's segments each replay their own records from the run's
+// checkpoints (helix.run_journals keeps a segment's): after a crash after a
+// commit of the second segment, its recovery finds the second segment's
+// records, not the first's (their IDs overlap: each workflow's start at
+// JournalBase), runs no tool again and applies no commit twice.
+func TestJournalQueuedSegmentsReplayTheirOwnRecords(t *testing.T) {
+	t.Parallel()
+	var x executions
+	agent := &helix.Agent{Name: "journal-segments",
+		Tools: []*helix.Tool{countTool("note", &x), countTool("charge", &x, helix.RequireApproval())},
+		Model: script(calls(call("n1", "note", `{"text":"a"}`)), calls(call("c1", "charge", `{"text":"b"}`)),
+			calls(call("n2", "note", `{"text":"c"}`)), text("done"))}
+	crash := helixtest.AfterCommit(3)
+	first := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &crash, Quiet: true,
+		Queue: &engine.QueueConfig{WorkerConcurrency: 1, PollingInterval: 20 * time.Millisecond}}, agent)
+	h := first.Start(agent, "go")
+	first.AwaitPending(h.SessionID, "c1")
+	first.Approve(h.SessionID, "c1")
+	first.AwaitCrash()
+
+	pool, err := pgxpool.New(t.Context(), first.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	var segments []string
+	rows, err := pool.Query(t.Context(), `SELECT split_part(substr(journal, 2), ',', 1) FROM helix.checkpoints
+		WHERE session_id = $1 AND journal IS NOT NULL ORDER BY created_seq`, h.SessionID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		segments = append(segments, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"1", "2", "2"}, segments, "step 1 committed in the first segment; 2 and 3 in the second")
+
+	second := first.Replacement(helixtest.ReplacementOptions{NewExecutorID: true})
+	res := second.Await(second.Attach(h))
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1, h.WorkflowID + "/c1": 1, h.WorkflowID + "/n2": 1}, x.keys,
+		"each tool ran once")
+	require.Len(t, second.Messages(h.SessionID), 8, "user, then assistant and tool three times, then assistant")
+	second.RequireTranscriptOnce(h.SessionID)
+	second.RequireStreamGapFree(h.SessionID)
+}
+
+// A run with a sub-agent, crashed after a commit, recovers with the
+// sub-agent's: each session replays its own records from its own
+// checkpoints, no tool runs twice and no commit applies twice.
+func TestJournalRunWithASubAgentReplaysAfterACrash(t *testing.T) {
+	t.Parallel()
+	var x executions
+	child := &helix.Agent{Name: "journal-child", Description: "Notes things", Tools: []*helix.Tool{countTool("child_note", &x)},
+		OutputSchema: json.RawMessage(summarySchema),
+		Model:        script(calls(call("k1", "child_note", `{"text":"x"}`)), calls(call("fin", helix.FinishToolName, `{"summary":"s"}`)))}
+	parent := &helix.Agent{Name: "journal-parent", Tools: []*helix.Tool{countTool("note", &x), helix.MustSubAgentTool(child, nil, nil)},
+		Model: script(calls(call("n1", "note", `{"text":"a"}`), call("s1", "subagent__journal-child", `{"task":"t"}`)),
+			calls(call("n2", "note", `{"text":"b"}`)), text("done"))}
+	crash := helixtest.AfterCommit(2)
+	first := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &crash, Quiet: true}, parent, child)
+	h := first.Start(parent, "go")
+	at := first.AwaitCrash()
+
+	second := first.Replacement(helixtest.ReplacementOptions{})
+	res := second.Await(second.Attach(h))
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	childID := h.SessionID + "-sub-s1"
+	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1, h.WorkflowID + "/n2": 1, childWorkflow(t, second, childID) + "/k1": 1},
+		x.keys, "each tool ran once (the crash was after step 2's commit of %s)", at.SessionID)
+	require.Len(t, second.Messages(h.SessionID), 7, "user; assistant, two tool results; assistant, tool result; assistant")
+	second.RequireTranscriptOnce(h.SessionID)
+	second.RequireTranscriptOnce(childID)
+	second.RequireStreamGapFree(h.SessionID)
+}
+
+// childWorkflow is the workflow of a sub-agent session's run.
+func childWorkflow(t *testing.T, e *helixtest.Engine, sessionID string) string {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), e.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	var wf string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT workflow_id FROM helix.runs WHERE session_id = $1`, sessionID).Scan(&wf))
+	return wf
 }

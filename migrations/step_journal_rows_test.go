@@ -19,6 +19,19 @@ type journalRecord struct {
 	Started, Completed *int64
 }
 
+// downTo rolls db back through migration version, which must be name.
+func downTo(t *testing.T, db *sql.DB, version int64, name string) {
+	t.Helper()
+	for {
+		res, err := migrations.Down(t.Context(), db)
+		require.NoError(t, err)
+		if res.Version <= version {
+			require.Equal(t, name, res.Name)
+			return
+		}
+	}
+}
+
 func journalRecords(t *testing.T, db *sql.DB, table string) []journalRecord {
 	t.Helper()
 	rows, err := db.QueryContext(t.Context(), `SELECT workflow_id, id, name, output, error, started_at, completed_at FROM `+
@@ -104,14 +117,7 @@ func TestStepJournalRowsPackRecords(t *testing.T) {
 	require.ErrorContains(t, err, "recorded twice", "a record given twice would overlap rows")
 	require.Equal(t, want, journalRecords(t, db, "helix.step_journal_records"), "failed calls write nothing")
 
-	for {
-		res, err := migrations.Down(ctx, db)
-		require.NoError(t, err)
-		if res.Version <= 20 {
-			require.Equal(t, "00020_step_journal_rows.sql", res.Name)
-			break
-		}
-	}
+	downTo(t, db, 20, "00020_step_journal_rows.sql")
 	require.Equal(t, want, journalRecords(t, db, "helix.step_journal"), "a row per record again")
 	_, err = migrations.Up(ctx, db)
 	require.NoError(t, err)

@@ -163,7 +163,9 @@ func (in CommitInput) stepRunID() string { return cmp.Or(in.StepRunID, in.Run.Ru
 
 // CommitOutput reports what the commit wrote.
 type CommitOutput struct {
-	CheckpointID string `json:"checkpointId"`
+	// CheckpointID is left out of the record a checkpoint carries (its
+	// row's key says it).
+	CheckpointID string `json:"checkpointId,omitempty"`
 	MessageCount int    `json:"messageCount"`
 	// Interrupted is set when the interrupt flag was found set after the
 	// step: the run ended interrupted in the same transaction.
@@ -238,6 +240,9 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 			}
 			return out
 		}
+		if record, ok := ctx.Value(commitRecordKey{}).(func(CommitOutput) (string, error)); ok {
+			c.Journal = func(res store.StepCommitResult) (string, error) { return record(commitOutput(&res)) }
+		}
 		res, err := e.InTx(tx).CommitStep(ctx, c)
 		if err != nil {
 			return CommitOutput{}, err
@@ -245,9 +250,24 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 		for _, w := range res.Warnings {
 			e.Log.Warn().Ctx(ctx).Str("event", "state.patch_skipped").Str("sessionId", run.SessionID).Int("step", step).Msg(w)
 		}
-		return CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.MessageCount, Interrupted: res.Interrupted,
-			Continued: res.Continued, Inbox: res.Inbox}, nil
+		return commitOutput(res), nil
 	}
+}
+
+// commitOutput is the output of a commit that wrote res.
+func commitOutput(res *store.StepCommitResult) CommitOutput {
+	return CommitOutput{CheckpointID: res.CheckpointID, MessageCount: res.MessageCount, Interrupted: res.Interrupted,
+		Continued: res.Continued, Inbox: res.Inbox}
+}
+
+type commitRecordKey struct{}
+
+// WithCommitRecord returns ctx with which CommitStep's checkpoint carries
+// the step journal's records (store.StepCommit.Journal, migration 00025):
+// record renders them, the commit's own included, given the commit's
+// output, before the checkpoint is written.
+func WithCommitRecord(ctx context.Context, record func(CommitOutput) (string, error)) context.Context {
+	return context.WithValue(ctx, commitRecordKey{}, record)
 }
 
 // StepPatches returns a step's state changes in the order the tools made

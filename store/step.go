@@ -121,6 +121,13 @@ type StepCommit struct {
 	// checkpoint's ID and whether the commit consumed an interrupt
 	// request. Nil appends nothing.
 	Closing func(StepClosing) []helix.Chunk
+	// Journal, when set, returns what the checkpoint carries in its
+	// journal column (migration 00025: the step journal's records that
+	// commit with it), given what the commit decided: the result as
+	// CommitStep returns it, but for Version, CheckpointSequence and
+	// LatestSequence. Called once per commit, before the checkpoint is
+	// written; its error fails the commit. Nil: no journal (NULL).
+	Journal func(StepCommitResult) (string, error)
 }
 
 // StepClosing is what a commit decided, for the chunks that follow its

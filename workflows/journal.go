@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -26,7 +28,9 @@ import (
 // in dbos.operation_outputs, whose three indexes took a third of the
 // journal's WAL; the IDs stay clear of DBOS's own step IDs (numbered from
 // 0), which a message's consumer ID (consumed_by_function_id) shares. The
-// records of one write share a row (migration 00020; unpack).
+// records of one write share a row (migration 00020; unpack), and those a
+// step's commit writes are in its checkpoint's row instead (00025;
+// checkpointRecords, unpackCheckpoint).
 const JournalBase = 1_000_000
 
 // A journal records the agent loop's steps (model calls, tools, hooks and
@@ -57,6 +61,8 @@ type journal struct {
 	log   zerolog.Logger
 	wfID  string
 	owner string
+	// scope is where the workflow's commits carry their records.
+	scope journalScope
 	next  int
 	// replay holds the records found at the start, by ID, until consumed.
 	replay map[int]journalRecord
@@ -77,6 +83,19 @@ type journal struct {
 	// span is the open span of the execution (its run's or step's) that
 	// transaction bodies log under; nil when not tracing.
 	span trace.Span
+	// carriedBy are the checkpoints the attempts of the running
+	// transaction step rendered its records for (checkpointRecords): a
+	// retry looks there for a commit whose acknowledgement was lost.
+	carriedBy []string
+}
+
+// journalScope is the run a journal's workflow executes, whose
+// checkpoints carry the records of its commits (migration 00025): the
+// run's session and ID, and the workflow's segment number (0: the run's
+// own workflow; k: its k-th segment, a queued run's).
+type journalScope struct {
+	sessionID, runID string
+	segment          int
 }
 
 // traced returns ctx with the execution's open span (for log lines).
@@ -97,42 +116,55 @@ type journalRecord struct {
 	Completed int64
 }
 
-const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.n, o.name, o.output, o.error
+// openJournalSQL reads the workflow's status row with its
+// helix.step_journal rows (checkpoint NULL), then the journals its run's
+// checkpoints carry for it (helix.run_journals, migration 00025: a walk of
+// the run's own checkpoints, not the session's history).
+const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.n, o.name, o.output, o.error, NULL::text
 FROM dbos.workflow_status w
 LEFT JOIN helix.step_journal o ON o.workflow_id = w.workflow_uuid AND o.id >= $2
 WHERE w.workflow_uuid = $1
-ORDER BY o.id`
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, c.journal, NULL, c.checkpoint_id FROM helix.run_journals($3, $4, $5) c`
 
 // openJournal reads the workflow's owner token and its journal, waiting out
 // a database outage. An execution that does not own its workflow (it was
 // cancelled, or taken over) gets a conflicting-workflow error and records
 // nothing.
-func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID string) (*journal, error) {
-	j := &journal{st: st, pool: st.Pool(), log: log, wfID: wfID, next: JournalBase, replay: map[int]journalRecord{}}
+func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID string, scope journalScope) (*journal, error) {
+	j := &journal{st: st, pool: st.Pool(), log: log, wfID: wfID, scope: scope, next: JournalBase, replay: map[int]journalRecord{}}
 	var owner *string
 	var status string
 	err := j.retry(ctx, "read the step journal", func(c context.Context) error {
 		clear(j.replay)
 		owner = nil
-		rows, err := j.pool.Query(c, openJournalSQL, wfID, JournalBase)
+		rows, err := j.pool.Query(c, openJournalSQL, wfID, JournalBase, scope.sessionID, scope.runID, scope.segment)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		found := false
 		for rows.Next() {
-			found = true
+			var rowOwner, rowStatus *string
 			var id, n *int32
-			var name, output, stepErr *string
-			if err := rows.Scan(&owner, &status, &id, &n, &name, &output, &stepErr); err != nil {
+			var name, output, stepErr, checkpoint *string
+			if err := rows.Scan(&rowOwner, &rowStatus, &id, &n, &name, &output, &stepErr, &checkpoint); err != nil {
 				return err
 			}
-			if id == nil {
-				continue
-			}
-			recs, err := unpack(int(*id), int(*n), *name, output, stepErr)
-			if err != nil {
-				return fmt.Errorf("workflow %s: %w", wfID, err)
+			var recs []journalRecord
+			switch {
+			case checkpoint != nil:
+				if recs, err = unpackCheckpoint(*checkpoint, *output); err != nil {
+					return fmt.Errorf("workflow %s: %w", wfID, err)
+				}
+			case rowStatus != nil:
+				found, owner, status = true, rowOwner, *rowStatus
+				if id == nil {
+					continue
+				}
+				if recs, err = unpack(int(*id), int(*n), *name, output, stepErr); err != nil {
+					return fmt.Errorf("workflow %s: %w", wfID, err)
+				}
 			}
 			for _, r := range recs {
 				// Rows never overlap (the journal writes a record once);
@@ -244,6 +276,11 @@ func encode(id int, name string, out any, stepErr error, started time.Time) (jou
 // is.
 const recordSQL = `SELECT helix.record_steps($1, $2, $3, $4, $5, $6, $7, $8)`
 
+// checkOwnerSQL ends a transaction step whose records its checkpoint
+// carries: helix.record_steps's owner check and lock alone (migration
+// 00025).
+const checkOwnerSQL = `SELECT helix.check_journal_owner($1, $2)`
+
 func recordArgs(wfID, owner string, recs []journalRecord) []any {
 	ids := make([]int32, len(recs))
 	names := make([]string, len(recs))
@@ -305,11 +342,39 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 const committedSQL = `SELECT id, n, name, output, error FROM helix.step_journal
 WHERE workflow_id = $1 AND id <= $2 ORDER BY id DESC LIMIT 1`
 
-// committed reads step id's record, if a write committed it (done): what a
-// retry after a lost acknowledgement looks at first.
-func (j *journal) committed(ctx context.Context, q interface {
+// carriedSQL reads the journal of the checkpoint one of $1 names, if one
+// was written (a primary-key look-up).
+const carriedSQL = `SELECT checkpoint_id, journal FROM helix.checkpoints
+WHERE checkpoint_id = ANY($1) AND journal IS NOT NULL LIMIT 1`
+
+// rowQuerier is what committed reads with: the pool, or a transaction.
+type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, id int) (r journalRecord, done bool, err error) {
+}
+
+// committed reads step id's record, if a write committed it (done): what a
+// retry after a lost acknowledgement looks at first. The checkpoints the
+// step's attempts rendered its records for are looked at first.
+func (j *journal) committed(ctx context.Context, q rowQuerier, id int) (r journalRecord, done bool, err error) {
+	if len(j.carriedBy) > 0 {
+		var checkpoint, text string
+		err := q.QueryRow(ctx, carriedSQL, j.carriedBy).Scan(&checkpoint, &text)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return r, false, err
+		default:
+			recs, err := unpackCheckpoint(checkpoint, text)
+			if err != nil {
+				return r, false, fmt.Errorf("workflow %s: %w", j.wfID, err)
+			}
+			for _, rec := range recs {
+				if rec.ID == id {
+					return rec, true, nil
+				}
+			}
+		}
+	}
 	var first, n int32
 	var name string
 	var output, stepErr *string
@@ -348,7 +413,13 @@ func unpack(id, n int, name string, output, stepErr *string) ([]journalRecord, e
 	if len(entries) != n {
 		return nil, fmt.Errorf("the step journal's row of steps %d to %d holds %d records", id, id+n-1, len(entries))
 	}
-	recs := make([]journalRecord, n)
+	return unpackEntries(id, entries)
+}
+
+// unpackEntries returns the records of packed entries (migration 00020's
+// [name, started, completed, error, output]), the first one's ID id.
+func unpackEntries(id int, entries [][]json.RawMessage) ([]journalRecord, error) {
+	recs := make([]journalRecord, len(entries))
 	for i, e := range entries {
 		r := &recs[i]
 		r.ID = id + i
@@ -367,6 +438,97 @@ func unpack(id, n int, name string, output, stepErr *string) ([]journalRecord, e
 		}
 	}
 	return recs, nil
+}
+
+// unpackCheckpoint returns the records checkpoint's journal text carries
+// (migration 00025: [segment, first ID, base time, entries as unpack's]),
+// the commit's record with its checkpoint ID, which it does not repeat,
+// back in its output.
+func unpackCheckpoint(checkpoint, text string) ([]journalRecord, error) {
+	var parts []json.RawMessage
+	if err := json.Unmarshal([]byte(text), &parts); err != nil {
+		return nil, fmt.Errorf("decode the records checkpoint %s carries: %w", checkpoint, err)
+	}
+	var first int
+	if len(parts) < 4 {
+		return nil, fmt.Errorf("the records checkpoint %s carries have %d parts, want at least 4", checkpoint, len(parts))
+	}
+	if err := json.Unmarshal(parts[1], &first); err != nil {
+		return nil, fmt.Errorf("decode the first step of the records checkpoint %s carries: %w", checkpoint, err)
+	}
+	entries := make([][]json.RawMessage, len(parts)-3)
+	for i, p := range parts[3:] {
+		if err := json.Unmarshal(p, &entries[i]); err != nil {
+			return nil, fmt.Errorf("decode the record of step %d checkpoint %s carries: %w", first+i, checkpoint, err)
+		}
+	}
+	recs, err := unpackEntries(first, entries)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", checkpoint, err)
+	}
+	if last := &recs[len(recs)-1]; last.Name == steps.NameCommitStep && last.Output != nil {
+		out := withCheckpointID(*last.Output, checkpoint)
+		last.Output = &out
+	}
+	return recs, nil
+}
+
+// checkpointIDKey is the commit output's checkpoint ID key, coded as the
+// journal stores it.
+var checkpointIDKey = codeOutput(`"checkpointId":`)
+
+// withCheckpointID puts a checkpoint ID back in a commit's recorded output
+// (a JSON object); migration 00025's helix.checkpoint_journal does the
+// same in SQL.
+func withCheckpointID(output, checkpoint string) string {
+	if len(output) < 2 || output[0] != '{' {
+		return output
+	}
+	id, _ := json.Marshal(checkpoint) // a string always encodes
+	if output == "{}" {
+		return "{" + checkpointIDKey + string(id) + "}"
+	}
+	return "{" + checkpointIDKey + string(id) + "," + output[1:]
+}
+
+// checkpointRecords renders recs (the pending records, the deferred ones
+// and a commit's, whose output leaves its checkpoint ID out) as the
+// checkpoint's journal (migration 00025). Records are keyed by ID, so
+// they are sorted first (parallel tools are recorded as they end); the
+// checkpoint carries the last run of consecutive IDs, which holds the
+// commit's, and lead returns the records before it, for
+// helix.step_journal.
+func (j *journal) checkpointRecords(recs []journalRecord) (text string, lead []journalRecord, err error) {
+	recs = slices.Clone(recs)
+	slices.SortFunc(recs, func(a, b journalRecord) int { return a.ID - b.ID })
+	k := len(recs) - 1
+	for k > 0 && recs[k-1].ID == recs[k].ID-1 {
+		k--
+	}
+	lead, recs = recs[:k], recs[k:]
+	base := recs[0].Started
+	var b strings.Builder
+	fmt.Fprintf(&b, "[%d,%d,%d", j.scope.segment, recs[0].ID, base)
+	for _, r := range recs {
+		name, err := json.Marshal(r.Name)
+		if err != nil {
+			return "", nil, fmt.Errorf("encode the name of step %d: %w", r.ID, err)
+		}
+		stepErr := []byte("null")
+		if r.Err != nil {
+			if stepErr, err = json.Marshal(*r.Err); err != nil {
+				return "", nil, fmt.Errorf("encode the error of step %d: %w", r.ID, err)
+			}
+		}
+		fmt.Fprintf(&b, ",[%s,%d,%d,%s", name, r.Started-base, r.Completed-base, stepErr)
+		if r.Output != nil {
+			b.WriteString(",")
+			b.WriteString(*r.Output)
+		}
+		b.WriteString("]")
+	}
+	b.WriteString("]")
+	return b.String(), lead, nil
 }
 
 // flush writes the pending records.
@@ -670,6 +832,8 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	var out R
 	var stepErr error
 	retried, locked := false, false
+	j.carriedBy = nil
+	defer func() { j.carriedBy = nil }()
 	attempt := func(c context.Context) error {
 		tx, err := j.begin(c)
 		if err != nil {
@@ -701,6 +865,21 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if locked {
 			body = postgres.LockedCommit(ctx)
 		}
+		// A commit's checkpoint carries the records (migration 00025):
+		// those that wait, the deferred steps' and the commit's own.
+		var lead []journalRecord
+		carried := false
+		body = steps.WithCommitRecord(body, func(co steps.CommitOutput) (string, error) {
+			j.carriedBy = append(j.carriedBy, co.CheckpointID)
+			co.CheckpointID = ""
+			rec, err := encode(id, name, co, nil, started)
+			if err != nil {
+				return "", err
+			}
+			text, l, err := j.checkpointRecords(append(append(slices.Clone(j.pending), first...), rec))
+			lead, carried = l, err == nil
+			return text, err
+		})
 		o, ferr := fn(stepContext{j.traced(body)}, pgxTx{tx})
 		if ferr != nil {
 			if transient(ferr) || postgres.CommitRefused(ferr) {
@@ -715,12 +894,19 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if ctx.Err() != nil {
 			return fmt.Errorf("workflow %s cancelled during step %s: %w", j.wfID, name, context.Cause(ctx))
 		}
-		rec, err := encode(id, name, o, nil, started)
-		if err != nil {
-			return err
+		switch {
+		case carried && len(lead) == 0:
+			err = tx.commitWith(c, checkOwnerSQL, j.wfID, j.owner)
+		case carried:
+			err = tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, lead)...)
+		default:
+			var rec journalRecord
+			if rec, err = encode(id, name, o, nil, started); err != nil {
+				return err
+			}
+			err = tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, append(append(j.pending, first...), rec))...)
 		}
-		recs := append(append(j.pending, first...), rec)
-		if err := tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, recs)...); err != nil {
+		if err != nil {
 			return err
 		}
 		j.pending, j.appends, j.deferred = nil, nil, nil

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/steps"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -67,6 +68,78 @@ func FuzzUnpackJournalRow(f *testing.F) {
 		require.Len(t, recs, n)
 		for i, r := range recs {
 			require.Equal(t, 100+i, r.ID)
+		}
+	})
+}
+
+// A commit's checkpoint carries the records written with it (migration
+// 00025): the last run of consecutive IDs, sorted (parallel tools are
+// recorded as they end), the records before it left for helix.step_journal;
+// they read back as written, times aside, and the commit's record, which
+// does not repeat its checkpoint's ID, with it back in its output.
+func TestCheckpointRecordsReadBack(t *testing.T) {
+	t.Parallel()
+	s := func(v string) *string { return &v }
+	const at = 1_700_000_000_000
+	j := &journal{scope: journalScope{segment: 2}}
+	commit := codeOutput(`{"messageCount":5}`)
+	recs := []journalRecord{
+		{ID: 13, Name: steps.NameRunTool, Output: s(`{"ok":true}`), Started: at + 4, Completed: at + 9},
+		{ID: 10, Name: steps.NameRunTool, Output: s(`1`), Started: at, Completed: at + 3},
+		{ID: 12, Name: steps.NameRunTool, Err: s(`it "failed"`), Output: s(`null`), Started: at - 2, Completed: at + 8},
+		{ID: 14, Name: steps.NameCommitStep, Output: &commit, Started: at + 10, Completed: at + 11},
+	}
+	text, lead, err := j.checkpointRecords(recs)
+	require.NoError(t, err)
+	require.Equal(t, []journalRecord{recs[1]}, lead, "step 10 is not next to the others")
+	require.Equal(t, `[2,12,1699999999998,["helix.run_tool",0,10,"it \"failed\"",null],["helix.run_tool",6,11,null,{"ok":true}],`+
+		`["helix.commit_step",12,13,null,{"<o":5}]]`, text)
+
+	got, err := unpackCheckpoint("cp-1", text)
+	require.NoError(t, err)
+	withID := codeOutput(`{"checkpointId":"cp-1","messageCount":5}`)
+	require.Equal(t, []journalRecord{
+		{ID: 12, Name: steps.NameRunTool, Err: s(`it "failed"`), Output: s(`null`)},
+		{ID: 13, Name: steps.NameRunTool, Output: s(`{"ok":true}`)},
+		{ID: 14, Name: steps.NameCommitStep, Output: &withID},
+	}, got)
+	out, err := decode[steps.CommitOutput](got[2])
+	require.NoError(t, err)
+	require.Equal(t, steps.CommitOutput{CheckpointID: "cp-1", MessageCount: 5}, out)
+
+	text, lead, err = j.checkpointRecords(recs[3:])
+	require.NoError(t, err)
+	require.Empty(t, lead)
+	require.Equal(t, `[2,14,1700000000010,["helix.commit_step",0,1,null,{"<o":5}]]`, text, "a commit alone")
+
+	for _, c := range []struct{ text, want string }{
+		{`{}`, "decode the records checkpoint cp carries"},
+		{`[0,1,2]`, "have 3 parts, want at least 4"},
+		{`[0,"x",2,["a",0,0,null]]`, "decode the first step"},
+		{`[0,1,2,"a"]`, "decode the record of step 1"},
+		{`[0,1,2,["a",0]]`, "record of step 1 has 2 fields"},
+	} {
+		_, err := unpackCheckpoint("cp", c.text)
+		require.ErrorContains(t, err, c.want, c.text)
+	}
+	require.Equal(t, codeOutput(`{"checkpointId":"c"}`), withCheckpointID(`{}`, "c"))
+	require.Equal(t, `null`, withCheckpointID(`null`, "c"), "not an object: as it is")
+}
+
+// unpackCheckpoint reads what the database holds: records with consecutive
+// IDs from the first, or an error, and never a panic.
+func FuzzUnpackCheckpoint(f *testing.F) {
+	f.Add(`[0,7,1700000000000,["helix.run_tool",0,5,null,{"ok":true}],["helix.commit_step",6,7,null,{"<o":3}]]`)
+	f.Add(`[1,1,0,["helix.commit_step",0,0,null,{}]]`)
+	f.Add(`[0,1,2,[]]`)
+	f.Fuzz(func(t *testing.T, text string) {
+		recs, err := unpackCheckpoint("cp", text)
+		if err != nil {
+			return
+		}
+		require.NotEmpty(t, recs)
+		for i, r := range recs {
+			require.Equal(t, recs[0].ID+i, r.ID)
 		}
 	})
 }

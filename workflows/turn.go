@@ -157,7 +157,8 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if run.Done != nil {
 			return *run.Done, nil
 		}
-		if j, err = openJournal(ctx, env.Store, env.Log, wfID); err != nil {
+		if j, err = openJournal(ctx, env.Store, env.Log, wfID,
+			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: in.Segment}); err != nil {
 			return steps.Outcome{}, err
 		}
 		susp, pending, children := run.Suspended, run.Pending, run.Children

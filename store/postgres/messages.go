@@ -125,10 +125,19 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		}
 		// Checkpoints that reference removed messages are no longer valid
 		// restore points. The usage they hold stays (the tokens were
-		// spent): it moves to helix.usage.
+		// spent): it moves to helix.usage. So do the step journal's
+		// records they carry (migration 00025), to helix.step_journal: the
+		// workflow that wrote them may not have ended (a crash after its
+		// last commit), and its recovery replays them rather than run its
+		// tools and commits again.
 		if _, err := q.Exec(ctx, `WITH gone AS (
 				DELETE FROM helix.checkpoints WHERE session_id = $1 AND message_count > $2
-				RETURNING session_id, run_id, step_count, usage, created_at, created_seq
+				RETURNING checkpoint_id, session_id, run_id, step_count, usage, journal, created_at, created_seq
+			), journal AS (
+				INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
+				SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, x.output, x.error, x.started_at, x.completed_at
+				FROM gone g JOIN helix.runs r ON r.run_id = g.run_id, helix.checkpoint_journal(g.checkpoint_id, g.journal) x
+				WHERE g.journal IS NOT NULL
 			)
 			INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, input_tokens, output_tokens,
 				cached_tokens, cache_write_tokens, value, duration_ms, success, key, created_at)

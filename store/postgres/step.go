@@ -80,7 +80,8 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 // locks, nothing to check), $18 chunk rows (packed, chunkpack.go), $19
 // their steps, $20 their run IDs, $21 end the stream, $22 notify channel,
 // $23 the run status is final, $24 the rows' chunk counts, $25 the number
-// of chunks.
+// of chunks, $26 the checkpoint's journal (store.StepCommit.Journal; NULL
+// for none).
 //
 // The run's row is written only when its status changes, it ends, or it
 // records an error: a running run's step count and last update are read
@@ -122,9 +123,9 @@ const commitStepSQL = `WITH sess AS (
 		SELECT $1, $4::int + u.ord - 1, u.m FROM ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
 	), cp AS (
 		INSERT INTO helix.checkpoints (checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence,
-			status, custom_state, output, usage)
+			status, custom_state, output, usage, journal)
 		SELECT $10, $1, $2, $3::int, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11, sess.custom_state,
-			CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END, $13::json
+			CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END, $13::json, $26::text
 		FROM sess, ok
 	), run AS (
 		SELECT status FROM helix.runs WHERE run_id = $2
@@ -336,13 +337,15 @@ type stepWrite struct {
 	packed        packedChunks
 	chunks        int
 	channel       string
+	journal       *string
 }
 
 // stepWrite renders a commit decided in mode, with count messages before
 // it and msgs its own (inbox messages included): it fills res's
 // checkpoint ID and message count, and its sequences from latest (the
-// stream's latest sequence before the commit), and renders the chunks,
-// closing ones included (res's StepClosing decided).
+// stream's latest sequence before the commit), renders the chunks,
+// closing ones included (res's StepClosing decided), and the checkpoint's
+// journal (c.Journal, given res).
 func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs []string, latest int64, mode string, res *store.StepCommitResult) (*stepWrite, error) {
 	res.CheckpointID = helix.GenerateCheckpointID(c.SessionID, c.Step)
 	res.MessageCount = count + len(msgs)
@@ -380,6 +383,13 @@ func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs [
 		return nil, err
 	}
 	w.packed, w.chunks = packed, len(chunks.chunks)
+	if c.Journal != nil {
+		j, err := c.Journal(*res)
+		if err != nil {
+			return nil, fmt.Errorf("render the checkpoint's journal: %w", err)
+		}
+		w.journal = &j
+	}
 	return w, nil
 }
 
@@ -392,7 +402,7 @@ func (w *stepWrite) args(c store.StepCommit, usage []byte, expect int) []any {
 	return []any{c.SessionID, c.RunID, c.Step, w.count, w.msgs, w.next, w.mode, w.output, w.interruptCtx,
 		w.checkpointID, string(w.cpStatus), w.beforeCheckpt, usage, string(w.runStatus), runErr,
 		w.streamID, expect, w.packed.bodies, w.packed.steps, w.packed.runIDs, w.end, w.channel, w.runStatus.Final(),
-		w.packed.counts, w.chunks}
+		w.packed.counts, w.chunks, w.journal}
 }
 
 // takeInbox marks a session's unread inbox messages read and returns them
