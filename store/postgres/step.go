@@ -105,7 +105,7 @@ const commitStepSQL = `WITH sess AS (
 			interrupt_requested = CASE WHEN $7 = 'continue' THEN interrupt_requested ELSE false END,
 			interrupt_reason = CASE WHEN $7 = 'continue' THEN interrupt_reason END,
 			checkpoint_id = $10, checkpointed_at = now(), checkpoint_source = 'step',
-			version = version + 1, updated_at = now()
+			version = version + 1
 		WHERE session_id = $1
 			AND ($17::int < 0 OR (status = 'active' AND NOT interrupt_requested AND message_count = $17::int))
 		RETURNING version, custom_state, output
@@ -114,7 +114,7 @@ const commitStepSQL = `WITH sess AS (
 			status = CASE WHEN $21 THEN 'ended' ELSE status END,
 			final_output = CASE WHEN $21 THEN $8::jsonb ELSE final_output END,
 			error = CASE WHEN $21 THEN NULL ELSE error END,
-			updated_at = now()
+			updated_at = CASE WHEN $21 OR $25::int = 0 THEN now() ELSE updated_at END
 		WHERE stream_id = $16 AND ($17::int < 0 OR status = 'active') AND EXISTS (SELECT 1 FROM sess)
 		RETURNING latest_seq - $25::int AS latest_seq
 	), msgs AS (
