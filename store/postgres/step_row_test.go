@@ -120,3 +120,92 @@ func TestStepMovesLastChange(t *testing.T) {
 	require.False(t, s.UpdatedAt.Before(before))
 	require.True(t, s.UpdatedAt.After(*s.CheckpointedAt), "a later change than the step's is the last change")
 }
+
+// TestStepCheckpointPointer: a step's commit points its session at its
+// checkpoint without writing the ID into the session row (migration 00026:
+// the row holds the empty string, "the newest"), and every reader still sees the ID:
+// the session (LoadState's CheckpointID), the next step (ReadStep), the
+// latest checkpoint, a running run's progress (GetRun) and a truncation of
+// messages that deletes checkpoints (which moves the pointer to the newest
+// left, or none). Other writers of the pointer still write IDs.
+func TestStepCheckpointPointer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	const sid = "pointer"
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: sid, AgentType: "x"})
+	require.NoError(t, err)
+	run, err := st.CreateRun(ctx, store.CreateRunParams{RunID: sid + "-run", SessionID: sid})
+	require.NoError(t, err)
+	_, err = st.AppendMessages(ctx, sid, []helix.Message{helix.UserMessage("hi")})
+	require.NoError(t, err)
+	rawPointer := func() *string {
+		var p *string
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT checkpoint_id FROM helix.sessions WHERE session_id = $1`, sid).Scan(&p))
+		return p
+	}
+	// seen checks every reader of the session's checkpoint against want.
+	seen := func(want string, running bool) {
+		t.Helper()
+		s, err := st.LoadState(ctx, sid)
+		require.NoError(t, err)
+		require.Equal(t, want, s.CheckpointID, "LoadState")
+		v, err := st.ReadStep(ctx, store.ReadStepParams{SessionID: sid, RunID: run.RunID})
+		require.NoError(t, err)
+		require.Equal(t, want, v.CheckpointID, "ReadStep")
+		if want == "" {
+			_, err := st.GetLatestCheckpoint(ctx, sid)
+			require.ErrorAs(t, err, new(*helix.NotFoundError), "no checkpoint left")
+			return
+		}
+		cp, err := st.GetLatestCheckpoint(ctx, sid)
+		require.NoError(t, err)
+		require.Equal(t, want, cp.ID, "GetLatestCheckpoint")
+		var seq int64
+		if cp.StreamSequence != nil {
+			seq = *cp.StreamSequence
+		}
+		require.Equal(t, seq, v.CheckpointSequence, "ReadStep reads the checkpoint's stream sequence")
+		if running {
+			r, err := st.GetRun(ctx, run.RunID)
+			require.NoError(t, err)
+			require.Equal(t, cp.StepCount, r.StepCount, "a running run's progress is its session's checkpoint's")
+			require.True(t, r.UpdatedAt.Equal(cp.CreatedAt), "GetRun's UpdatedAt %v, the checkpoint's %v", r.UpdatedAt, cp.CreatedAt)
+		}
+	}
+	seen("", false)
+
+	commit := func(step int) string {
+		t.Helper()
+		base := helix.Base{AgentID: sid, Step: step}
+		res, err := st.CommitStep(ctx, store.StepCommit{SessionID: sid, RunID: run.RunID, Step: step,
+			Messages: []helix.Message{helix.AssistantMessage("calling"), helix.ToolResultMessage("c", "t", "ok")},
+			Chunks:   []helix.Chunk{&helix.TextDeltaChunk{Base: base, Delta: "a"}}, StreamID: sid})
+		require.NoError(t, err)
+		require.NotEmpty(t, res.CheckpointID)
+		return res.CheckpointID
+	}
+	first := commit(1)
+	require.Equal(t, "", *rawPointer(), "the commit writes no ID into the session row")
+	seen(first, true)
+	second := commit(2)
+	seen(second, true)
+
+	// A checkpoint saved by hand points the session at its ID; the next
+	// step's commit at its own again.
+	saved, err := st.CreateCheckpoint(ctx, sid, store.CheckpointParams{ID: "saved-by-hand", StepCount: 2, MessageCount: -1})
+	require.NoError(t, err)
+	require.Equal(t, saved.ID, *rawPointer())
+	seen(saved.ID, false)
+	third := commit(3)
+	seen(third, true)
+
+	// Truncating the messages of the third step deletes its checkpoint:
+	// the session points at the newest left (the one saved by hand, which
+	// counts 5 messages), then at none.
+	require.NoError(t, st.TruncateMessages(ctx, sid, 5))
+	seen(saved.ID, false)
+	require.NoError(t, st.TruncateMessages(ctx, sid, 0))
+	seen("", false)
+	require.Nil(t, rawPointer(), "no checkpoint left: no pointer, as before")
+}
