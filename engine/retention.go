@@ -45,7 +45,7 @@ var ErrGCBusy = errors.New("engine: another garbage-collection pass is running (
 // RetentionPolicy is how long ended sessions are kept (Config.Retention).
 // A session tree (a root with its sub-agents and companions) is deleted
 // whole, never a part of it; its age is the time since its last activity,
-// the latest updated_at of its sessions. A tree in which a session is
+// the latest change of its sessions (their UpdatedAt). A tree in which a session is
 // active (running, queued, or waiting for a person) is never deleted.
 // Interrupted and paused sessions are kept whatever their age (they can be
 // resumed), unless they expired.

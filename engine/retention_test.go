@@ -30,10 +30,13 @@ func (p passLog) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// age moves a whole session tree's last activity back by d.
+// age moves a whole session tree's last activity back by d: both columns
+// it is read from (a step's commit writes checkpointed_at, anything else
+// updated_at; migration 00026).
 func age(t *testing.T, pool *pgxpool.Pool, rootID string, d time.Duration) {
 	t.Helper()
-	_, err := pool.Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - make_interval(secs => $2)
+	_, err := pool.Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - make_interval(secs => $2),
+		checkpointed_at = CASE WHEN checkpointed_at IS NOT NULL THEN now() - make_interval(secs => $2) END
 		WHERE root_session_id = $1`, rootID, d.Seconds())
 	require.NoError(t, err)
 }

@@ -456,7 +456,7 @@ func checkSessions(ctx context.Context, conn *pgx.Conn, execs []executorInfo, gr
 	defer cancel()
 	rows, err := conn.Query(qctx, `
 SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''), coalesce(r.workflow_id, ''),
-       coalesce(greatest(r.updated_at, s.updated_at) < now() - make_interval(secs => $1), true),
+       coalesce(greatest(r.updated_at, s.updated_at, s.checkpointed_at) < now() - make_interval(secs => $1), true),
        coalesce(w.status, ''), coalesce(w.executor_id, ''),
        (SELECT string_agg(c.key || ' (' || coalesce(c.value->>'toolName', '?') || ')', ', ' ORDER BY c.key)
           FROM jsonb_each(s.pending_client_tool_calls) c
@@ -469,7 +469,7 @@ LEFT JOIN LATERAL (SELECT r.run_id, r.status, r.workflow_id, r.updated_at FROM h
                    WHERE r.session_id = s.session_id ORDER BY r.turn DESC LIMIT 1) r ON true
 LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
 WHERE s.status = 'active'
-ORDER BY s.updated_at`, grace.Seconds())
+ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
 	if err != nil {
 		return fail(readSessions, err)
 	}

@@ -26,7 +26,10 @@ func TestGC(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, helix.AgentCompleted, waitResult(t, h).Status)
 	}
-	_, err := e.Store().Pool().Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - interval '40 days' WHERE root_session_id = 'old-1'`)
+	// Its last activity 40 days ago: a step's commit writes checkpointed_at,
+	// anything else updated_at (migration 00026).
+	_, err := e.Store().Pool().Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - interval '40 days',
+		checkpointed_at = now() - interval '40 days' WHERE root_session_id = 'old-1'`)
 	require.NoError(t, err)
 
 	code, stdout, stderr := execCLI(append([]string{"gc", "--dry-run", "--older-than", "30d"}, db...)...)

@@ -887,7 +887,7 @@ func fetchSessions(ctx context.Context, dbURL string, ids []string) (map[string]
 		return nil, fmt.Errorf("connect to the database to read the sessions: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, `SELECT s.session_id, s.status, s.created_at, s.updated_at,
+	rows, err := conn.Query(ctx, `SELECT s.session_id, s.status, s.created_at, greatest(s.updated_at, s.checkpointed_at),
 			COALESCE((SELECT r.error_code FROM helix.runs r WHERE r.session_id = s.session_id ORDER BY r.turn DESC LIMIT 1), '')
 		FROM helix.sessions s WHERE s.session_id = ANY($1)`, ids)
 	if err != nil {

@@ -107,7 +107,8 @@ func (s *Store) GetCheckpoint(ctx context.Context, checkpointID string) (*store.
 }
 
 // GetLatestCheckpoint implements store.Checkpoints: the session's pointer
-// first, then (legacy or dangling pointer) the newest by write order.
+// first, then (a step's commit's pointer, the empty string, is the newest;
+// legacy or dangling pointer) the newest by write order.
 func (s *Store) GetLatestCheckpoint(ctx context.Context, sessionID string) (*store.Checkpoint, error) {
 	cp, err := scanCheckpoint(s.q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM helix.checkpoints
 		WHERE session_id = $1

@@ -25,8 +25,8 @@ type GCSelection struct {
 
 // gcSelectSQL selects up to $6 root sessions after $1 (session ID order)
 // that sel picks. A tree's age is the time since its last activity: the
-// latest updated_at of its sessions (a companion that ran yesterday keeps
-// last month's root). A tree in which a session is active is never picked
+// latest change of its sessions, GREATEST(updated_at, checkpointed_at) (see
+// sessionColumns; a companion that ran yesterday keeps last month's root). A tree in which a session is active is never picked
 // (DeleteSessionTrees refuses it anyway). Ages are measured on the
 // database's clock; $2..$4 are seconds or NULL (keep forever).
 const gcSelectSQL = `
@@ -40,10 +40,10 @@ CROSS JOIN LATERAL (SELECT
 	END AS cutoff,
 	coalesce($5 AND s.expires_at < now(), false) AS expired) k
 WHERE s.parent_session_id IS NULL AND s.status <> 'active' AND s.session_id > $1
-  AND (k.expired OR s.updated_at < k.cutoff)
+  AND (k.expired OR GREATEST(s.updated_at, s.checkpointed_at) < k.cutoff)
   AND NOT EXISTS (SELECT 1 FROM helix.sessions d
                   WHERE d.root_session_id = s.session_id AND d.session_id <> s.session_id
-                    AND (d.status = 'active' OR (NOT k.expired AND d.updated_at >= k.cutoff)))
+                    AND (d.status = 'active' OR (NOT k.expired AND GREATEST(d.updated_at, d.checkpointed_at) >= k.cutoff)))
 ORDER BY s.session_id LIMIT $6`
 
 // SelectGCRoots returns up to limit root sessions, in session ID order

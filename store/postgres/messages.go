@@ -152,7 +152,7 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		_, err = q.Exec(ctx, `UPDATE helix.sessions s SET checkpoint_id = (
 				SELECT checkpoint_id FROM helix.checkpoints c WHERE c.session_id = s.session_id ORDER BY created_seq DESC LIMIT 1)
 			WHERE s.session_id = $1 AND s.checkpoint_id IS NOT NULL
-			  AND NOT EXISTS (SELECT 1 FROM helix.checkpoints c WHERE c.checkpoint_id = s.checkpoint_id)`, sessionID)
+			  AND NOT EXISTS (SELECT 1 FROM helix.checkpoints c WHERE c.checkpoint_id = `+sessionCheckpointIDSQL+`)`, sessionID)
 		return err
 	})
 	return wrap(err, "truncate messages of %s", sessionID)

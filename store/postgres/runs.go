@@ -21,7 +21,7 @@ const runColumns = `run_id, session_id, turn, status,
 
 // runProgressSQL finds the checkpoint a running run's last step wrote: the
 // one its session points at, when it is the run's.
-const runProgressSQL = `FROM helix.sessions s JOIN helix.checkpoints c ON c.checkpoint_id = s.checkpoint_id
+const runProgressSQL = `FROM helix.sessions s JOIN helix.checkpoints c ON c.checkpoint_id = ` + sessionCheckpointIDSQL + `
 	WHERE runs.status = 'running' AND s.session_id = runs.session_id AND c.run_id = runs.run_id`
 
 func scanRun(row Row) (*store.Run, error) {

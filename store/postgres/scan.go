@@ -13,13 +13,35 @@ import (
 	"github.com/helix-agents/helix-dbos/store"
 )
 
+// sessionCheckpointIDSQL is the ID of the checkpoint session s points at
+// (NULL: none): helix.session_checkpoint_id(s.session_id, s.checkpoint_id)
+// (migration 00026) written out, for the statements a step runs, because
+// Postgres does not inline a SQL function whose body has a subquery (a
+// call costs about 40 µs more). A step's commit points its session at the
+// empty string instead of the ID of the checkpoint it writes, the
+// session's newest: that spares the ID's 67 bytes in the WAL record of
+// every step's update of the session. Every other write of the pointer
+// writes an ID.
+const sessionCheckpointIDSQL = `CASE WHEN s.checkpoint_id = '' THEN (SELECT c.checkpoint_id FROM helix.checkpoints c
+		WHERE c.session_id = s.session_id ORDER BY c.created_seq DESC LIMIT 1) ELSE s.checkpoint_id END`
+
 // sessionColumns is the column list scanSession reads, in order.
+//
+// A session's last change (its UpdatedAt, retention's last activity) is
+// GREATEST(updated_at, checkpointed_at): a step commit (commitStepSQL)
+// writes checkpointed_at = now() and leaves updated_at alone, every other
+// update writes updated_at = now(). The step's update of its row is
+// heap-only and its WAL record logs the row from the first to the last
+// column it changes; updated_at is the row's last but one, and writing it
+// at every step logged checkpoint_source, metadata, tags, user_id,
+// tracing_context, expires_at and created_at again (about 45 bytes per
+// step; migration 00026).
 const sessionColumns = `session_id, agent_type, stream_id, COALESCE(parent_session_id, ''), root_session_id,
 	status, step_count, message_count, custom_state, output, COALESCE(error, ''), COALESCE(failure_reason, ''),
 	interrupt_context, pending_client_tool_calls, suspended_awaiting_children, COALESCE(suspended_step_id, ''),
 	suspended_step, completed_client_tool_calls, client_tool_call_ownership, interrupt_requested, COALESCE(interrupt_reason, ''),
-	COALESCE(mode, ''), version, resume_count, COALESCE(checkpoint_id, ''), checkpointed_at, COALESCE(checkpoint_source, ''),
-	COALESCE(user_id, ''), tags, metadata, tracing_context, expires_at, created_at, updated_at`
+	COALESCE(mode, ''), version, resume_count, COALESCE(helix.session_checkpoint_id(session_id, checkpoint_id), ''), checkpointed_at, COALESCE(checkpoint_source, ''),
+	COALESCE(user_id, ''), tags, metadata, tracing_context, expires_at, created_at, GREATEST(updated_at, checkpointed_at)`
 
 func scanSession(row Row) (*store.SessionState, error) {
 	var (

@@ -539,7 +539,7 @@ func (s *Store) ListSessions(ctx context.Context, opts store.ListSessionsOptions
 // summaryColumns are the columns of a store.SessionSummary (table alias
 // s), in the order collectSummaries reads them.
 const summaryColumns = `s.session_id, s.agent_type, coalesce(s.parent_session_id, ''), s.status, s.step_count,
-	s.message_count, coalesce(s.user_id, ''), s.created_at, s.updated_at`
+	s.message_count, coalesce(s.user_id, ''), s.created_at, GREATEST(s.updated_at, s.checkpointed_at)`
 
 // collectSummaries appends the rows of summaryColumns to out and closes
 // rows.

@@ -24,12 +24,13 @@ var _ store.StepStore = (*Store)(nil)
 // backward scan of the stream's primary key: ORDER BY seq DESC LIMIT 1 keeps
 // that plan even as a generic prepared plan, so its cost does not grow with
 // the stream.
-const readStepSQL = `SELECT s.status, s.step_count, s.message_count, s.custom_state, COALESCE(s.checkpoint_id, ''),
+const readStepSQL = `SELECT s.status, s.step_count, s.message_count, s.custom_state,
+		COALESCE(` + sessionCheckpointIDSQL + `, ''),
 		COALESCE(cp.stream_sequence, 0), GREATEST($3, COALESCE(cp.stream_sequence, 0)),
 		COALESCE((SELECT c.step > $4 FROM helix.stream_chunks c
 			WHERE c.stream_id = s.stream_id AND c.seq > GREATEST($3, COALESCE(cp.stream_sequence, 0)) AND c.run_id = $2
 			ORDER BY c.seq DESC LIMIT 1), false)
-	FROM helix.sessions s LEFT JOIN helix.checkpoints cp ON cp.checkpoint_id = s.checkpoint_id
+	FROM helix.sessions s LEFT JOIN helix.checkpoints cp ON cp.checkpoint_id = ` + sessionCheckpointIDSQL + `
 	WHERE s.session_id = $1`
 
 // ReadStep implements store.StepStore.
@@ -105,8 +106,8 @@ const commitStepSQL = `WITH sess AS (
 			interrupt_context = CASE WHEN $7 = 'interrupt' THEN $9::jsonb ELSE interrupt_context END,
 			interrupt_requested = CASE WHEN $7 = 'continue' THEN interrupt_requested ELSE false END,
 			interrupt_reason = CASE WHEN $7 = 'continue' THEN interrupt_reason END,
-			checkpoint_id = $10, checkpointed_at = now(), checkpoint_source = 'step',
-			version = version + 1, updated_at = now()
+			checkpoint_id = '', checkpointed_at = now(), checkpoint_source = 'step',
+			version = version + 1
 		WHERE session_id = $1
 			AND ($17::int < 0 OR (status = 'active' AND NOT interrupt_requested AND message_count = $17::int))
 		RETURNING version, custom_state, output
@@ -115,7 +116,7 @@ const commitStepSQL = `WITH sess AS (
 			status = CASE WHEN $21 THEN 'ended' ELSE status END,
 			final_output = CASE WHEN $21 THEN $8::jsonb ELSE final_output END,
 			error = CASE WHEN $21 THEN NULL ELSE error END,
-			updated_at = now()
+			updated_at = CASE WHEN $21 OR $25::int = 0 THEN now() ELSE updated_at END
 		WHERE stream_id = $16 AND ($17::int < 0 OR status = 'active') AND EXISTS (SELECT 1 FROM sess)
 		RETURNING latest_seq - $25::int AS latest_seq
 	), msgs AS (
