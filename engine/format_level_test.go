@@ -39,6 +39,17 @@ func previousRelease(t *testing.T, pool *pgxpool.Pool, id string) (stop func()) 
 	}
 }
 
+// databaseWithPool returns a fresh database's URL and a pool on it, closed
+// at t's cleanup.
+func databaseWithPool(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return url, pool
+}
+
 // awaitFormatLevel waits (at most 30 s) until e writes at level: the level
 // it reads from the cluster at each sweep.
 func awaitFormatLevel(t *testing.T, e interface {
@@ -146,10 +157,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			url := pgtest.NewURL(t)
-			pool, err := pgxpool.New(t.Context(), url)
-			require.NoError(t, err)
-			defer pool.Close()
+			url, pool := databaseWithPool(t)
 			stop := previousRelease(t, pool, "previous-1")
 
 			var x executions
@@ -214,10 +222,7 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			url := pgtest.NewURL(t)
-			pool, err := pgxpool.New(t.Context(), url)
-			require.NoError(t, err)
-			defer pool.Close()
+			url, pool := databaseWithPool(t)
 			var stop func()
 			if tc.from == postgres.FormatLevelBase {
 				stop = previousRelease(t, pool, "previous-1")
