@@ -32,7 +32,9 @@ WHERE stopped_at IS NULL AND taken_over_by IS NULL
 // refreshed by each takeover sweep (or, with the takeover disabled, a loop
 // of the same interval), from the read that finds this machine's dead
 // executors: no read per step. Until the first read the gate is at
-// FormatLevelBase.
+// FormatLevelBase. A Client keeps its gate the same way, with no executor
+// of its own (id empty): the level of the live executors, the newest when
+// none is alive.
 type formats struct {
 	pool *pgxpool.Pool
 	id   string
@@ -62,7 +64,7 @@ func (f *formats) survey(ctx context.Context) (dead []string, err error) {
 			return nil, err
 		}
 		switch {
-		case id == f.id:
+		case f.id != "" && id == f.id:
 		case here && !process.Alive(pid):
 			dead = append(dead, id)
 			continue
@@ -82,7 +84,7 @@ func (f *formats) survey(ctx context.Context) (dead []string, err error) {
 		slices.Sort(below)
 		f.log.Info().Str("event", "executor.format_level").Str("executorId", f.id).Int("level", int(level)).
 			Int("previous", int(prev)).Strs("olderExecutors", below).
-			Msgf("this engine writes the storage formats of level %s: the lowest level a live executor reads "+
+			Msgf("this process writes the storage formats of level %s: the lowest level a live executor reads "+
 				"(level %d once every live executor reads it: finish the rolling deploy)", level, postgres.FormatLevelNewest)
 	}
 	return dead, nil
@@ -99,3 +101,8 @@ const recordFormatLevelSQL = `UPDATE helix.executors SET format_level = $4 WHERE
 // FormatLevelBase until Launch read it. New formats (postgres.FormatLevel)
 // start once the last engine of an older release is gone.
 func (e *Engine) FormatLevel() postgres.FormatLevel { return e.formats.Level() }
+
+// FormatLevel returns the storage format level the client writes at (an
+// abort's chunks, a resume's): the lowest level a live executor reads,
+// refreshed every TakeoverSweepInterval.
+func (c *Client) FormatLevel() postgres.FormatLevel { return c.c.store.FormatLevel() }

@@ -52,13 +52,10 @@ func databaseWithPool(t *testing.T) (string, *pgxpool.Pool) {
 
 // awaitFormatLevel waits (at most 30 s) until e writes at level: the level
 // it reads from the cluster at each sweep.
-func awaitFormatLevel(t *testing.T, e interface {
-	FormatLevel() postgres.FormatLevel
-	ExecutorID() string
-}, level postgres.FormatLevel) {
+func awaitFormatLevel(t *testing.T, e interface{ FormatLevel() postgres.FormatLevel }, level postgres.FormatLevel) {
 	t.Helper()
 	require.Eventually(t, func() bool { return e.FormatLevel() == level }, 30*time.Second, 10*time.Millisecond,
-		"engine %s writes at format level %s, want %s", e.ExecutorID(), e.FormatLevel(), level)
+		"writes at format level %s, want %s", e.FormatLevel(), level)
 }
 
 // writtenAt is what a session's first step wrote, as the formats of a level
@@ -174,6 +171,11 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Equal(t, map[string]postgres.FormatLevel{"previous-1": postgres.FormatLevelBase,
 				e.ExecutorID(): postgres.FormatLevelNewest}, levels)
 
+			client, err := engine.NewClient(t.Context(), engine.ClientConfig{DatabaseURL: url})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, client.Close()) })
+			require.Equal(t, postgres.FormatLevelBase, client.FormatLevel(), "a client's writes too")
+
 			h := e.Start(agent, "go")
 			require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
 			old := readWritten(t, e, pool, h.SessionID, h.WorkflowID)
@@ -186,6 +188,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 
 			tc.gone(t, pool, stop)
 			awaitFormatLevel(t, e, postgres.FormatLevelNewest)
+			awaitFormatLevel(t, client, postgres.FormatLevelNewest)
 			h2 := e.Start(agent, "go again")
 			require.Equal(t, helix.AgentCompleted, e.Await(h2).Status)
 			cur := readWritten(t, e, pool, h2.SessionID, h2.WorkflowID)
