@@ -39,6 +39,9 @@ type heartbeat struct {
 	// takenOver is set while this executor, found taken over, waits for
 	// its taker to re-enqueue its workflows before it rejoins.
 	takenOver bool
+	// levelUnrecorded is set when a rejoin could not record the storage
+	// format level (its row reads level 0): the next renewals retry.
+	levelUnrecorded bool
 }
 
 // ExecutorInUseError is Launch's refusal when another live process holds
@@ -132,7 +135,8 @@ func (h *heartbeat) start(ctx context.Context, log *zerolog.Logger) {
 	})
 }
 
-// beat renews the lease once.
+// beat renews the lease once (and records the storage format level a
+// rejoin failed to record).
 func (h *heartbeat) beat(ctx context.Context) error {
 	sent := time.Now()
 	var renewed, missing, recovered bool
@@ -156,6 +160,11 @@ FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.
 			}
 		}
 		h.lease.renewed(sent)
+		if h.levelUnrecorded {
+			if _, err := h.pool.Exec(ctx, recordFormatLevelSQL, h.id, h.host, h.pid, postgres.FormatLevelNewest); err == nil {
+				h.levelUnrecorded = false
+			}
+		}
 		return nil
 	case err != nil:
 		if ctx.Err() == nil && !h.quiet.Load() {
@@ -214,8 +223,12 @@ func (h *heartbeat) rejoin(ctx context.Context, by *string, recovered bool) erro
 	if tag.RowsAffected() == 0 {
 		return errAwaitingTaker // claimed again meanwhile
 	}
-	if _, err := h.pool.Exec(ctx, recordFormatLevelSQL, h.id, h.host, h.pid, postgres.FormatLevelNewest); err != nil {
-		return err // the row reads level 0 meanwhile: safe; the next beat retries
+	if _, err := h.pool.Exec(ctx, recordFormatLevelSQL, h.id, h.host, h.pid, postgres.FormatLevelNewest); err != nil && ctx.Err() == nil {
+		// The rejoin stands; the row reads level 0 (safe) until a later
+		// renewal records the level.
+		h.levelUnrecorded = true
+		h.log.Warn().Err(err).Str("event", "executor.format_level_failed").Str("executorId", h.id).
+			Msg("could not record this executor's storage format level after its rejoin; the next heartbeat records it")
 	}
 	h.takenOver = false
 	h.lease.rejoined(sent)
