@@ -38,8 +38,12 @@ type ClientConfig struct {
 type Client struct {
 	c        control
 	ownsPool bool
-	once     sync.Once
-	err      error
+	// levels keeps the store's format gate at the cluster's level: what
+	// the client writes into streams (an abort's chunks, a resume's), the
+	// engines' readers of every release alive must read.
+	levels *loop
+	once   sync.Once
+	err    error
 }
 
 // clientShutdownTimeout bounds Close.
@@ -85,12 +89,24 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		dpool.Close()
 		return fail(fmt.Errorf("engine: client: connect DBOS: %w (has an engine launched on this database?)", err))
 	}
-	st, err := postgres.New(pool, postgres.WithLogger(log))
+	gate := postgres.NewFormatGate(postgres.FormatLevelBase)
+	st, err := postgres.New(pool, postgres.WithLogger(log), postgres.WithFormatGate(gate))
 	if err != nil {
 		_ = dbos.Shutdown(dc, clientShutdownTimeout)
 		return fail(err)
 	}
-	return &Client{c: control{pool: pool, store: st, dbos: dc, log: log}, ownsPool: owns}, nil
+	fm := &formats{pool: pool, gate: gate, log: &log}
+	if _, err := fm.survey(ctx); err != nil {
+		_ = dbos.Shutdown(dc, clientShutdownTimeout)
+		return fail(fmt.Errorf("engine: client: read the storage format level of the cluster: %w", err))
+	}
+	levels := every(ctx, TakeoverSweepInterval, func(ctx context.Context) {
+		if _, err := fm.survey(ctx); err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Str("event", "executor.format_level_failed").
+				Msg("could not read the cluster's storage format level; the client keeps writing at its last one and retries")
+		}
+	})
+	return &Client{c: control{pool: pool, store: st, dbos: dc, log: log}, ownsPool: owns, levels: levels}, nil
 }
 
 // SubmitToolResult answers a tool call a run is suspended on; see
@@ -142,6 +158,7 @@ func (c *Client) Store() *postgres.Store { return c.c.store }
 // Close releases the client (and the pool it opened). Idempotent.
 func (c *Client) Close() error {
 	c.once.Do(func() {
+		c.levels.stop()
 		c.err = errors.Join(c.c.store.Close(), dbos.Shutdown(c.c.dbos, clientShutdownTimeout))
 		if c.ownsPool {
 			c.c.pool.Close()

@@ -36,6 +36,9 @@ type Engine struct {
 
 	// lease is this process's executor lease, which fences step bodies.
 	lease *lease
+	// formats is the storage format level the store, the journal and the
+	// agent loop write at: the cluster's (formats.survey).
+	formats *postgres.FormatGate
 
 	mu       sync.Mutex
 	launched bool
@@ -44,6 +47,7 @@ type Engine struct {
 	wake     *loop      // the wake-up sweep, set by Launch
 	cancels  *loop      // the sweep of workflows cancelled through DBOS, set by Launch
 	sweep    *loop      // the takeover sweep, set by Launch
+	levels   *loop      // the format level's sweep with Config.DisableTakeover, set by Launch
 	gcJob    *loop      // the retention job, set by Launch with Config.Retention
 }
 
@@ -100,7 +104,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.Clock != nil {
 		storeOpts = append(storeOpts, postgres.WithClock(cfg.Clock.Now))
 	}
-	st, err := postgres.New(pool, append(storeOpts, cfg.StoreOptions...)...)
+	// The engine's format gate comes last: what the store writes follows
+	// the cluster, from FormatLevelBase until Launch reads it.
+	formats := postgres.NewFormatGate(postgres.FormatLevelBase)
+	st, err := postgres.New(pool, append(append(storeOpts, cfg.StoreOptions...), postgres.WithFormatGate(formats))...)
 	if err != nil {
 		return fail(err)
 	}
@@ -113,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	env.Telemetry = steps.NewTelemetry(cfg.tracerProvider(), cfg.ExecutorID)
 	l := newLease(cfg.ExecutorLease)
 	env.DataSource, env.DBOS, env.Fence = ds, dctx, newFence(l, pool, cfg.ExecutorID)
-	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l}
+	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l, formats: formats}
 	env.Revive = e.revive
 	env.Probe = cfg.Probe
 	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))
@@ -196,6 +203,12 @@ func (e *Engine) Launch(ctx context.Context) error {
 		}
 		return fmt.Errorf("engine: record executor %s in helix.executors: %w", e.cfg.ExecutorID, err)
 	}
+	// The cluster's format level before anything runs here (DBOS's
+	// recovery included): until then the engine writes FormatLevelBase.
+	fm := &formats{pool: e.pool, id: e.cfg.ExecutorID, ns: hb.ns, gate: e.formats, log: &e.log}
+	if _, err := fm.survey(ctx); err != nil {
+		return fmt.Errorf("engine: read the storage format level of the cluster: %w", err)
+	}
 	if err := e.registerQueue(ctx); err != nil {
 		return err
 	}
@@ -211,7 +224,14 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if !e.cfg.DisableTakeover {
 		e.sweep = startTakeover(ctx, &takeover{pool: e.pool, id: e.cfg.ExecutorID, app: e.cfg.AppName,
 			version: e.cfg.ApplicationVersion, adopt: e.cfg.AdoptVersions, ns: hb.ns, lease: e.cfg.ExecutorLease, log: &e.log,
-			metrics: e.env.Telemetry.Metrics})
+			metrics: e.env.Telemetry.Metrics, formats: fm})
+	} else {
+		e.levels = every(ctx, min(TakeoverSweepInterval, e.cfg.ExecutorLease/10), func(ctx context.Context) {
+			if _, err := fm.survey(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn().Err(err).Str("event", "executor.format_level_failed").
+					Msg("could not read the cluster's storage format level; this engine keeps writing at its last one and retries")
+			}
+		})
 	}
 	if e.cfg.Retention != nil {
 		e.gcJob = startRetention(ctx, e.gc(), *e.cfg.Retention)
@@ -327,6 +347,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	e.gcJob.stop() // a batch in progress rolls back
 	e.sweep.stop()
+	e.levels.stop()
 	e.wake.stop()
 	e.cancels.stop()
 	// The heartbeat goes on while DBOS drains: the running steps keep

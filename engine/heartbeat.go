@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/helix-agents/helix-dbos/internal/process"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // heartbeat records a launched engine in helix.executors (executor ID,
@@ -38,6 +39,9 @@ type heartbeat struct {
 	// takenOver is set while this executor, found taken over, waits for
 	// its taker to re-enqueue its workflows before it rejoins.
 	takenOver bool
+	// levelUnrecorded is set when a rejoin could not record the storage
+	// format level (its row reads level 0): the next renewals retry.
+	levelUnrecorded bool
 }
 
 // ExecutorInUseError is Launch's refusal when another live process holds
@@ -63,7 +67,8 @@ func (e *ExecutorInUseError) Error() string {
 }
 
 // claimExecutor records this process in helix.executors under id before
-// DBOS launches (and recovers id's workflows). It refuses with
+// DBOS launches (and recovers id's workflows), with the storage format
+// level it reads (postgres.FormatLevelNewest). It refuses with
 // *ExecutorInUseError when another live process holds the ID: its lease
 // is fresh and it runs on another machine, or on this one. A holder that
 // stopped, was taken over, or died on this machine (SIGKILL, a crash) is
@@ -108,6 +113,9 @@ RETURNING true`, id, app, version, host, h.pid, l.length.Milliseconds(), exists,
 	if err != nil {
 		return nil, err
 	}
+	if _, err := pool.Exec(ctx, recordFormatLevelSQL, id, host, h.pid, postgres.FormatLevelNewest); err != nil {
+		return nil, fmt.Errorf("engine: record the storage format level of executor %s: %w", id, err)
+	}
 	l.renewed(sent)
 	return h, nil
 }
@@ -127,7 +135,8 @@ func (h *heartbeat) start(ctx context.Context, log *zerolog.Logger) {
 	})
 }
 
-// beat renews the lease once.
+// beat renews the lease once (and records the storage format level a
+// rejoin failed to record).
 func (h *heartbeat) beat(ctx context.Context) error {
 	sent := time.Now()
 	var renewed, missing, recovered bool
@@ -151,6 +160,11 @@ FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.
 			}
 		}
 		h.lease.renewed(sent)
+		if h.levelUnrecorded {
+			if _, err := h.pool.Exec(ctx, recordFormatLevelSQL, h.id, h.host, h.pid, postgres.FormatLevelNewest); err == nil {
+				h.levelUnrecorded = false
+			}
+		}
 		return nil
 	case err != nil:
 		if ctx.Err() == nil && !h.quiet.Load() {
@@ -209,6 +223,13 @@ func (h *heartbeat) rejoin(ctx context.Context, by *string, recovered bool) erro
 	if tag.RowsAffected() == 0 {
 		return errAwaitingTaker // claimed again meanwhile
 	}
+	if _, err := h.pool.Exec(ctx, recordFormatLevelSQL, h.id, h.host, h.pid, postgres.FormatLevelNewest); err != nil && ctx.Err() == nil {
+		// The rejoin stands; the row reads level 0 (safe) until a later
+		// renewal records the level.
+		h.levelUnrecorded = true
+		h.log.Warn().Err(err).Str("event", "executor.format_level_failed").Str("executorId", h.id).
+			Msg("could not record this executor's storage format level after its rejoin; the next heartbeat records it")
+	}
 	h.takenOver = false
 	h.lease.rejoined(sent)
 	h.log.Warn().Str("event", "executor.rejoined").Str("executorId", h.id).Msg("executor rejoined the cluster after a takeover")
@@ -218,9 +239,10 @@ func (h *heartbeat) rejoin(ctx context.Context, by *string, recovered bool) erro
 // recreate inserts this executor's row again if it is missing.
 func (h *heartbeat) recreate(ctx context.Context) error {
 	_, err := h.pool.Exec(ctx, `
-INSERT INTO helix.executors (executor_id, app_name, application_version, hostname, pid, pid_namespace, lease_ms, started_at, heartbeat_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now()) ON CONFLICT (executor_id) DO NOTHING`,
-		h.id, h.app, h.version, h.host, h.pid, h.ns, h.lease.length.Milliseconds())
+INSERT INTO helix.executors (executor_id, app_name, application_version, hostname, pid, pid_namespace, lease_ms, started_at, heartbeat_at,
+	format_level)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), $8) ON CONFLICT (executor_id) DO NOTHING`,
+		h.id, h.app, h.version, h.host, h.pid, h.ns, h.lease.length.Milliseconds(), postgres.FormatLevelNewest)
 	return err
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
-	"github.com/helix-agents/helix-dbos/internal/process"
 	"github.com/helix-agents/helix-dbos/steps"
 )
 
@@ -42,6 +41,9 @@ type takeover struct {
 	log   *zerolog.Logger
 	// metrics count the takeovers (nil in tests that need none).
 	metrics *steps.Metrics
+	// formats reads the executors for the cluster's format level, and
+	// this machine's dead ones for the sweep.
+	formats *formats
 }
 
 // claimSQL claims, in one statement, every executor of this application
@@ -110,7 +112,7 @@ func startTakeover(ctx context.Context, t *takeover) *loop {
 // sweep claims the executors that may be taken over and recovers their
 // pending workflows.
 func (t *takeover) sweep(ctx context.Context, adopt bool) error {
-	dead, err := t.deadHere(ctx)
+	dead, err := t.formats.survey(ctx)
 	if err != nil {
 		return err
 	}
@@ -250,31 +252,4 @@ func (t *takeover) recover(ctx context.Context, dead string) (int, error) {
 		return 0, err
 	}
 	return n, nil
-}
-
-// deadHere lists the executors whose process this one can see (same boot,
-// same pid namespace) and is gone: they are taken over at once, not after
-// their lease.
-func (t *takeover) deadHere(ctx context.Context) ([]string, error) {
-	dead := []string{}
-	if t.ns == "" {
-		return dead, nil
-	}
-	rows, err := t.pool.Query(ctx, `SELECT executor_id, pid FROM helix.executors
-		WHERE pid_namespace = $1 AND executor_id <> $2 AND taken_over_by IS NULL AND stopped_at IS NULL AND pid IS NOT NULL`, t.ns, t.id)
-	if err != nil {
-		return nil, fmt.Errorf("list the executors of this machine: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var pid int
-		if err := rows.Scan(&id, &pid); err != nil {
-			return nil, err
-		}
-		if !process.Alive(pid) {
-			dead = append(dead, id)
-		}
-	}
-	return dead, rows.Err()
 }

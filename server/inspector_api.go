@@ -253,10 +253,14 @@ func (s *Server) pageDetails(ctx context.Context, id string, page *sessionPage) 
 // helix.executors, alive ones first, with how many sessions it owns (the
 // whole cluster's count: it names no session, so every authenticated
 // caller reads it) and the caller's own among them (every one without
-// Authenticate); and the DBOS queues with work.
+// Authenticate); the DBOS queues with work; and the storage format level
+// the engines write at (the lowest an alive executor reads) with the
+// newest this release writes.
 type clusterPage struct {
-	Executors []postgres.Executor  `json:"executors"`
-	Queues    []postgres.QueueLoad `json:"queues"`
+	Executors         []postgres.Executor  `json:"executors"`
+	Queues            []postgres.QueueLoad `json:"queues"`
+	FormatLevel       postgres.FormatLevel `json:"formatLevel"`
+	NewestFormatLevel postgres.FormatLevel `json:"newestFormatLevel"`
 }
 
 // inspectorOwnedMax bounds the sessions listed per executor.
@@ -272,7 +276,7 @@ func (s *Server) handleInspectorCluster(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return internalError(fmt.Errorf("inspector: cluster: %w", err))
 	}
-	page := clusterPage{Executors: c.Executors, Queues: c.Queues}
+	page := clusterPage{Executors: c.Executors, Queues: c.Queues, FormatLevel: c.FormatLevel, NewestFormatLevel: postgres.FormatLevelNewest}
 	if page.Executors == nil {
 		page.Executors = []postgres.Executor{}
 	}

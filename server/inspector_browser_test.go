@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/helix-agents/helix-dbos/internal/browser"
 	"github.com/helix-agents/helix-dbos/llm/scripted"
 	"github.com/helix-agents/helix-dbos/server"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // The browser tests drive the inspector as a user does, in headless
@@ -238,6 +240,9 @@ func TestInspectorBrowserCluster(t *testing.T) {
 	browser.WaitVisible(t, ctx, row+` td.owned a[href$="/inspector/sessions/`+alices+`"]`)
 	require.Equal(t, "2", browser.Eval[string](t, ctx, `document.querySelector('`+row+` td.owned').firstChild.textContent`))
 	require.False(t, browser.Eval[bool](t, ctx, `document.body.innerText.includes('`+bobs+`')`), "bob's session is not named")
+	require.Equal(t, strconv.Itoa(int(postgres.FormatLevelNewest)), browser.Eval[string](t, ctx, `document.querySelector('`+row+` td.format-level').textContent`),
+		"the storage format level the executor reads")
+	browser.WaitText(t, ctx, "p#format-level", "(the newest)")
 	browser.Click(t, ctx, "a#nav-sessions")
 	browser.WaitVisible(t, ctx, `table#sessions tr[data-session-id="`+alices+`"]`)
 	browser.Click(t, ctx, "a#nav-cluster")

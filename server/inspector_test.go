@@ -20,6 +20,7 @@ import (
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/llm/scripted"
 	"github.com/helix-agents/helix-dbos/server"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 const wantCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
@@ -319,6 +320,9 @@ func TestInspectorScoping(t *testing.T) {
 	}
 	require.NotNil(t, mine, "executors: %s", res.raw)
 	require.Equal(t, true, mine["alive"])
+	require.InDelta(t, float64(postgres.FormatLevelNewest), mine["formatLevel"], 0, "the format level it reads")
+	require.InDelta(t, float64(postgres.FormatLevelNewest), res.body["formatLevel"], 0, "the cluster's: no older executor is alive")
+	require.InDelta(t, float64(postgres.FormatLevelNewest), res.body["newestFormatLevel"], 0)
 	require.NotNil(t, res.body["queues"])
 }
 

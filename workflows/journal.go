@@ -832,6 +832,10 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	var out R
 	var stepErr error
 	retried, locked := false, false
+	// A commit's checkpoint carries the records only once every live
+	// engine's replay reads them there (the cluster's format level, read
+	// once for the step's attempts); a replay reads both forms.
+	carry := j.st.FormatLevel() >= postgres.FormatLevelCheckpointJournals
 	j.carriedBy = nil
 	defer func() { j.carriedBy = nil }()
 	attempt := func(c context.Context) error {
@@ -869,17 +873,19 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		// those that wait, the deferred steps' and the commit's own.
 		var lead []journalRecord
 		carried := false
-		body = steps.WithCommitRecord(body, func(co steps.CommitOutput) (string, error) {
-			j.carriedBy = append(j.carriedBy, co.CheckpointID)
-			co.CheckpointID = ""
-			rec, err := encode(id, name, co, nil, started)
-			if err != nil {
-				return "", err
-			}
-			text, l, err := j.checkpointRecords(append(append(slices.Clone(j.pending), first...), rec))
-			lead, carried = l, err == nil
-			return text, err
-		})
+		if carry {
+			body = steps.WithCommitRecord(body, func(co steps.CommitOutput) (string, error) {
+				j.carriedBy = append(j.carriedBy, co.CheckpointID)
+				co.CheckpointID = ""
+				rec, err := encode(id, name, co, nil, started)
+				if err != nil {
+					return "", err
+				}
+				text, l, err := j.checkpointRecords(append(append(slices.Clone(j.pending), first...), rec))
+				lead, carried = l, err == nil
+				return text, err
+			})
+		}
 		o, ferr := fn(stepContext{j.traced(body)}, pgxTx{tx})
 		if ferr != nil {
 			if transient(ferr) || postgres.CommitRefused(ferr) {

@@ -288,7 +288,10 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	m, err := runStepWith(t.ctx, t.j, steps.NameCallModel, recordNow,
 		fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step, MessageCount: t.messageCount}, &closing)),
 		func(m steps.ModelOutput) streamAppend {
-			if t.holdsStarts(m) {
+			if t.holdsStarts(m) && t.j.st.FormatLevel() >= postgres.FormatLevelCheckpointJournals {
+				// Held only once every live engine's replay rebuilds
+				// them (the cluster's format level); the replay below
+				// restores them whichever this execution did.
 				held = closing
 				return streamAppend{}
 			}
@@ -391,6 +394,11 @@ func (t *turn) nothingRunsBeforeTheNextWrite(m steps.ModelOutput) bool {
 // (which write the held chunks first) reaches the stream before the
 // commit. Sub-agents and companions write into the stream, client tools
 // and approvals suspend the step: those steps write them with the record.
+// It depends on the step alone, not on the cluster's format level, which
+// decides whether a new execution holds them (FormatLevelCheckpointJournals):
+// a replay of such a step restores them (RestoreStarts, which writes them
+// only when the stream holds nothing of the step) whichever the lost
+// execution did.
 func (t *turn) holdsStarts(m steps.ModelOutput) bool {
 	if m.Failure != nil || t.def == nil || t.nothingRunsBeforeTheNextWrite(m) {
 		return false

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/helix-agents/helix-dbos/migrations"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // Statuses of a doctor check.
@@ -79,7 +80,8 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			"  executors    the executors recorded in helix.executors (serve, resume and retry record\n" +
 			"               themselves with a heartbeat): alive, stopped, dead or taken over (by whom);\n" +
 			"               one that stopped or died with pending workflows that no live engine took\n" +
-			"               over is a problem\n" +
+			"               over is a problem; an alive one that reads an older storage format level (an\n" +
+			"               engine of an earlier release) is a warning: finish the rolling deploy\n" +
 			"  sessions     no active session is stuck: its run has no workflow or its workflow ended,\n" +
 			"               its executor is dead, or it waits for a tool call past the call's deadline\n\n" +
 			"Exit status: 0 when nothing failed (warnings included), 1 otherwise. Reads only.",
@@ -379,11 +381,15 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 		c.Status, c.Problems = checkFail, []doctorProblem{{Problem: err.Error()}}
 		return []executorInfo{}, c
 	}
-	var alive, dead, silent, takenOver []string
+	var alive, dead, silent, takenOver, older []string
 	for _, e := range list {
 		switch {
 		case e.Alive:
 			alive = append(alive, describeExecutor(e))
+			if e.FormatLevel < int(postgres.FormatLevelNewest) {
+				older = append(older, fmt.Sprintf("%s (level %d, version %s, pid %d on %s)", e.ExecutorID, e.FormatLevel,
+					e.ApplicationVersion, e.PID, e.Hostname))
+			}
 		case e.State == stateTakenOver && e.RecoveryError != "":
 			dead = append(dead, e.ExecutorID)
 			c.Problems = append(c.Problems, doctorProblem{Subject: e.ExecutorID,
@@ -423,6 +429,16 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 	if len(takenOver) > 0 {
 		c.Summary += "; " + strings.Join(takenOver, "; ")
 	}
+	if len(older) > 0 {
+		if c.Status == checkOK {
+			c.Status = checkWarn
+		}
+		c.Problems = append(c.Problems, doctorProblem{
+			Problem: fmt.Sprintf("alive but reading storage formats up to level %s only, which holds every engine at that level "+
+				"(this release writes level %d): %s", olderLevel(list), postgres.FormatLevelNewest, strings.Join(older, ", ")),
+			Hint: "an engine of an earlier release: finish the rolling deploy (stop the old replicas once the new ones run); " +
+				"the engines write the newest formats within seconds of the last one's stop (docs/operations.md, rolling deploys)"})
+	}
 	if len(silent) > 0 {
 		if c.Status == checkOK {
 			c.Status = checkWarn
@@ -431,6 +447,18 @@ func checkExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, doctor
 			Hint: "no helix.executors row has these executor IDs (an engine from before heartbeats, or one of another application): a live engine of the same application and version adopts them within a minute; otherwise start a process with each of these executor IDs"})
 	}
 	return list, c
+}
+
+// olderLevel returns the lowest storage format level of the alive
+// executors in list.
+func olderLevel(list []executorInfo) string {
+	level := int(postgres.FormatLevelNewest)
+	for _, e := range list {
+		if e.Alive {
+			level = min(level, e.FormatLevel)
+		}
+	}
+	return strconv.Itoa(level)
 }
 
 func describeExecutor(e executorInfo) string {

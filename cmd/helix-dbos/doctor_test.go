@@ -8,12 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/migrations"
 	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 func doctorJSON(t *testing.T, o binOpts, args ...string) (*doctorReport, binResult) {
@@ -53,6 +56,50 @@ func TestDoctorHealthy(t *testing.T) {
 	require.Equal(t, map[string]string{"database": checkOK, "migrations": checkOK, "dbos": checkOK, "executors": checkOK,
 		"queues": checkOK, "sessions": checkOK}, statuses(rep))
 	require.Empty(t, rep.Stuck)
+}
+
+// An alive executor of a release before the storage format levels (a row
+// without a level, its heartbeat fresh: a rolling deploy under way) holds
+// every engine at level 0: doctor warns and says to finish the deploy,
+// `executors` shows each executor's level. A warning: the exit status is 0.
+func TestDoctorOlderFormatLevel(t *testing.T) {
+	t.Parallel()
+	url, e, _ := completedSession(t)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms)
+		VALUES ('previous-release', $1, 'old-host', 7, 3600000)`, engine.DefaultApplicationVersion)
+	require.NoError(t, err)
+	o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
+
+	rep, r := doctorJSON(t, o)
+	require.Equal(t, 0, r.code, "%s", r)
+	require.True(t, rep.OK)
+	require.Equal(t, checkWarn, statuses(rep)["executors"])
+	var check doctorCheck
+	for _, c := range rep.Checks {
+		if c.Name == "executors" {
+			check = c
+		}
+	}
+	require.Len(t, check.Problems, 1, "%+v", check)
+	require.Contains(t, check.Problems[0].Problem, "previous-release (level 0, version "+engine.DefaultApplicationVersion+", pid 7 on old-host)")
+	require.Contains(t, check.Problems[0].Problem, "up to level 0 only")
+	require.Contains(t, check.Problems[0].Hint, "finish the rolling deploy")
+	levels := map[string]int{}
+	for _, x := range rep.Executors {
+		levels[x.ExecutorID] = x.FormatLevel
+	}
+	require.Equal(t, map[string]int{"previous-release": 0, e.ExecutorID(): int(postgres.FormatLevelNewest)}, levels)
+	out := mustBin(t, o, "executors")
+	require.Regexp(t, `(?m)^previous-release\s+\S+\s+old-host\s+7\s+\S+ \S+\s+0\s+`, out)
+
+	// Once it stopped, nothing holds the cluster back.
+	_, err = pool.Exec(t.Context(), `UPDATE helix.executors SET stopped_at = now() WHERE executor_id = 'previous-release'`)
+	require.NoError(t, err)
+	rep, _ = doctorJSON(t, o)
+	require.Equal(t, checkOK, statuses(rep)["executors"], "%+v", rep.Checks)
 }
 
 // What doctor finds wrong makes it exit 1, with a hint for each problem.

@@ -60,6 +60,10 @@ type executorInfo struct {
 	RecoveredAt        *time.Time `json:"recoveredAt,omitempty"`
 	RecoveredWorkflows int        `json:"recoveredWorkflows,omitempty"`
 	RecoveryError      string     `json:"recoveryError,omitempty"`
+	// FormatLevel is the storage format level its engine reads
+	// (postgres.FormatLevel; 0 for an engine of a release before the
+	// levels): the engines write at the lowest level of the alive ones.
+	FormatLevel int `json:"formatLevel"`
 	// PendingWorkflows are the workflows DBOS would recover for it
 	// (PENDING, ENQUEUED or DELAYED).
 	PendingWorkflows int `json:"pendingWorkflows"`
@@ -84,6 +88,8 @@ func newExecutorsCmd(g *globals) *cobra.Command {
 			"  VERSION      the application version its engine runs (it recovers only workflows of it)\n" +
 			"  HOST, PID    where its process runs\n" +
 			"  STARTED      when that process claimed the executor ID\n" +
+			"  FORMAT       the storage format level its engine reads (0: a release before the levels); the\n" +
+			"               engines write at the lowest level of the alive executors\n" +
 			"  HEARTBEAT    the age of its last heartbeat; LEASE: it is dead once that is older than this\n" +
 			"  WORKFLOWS    its pending DBOS workflows (PENDING, ENQUEUED or DELAYED)\n" +
 			"  SESSIONS     the helix sessions whose current run's workflow is PENDING under it\n" +
@@ -153,8 +159,9 @@ func readExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, error) 
 	defer cancel()
 	rows, err := conn.Query(qctx, `SELECT executor_id, application_version, coalesce(hostname, ''), coalesce(pid, 0),
 		started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8, lease_ms / 1000.0, stopped_at,
-		coalesce(taken_over_by, ''), taken_over_at, recovered_at, coalesce(recovered_workflows, 0), coalesce(recovery_error, '')
-		FROM helix.executors`)
+		coalesce(taken_over_by, ''), taken_over_at, recovered_at, coalesce(recovered_workflows, 0), coalesce(recovery_error, ''),
+		coalesce((to_jsonb(x) ->> 'format_level')::int, 0)
+		FROM helix.executors x`) // format_level through to_jsonb: a schema before migration 00027 has none
 	if err != nil {
 		return nil, queryError(ctx, readRows, err)
 	}
@@ -162,7 +169,8 @@ func readExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, error) 
 		var e executorInfo
 		var started, beat time.Time
 		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &started, &beat, &e.HeartbeatAge,
-			&e.LeaseSeconds, &e.StoppedAt, &e.TakenOverBy, &e.TakenOverAt, &e.RecoveredAt, &e.RecoveredWorkflows, &e.RecoveryError); err != nil {
+			&e.LeaseSeconds, &e.StoppedAt, &e.TakenOverBy, &e.TakenOverAt, &e.RecoveredAt, &e.RecoveredWorkflows, &e.RecoveryError,
+			&e.FormatLevel); err != nil {
 			rows.Close()
 			return nil, queryError(ctx, readRows, err)
 		}
@@ -252,21 +260,22 @@ func printExecutors(out io.Writer, list []executorInfo) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "EXECUTOR\tVERSION\tHOST\tPID\tSTARTED\tHEARTBEAT\tLEASE\tWORKFLOWS\tSESSIONS\tQUEUE SLOTS\tSTATE")
+	fmt.Fprintln(w, "EXECUTOR\tVERSION\tHOST\tPID\tSTARTED\tFORMAT\tHEARTBEAT\tLEASE\tWORKFLOWS\tSESSIONS\tQUEUE SLOTS\tSTATE")
 	for _, e := range list {
-		pid, started, beat, lease := "-", "-", "-", "-"
+		pid, started, format, beat, lease := "-", "-", "-", "-", "-"
 		if e.PID != 0 {
 			pid = strconv.Itoa(e.PID)
 		}
 		if e.Heartbeat {
 			started, beat, lease = fmtTime(*e.StartedAt), fmtAge(e.HeartbeatAge)+" ago", fmtAge(e.LeaseSeconds)
+			format = strconv.Itoa(e.FormatLevel)
 		}
 		var slots []string
 		for _, q := range slices.Sorted(maps.Keys(e.QueueSlots)) {
 			slots = append(slots, fmt.Sprintf("%s=%d", q, e.QueueSlots[q]))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cmp.Or(e.ExecutorID, `""`), cmp.Or(e.ApplicationVersion, "-"),
-			cmp.Or(e.Hostname, "-"), pid, started, beat, lease, e.PendingWorkflows, e.SessionsOwned,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", cmp.Or(e.ExecutorID, `""`), cmp.Or(e.ApplicationVersion, "-"),
+			cmp.Or(e.Hostname, "-"), pid, started, format, beat, lease, e.PendingWorkflows, e.SessionsOwned,
 			cmp.Or(strings.Join(slots, ","), "-"), describeState(e))
 	}
 	return w.Flush()

@@ -15,6 +15,7 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // executorsJSON runs `executors --json` and returns the executors by ID,
@@ -114,18 +115,18 @@ func TestExecutors(t *testing.T) {
 	at := regexp.QuoteMeta(fmtTime(takenOverAt))
 	out := mustBin(t, o, "executors")
 	t.Logf("executors:\n%s", out)
-	require.Regexp(t, `^EXECUTOR\s+VERSION\s+HOST\s+PID\s+STARTED\s+HEARTBEAT\s+LEASE\s+WORKFLOWS\s+SESSIONS\s+QUEUE SLOTS\s+STATE\n`, out)
+	require.Regexp(t, `^EXECUTOR\s+VERSION\s+HOST\s+PID\s+STARTED\s+FORMAT\s+HEARTBEAT\s+LEASE\s+WORKFLOWS\s+SESSIONS\s+QUEUE SLOTS\s+STATE\n`, out)
 	require.Equal(t, []string{live, "dead-1", "failing-1", "ghost", "old-1", "stopped-1"}, tableIDs(out), "alive first, then by ID")
 	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(live)+`\s+`+engine.DefaultApplicationVersion+`\s+`+regexp.QuoteMeta(host)+`\s+`+pid+
-		`\s+`+when+`\s+\d+s ago\s+30s\s+1\s+1\s+-\s+alive$`, out, "the session waiting for its approval is the server's")
-	require.Regexp(t, `(?m)^dead-1\s+v0\s+h2\s+22\s+`+when+`\s+5m ago\s+30s\s+5\s+2\s+_dbos_internal_queue=1,jobs=2\s+dead$`, out)
-	require.Regexp(t, `(?m)^failing-1\s+v0\s+h5\s+55\s+`+when+`\s+1m ago\s+30s\s+0\s+0\s+-\s+`+
+		`\s+`+when+`\s+1\s+\d+s ago\s+30s\s+1\s+1\s+-\s+alive$`, out, "the session waiting for its approval is the server's")
+	require.Regexp(t, `(?m)^dead-1\s+v0\s+h2\s+22\s+`+when+`\s+0\s+5m ago\s+30s\s+5\s+2\s+_dbos_internal_queue=1,jobs=2\s+dead$`, out)
+	require.Regexp(t, `(?m)^failing-1\s+v0\s+h5\s+55\s+`+when+`\s+0\s+1m ago\s+30s\s+0\s+0\s+-\s+`+
 		`taken over by `+regexp.QuoteMeta(live)+` at `+at+`, recovery failed: recover: connection refused$`, out)
-	require.Regexp(t, `(?m)^ghost\s+-\s+-\s+-\s+-\s+-\s+-\s+2\s+0\s+jobs=1\s+unrecorded$`, out,
+	require.Regexp(t, `(?m)^ghost\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+2\s+0\s+jobs=1\s+unrecorded$`, out,
 		"turned's pending workflow under ghost is not its current run's")
-	require.Regexp(t, `(?m)^old-1\s+v0\s+h4\s+44\s+`+when+`\s+10m ago\s+30s\s+0\s+0\s+-\s+`+
+	require.Regexp(t, `(?m)^old-1\s+v0\s+h4\s+44\s+`+when+`\s+0\s+10m ago\s+30s\s+0\s+0\s+-\s+`+
 		`taken over by `+regexp.QuoteMeta(live)+` at `+at+` \(3 workflow\(s\) recovered\)$`, out)
-	require.Regexp(t, `(?m)^stopped-1\s+v0\s+h1\s+11\s+`+when+`\s+1h0m ago\s+30s\s+0\s+0\s+-\s+stopped$`, out)
+	require.Regexp(t, `(?m)^stopped-1\s+v0\s+h1\s+11\s+`+when+`\s+0\s+1h0m ago\s+30s\s+0\s+0\s+-\s+stopped$`, out)
 
 	byID, raw := executorsJSON(t, o)
 	t.Logf("executors --json:\n%s", raw)
@@ -140,9 +141,11 @@ func TestExecutors(t *testing.T) {
 	require.NotNil(t, e.StartedAt)
 	require.Equal(t, 1, e.SessionsOwned)
 	require.Empty(t, e.QueueSlots)
+	require.Equal(t, int(postgres.FormatLevelNewest), e.FormatLevel, "the storage format level this release reads")
 
 	e = byID["dead-1"]
 	require.Equal(t, stateDead, e.State)
+	require.Zero(t, e.FormatLevel, "a row of a release before the levels")
 	require.False(t, e.Alive)
 	require.Equal(t, 5, e.PendingWorkflows)
 	require.Equal(t, 2, e.SessionsOwned)
@@ -178,7 +181,7 @@ func TestExecutors(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(raw), &fields))
 	require.Equal(t, live, fields[0]["executorId"], "alive first")
 	for _, k := range []string{"executorId", "state", "alive", "heartbeat", "hostname", "pid", "applicationVersion", "startedAt",
-		"heartbeatAt", "leaseSeconds", "pendingWorkflows", "sessionsOwned", "queueSlots"} {
+		"heartbeatAt", "leaseSeconds", "formatLevel", "pendingWorkflows", "sessionsOwned", "queueSlots"} {
 		require.Contains(t, fields[0], k)
 	}
 	require.Equal(t, map[string]any{}, fields[0]["queueSlots"], "an empty object, not null")

@@ -657,10 +657,14 @@
     clear(m);
     const execBody = el('tbody');
     const queueBody = el('tbody');
+    // The storage format level the engines write at: the lowest an alive
+    // executor reads (docs/operations.md, rolling deploys).
+    const formatNote = el('p', { id: 'format-level', class: 'muted' });
     const head = (...hs) => el('thead', {}, el('tr', {}, ...hs.map((h) => el('th', { text: h }))));
     m.append(el('h1', { text: 'Cluster' }),
       el('h2', { text: 'Executors' }),
-      el('table', { id: 'executors' }, head('Executor', 'State', 'Sessions owned', 'Heartbeat', 'Lease expires', 'Host', 'Version', 'Started'), execBody),
+      formatNote,
+      el('table', { id: 'executors' }, head('Executor', 'State', 'Sessions owned', 'Heartbeat', 'Lease expires', 'Host', 'Version', 'Format level', 'Started'), execBody),
       el('h2', { text: 'Queues' }),
       el('table', { id: 'queues' }, head('Queue', 'Depth (waiting)', 'Running', 'Oldest wait'), queueBody),
       el('p', { class: 'muted', text: 'Refreshed every 5 seconds.' }));
@@ -668,6 +672,10 @@
       let data;
       try { data = await api('GET', '/inspector/api/cluster'); } catch (err) { showError(errorText(err)); return; }
       showError('');
+      formatNote.textContent = data.formatLevel < data.newestFormatLevel
+        ? 'Storage format level ' + data.formatLevel + ': an alive executor of an older release reads no newer formats; ' +
+          'level ' + data.newestFormatLevel + ' starts once it is gone (finish the rolling deploy).'
+        : 'Storage format level ' + data.formatLevel + ' (the newest).';
       clear(execBody);
       for (const e of data.executors) {
         const state = e.alive ? 'alive' : e.takenOverBy ? 'taken over by ' + e.takenOverBy : e.stoppedAt ? 'stopped' : 'dead';
@@ -679,9 +687,10 @@
           el('td', { text: fmtTime(e.leaseExpiresAt) }),
           el('td', { text: (e.hostname || '') + (e.pid ? ' pid ' + e.pid : '') }),
           el('td', { text: e.applicationVersion }),
+          el('td', { class: 'format-level', text: String(e.formatLevel) }),
           el('td', { text: fmtTime(e.startedAt) })));
       }
-      if (!data.executors.length) execBody.append(el('tr', {}, el('td', { colspan: 8, class: 'muted', text: 'No executors.' })));
+      if (!data.executors.length) execBody.append(el('tr', {}, el('td', { colspan: 9, class: 'muted', text: 'No executors.' })));
       clear(queueBody);
       for (const q of data.queues) {
         queueBody.append(el('tr', { 'data-queue': q.queue },

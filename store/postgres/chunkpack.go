@@ -43,8 +43,10 @@ type chunkRow struct {
 }
 
 // packChunks groups consecutive chunks of the same stream, run, step and
-// attempt into rows, keeping their order.
-func packChunks(chunks []encodedChunk) ([]chunkRow, error) {
+// attempt into rows, keeping their order, in the formats of level (rows of
+// format 3 from FormatLevelCheckpointJournals, else of format 2: see
+// appendRows).
+func packChunks(chunks []encodedChunk, level FormatLevel) ([]chunkRow, error) {
 	var rows []chunkRow
 	for i := 0; i < len(chunks); {
 		j := i + 1
@@ -52,7 +54,7 @@ func packChunks(chunks []encodedChunk) ([]chunkRow, error) {
 			j++
 		}
 		var err error
-		if rows, err = appendRows(rows, chunks[i:j]); err != nil {
+		if rows, err = appendRows(rows, chunks[i:j], level); err != nil {
 			return nil, err
 		}
 		i = j
@@ -69,15 +71,22 @@ func sameRow(a, b encodedChunk) bool {
 // than the chunk), else for several one row of the earlier format (packV1)
 // when it reads back byte for byte, else (a chunk with a one-character key
 // and a "~" one, say, or one with replaced UTF-8) a row per chunk as it is,
-// which always reads back.
-func appendRows(rows []chunkRow, chunks []encodedChunk) ([]chunkRow, error) {
+// which always reads back. Below FormatLevelCheckpointJournals (a live
+// engine of a release that reads format 2 at most) rows are written as
+// that release wrote them: a chunk alone as it is, several in one row of
+// format 2, else as above.
+func appendRows(rows []chunkRow, chunks []encodedChunk, level FormatLevel) ([]chunkRow, error) {
 	row := func(c encodedChunk, n int, body string) chunkRow {
 		return chunkRow{streamID: c.streamID, runID: c.runID, step: c.step, attempt: c.attempt, n: n, body: body}
 	}
-	if slices.ContainsFunc(chunks, replacedUTF8) {
+	if slices.ContainsFunc(chunks, replacedUTF8) || (level < FormatLevelCheckpointJournals && len(chunks) == 1) {
 		return appendSingles(rows, chunks, row), nil
 	}
-	if body, ok := packCoded(chunks, v3Version); ok && (len(chunks) > 1 || len(body) < len(chunks[0].raw)) {
+	version, several := v3Version, len(chunks) > 1
+	if level < FormatLevelCheckpointJournals {
+		version = v2Version
+	}
+	if body, ok := packCoded(chunks, version); ok && (several || len(body) < len(chunks[0].raw)) {
 		return append(rows, row(chunks[0], len(chunks), body)), nil
 	}
 	if len(chunks) > 1 {
@@ -565,8 +574,8 @@ func newCodedRow(streamID, runID string, step int) codedRow {
 // packCoded renders chunks of one row as a coded row of format version
 // (v2Version for two or more chunks, or v3Version), or returns false when
 // they cannot be coded or the row would not read back exactly. Rows are
-// written in format 3; format 2 is coded here for the tests that check
-// stored rows of it still read.
+// written in format 3, or in format 2 while a live engine of an earlier
+// release reads no more (FormatLevelBase).
 func packCoded(chunks []encodedChunk, version string) (string, bool) {
 	c0 := chunks[0]
 	row := newCodedRow(c0.streamID, c0.runID, c0.step)

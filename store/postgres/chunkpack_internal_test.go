@@ -62,7 +62,7 @@ func encodeFor(t testing.TB, stream, run string, chunks []helix.Chunk) []encoded
 // byte; it returns the rows.
 func requireReadsBack(t *testing.T, chunks []encodedChunk) []chunkRow {
 	t.Helper()
-	rows, err := packChunks(chunks)
+	rows, err := packChunks(chunks, FormatLevelNewest)
 	require.NoError(t, err)
 	var got [][]byte
 	for _, r := range rows {
@@ -388,7 +388,7 @@ func TestUncodableRowsFallBack(t *testing.T) {
 		odd.raw = []byte(raw)
 		_, codable := packCoded([]encodedChunk{ok, odd}, v3Version)
 		require.False(t, codable, raw)
-		rows, err := packChunks([]encodedChunk{ok, odd, ok})
+		rows, err := packChunks([]encodedChunk{ok, odd, ok}, FormatLevelNewest)
 		if err != nil {
 			continue // not a JSON object: not a chunk encodeChunk writes
 		}
@@ -467,4 +467,45 @@ func FuzzCodedRows(f *testing.F) {
 			requireReadsBack(t, []encodedChunk{c})
 		}
 	})
+}
+
+// While a live engine of an earlier release reads format 2 at most
+// (FormatLevelBase), rows are written as that release wrote them: a chunk
+// alone as its JSON, several in a row of format 2; at this release's level
+// in format 3. Each reads back byte for byte either way.
+func TestPackChunksByFormatLevel(t *testing.T) {
+	t.Parallel()
+	run := "run-b8c1"
+	begin, commit := benchStep(run)
+	chunks := encodeAll(t, run, append(append([]helix.Chunk{}, begin...), commit...))
+	single := encodeAll(t, run, begin[:1])
+	for _, tc := range []struct {
+		level          FormatLevel
+		several, alone string
+	}{
+		{FormatLevelBase, "[2,", "{"},
+		{FormatLevelCheckpointJournals, "[3,", "[3,"},
+	} {
+		for _, in := range [][]encodedChunk{chunks, single} {
+			rows, err := packChunks(in, tc.level)
+			require.NoError(t, err)
+			require.Len(t, rows, 1, "level %s", tc.level)
+			want := tc.several
+			if len(in) == 1 {
+				want = tc.alone
+			}
+			require.True(t, strings.HasPrefix(rows[0].body, want), "level %s, %d chunks: %s", tc.level, len(in), rows[0].body)
+			_, raws, err := unpackRow([]byte(rows[0].body), rows[0].n, rows[0].streamID, rows[0].runID, rows[0].step)
+			require.NoError(t, err)
+			for i, c := range in {
+				require.Equal(t, string(c.raw), string(raws[i]), "chunk %d at level %s", i, tc.level)
+			}
+		}
+	}
+	require.Equal(t, FormatLevelNewest, (&Store{shared: &shared{}}).FormatLevel(), "a store without a gate writes the newest formats")
+	g := NewFormatGate(FormatLevelBase)
+	require.Equal(t, FormatLevelBase, (&Store{shared: &shared{opts: options{formats: g}}}).FormatLevel())
+	require.True(t, g.Set(FormatLevelNewest+1), "a level above this release's is capped at its own")
+	require.Equal(t, FormatLevelNewest, g.Level())
+	require.False(t, g.Set(FormatLevelNewest))
 }

@@ -29,6 +29,10 @@ type Cluster struct {
 	Executors []Executor
 	// Queues are the DBOS queues with work in them, by name.
 	Queues []QueueLoad
+	// FormatLevel is the lowest storage format level the alive executors
+	// read (FormatLevelNewest when none is alive): the level the engines
+	// write at.
+	FormatLevel FormatLevel
 }
 
 // Executor is one engine of the cluster: a row of helix.executors (each
@@ -47,6 +51,11 @@ type Executor struct {
 	Alive       bool       `json:"alive"`
 	StoppedAt   *time.Time `json:"stoppedAt,omitempty"`
 	TakenOverBy string     `json:"takenOverBy,omitempty"`
+	// FormatLevel is the storage format level the executor reads
+	// (FormatLevelBase for an engine of a release before the levels): an
+	// alive executor below FormatLevelNewest holds every engine at its
+	// level.
+	FormatLevel FormatLevel `json:"formatLevel"`
 	// SessionsOwned counts the sessions whose current run's workflow (the
 	// latest run's) is pending under the executor: those it runs or waits
 	// in, and those whoever takes it over resumes.
@@ -91,7 +100,13 @@ func (s *Store) ReadCluster(ctx context.Context, opts *ClusterOptions) (*Cluster
 	if err != nil {
 		return nil, wrap(err, "read the cluster's queues")
 	}
-	return &Cluster{Executors: executors, Queues: queues}, nil
+	c := &Cluster{Executors: executors, Queues: queues, FormatLevel: FormatLevelNewest}
+	for _, e := range executors {
+		if e.Alive {
+			c.FormatLevel = min(c.FormatLevel, e.FormatLevel)
+		}
+	}
+	return c, nil
 }
 
 func (s *Store) readExecutors(ctx context.Context, userID string, perExecutor int) ([]Executor, error) {
@@ -104,7 +119,7 @@ func (s *Store) readExecutors(ctx context.Context, userID string, perExecutor in
 	for rows.Next() {
 		var e Executor
 		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &e.StartedAt, &e.HeartbeatAt,
-			&e.LeaseExpiresAt, &e.Alive, &e.StoppedAt, &e.TakenOverBy, &e.SessionsOwned, &e.Sessions); err != nil {
+			&e.LeaseExpiresAt, &e.Alive, &e.StoppedAt, &e.TakenOverBy, &e.FormatLevel, &e.SessionsOwned, &e.Sessions); err != nil {
 			return nil, err
 		}
 		out = append(out, e)
@@ -151,7 +166,7 @@ const clusterExecutorsSQL = `WITH owned AS (
 	SELECT x.executor_id, x.application_version, coalesce(x.hostname, ''), coalesce(x.pid, 0), x.started_at, x.heartbeat_at,
 		x.heartbeat_at + x.lease_ms * interval '1 millisecond' AS lease_expires_at,
 		x.stopped_at IS NULL AND x.taken_over_by IS NULL AND now() < x.heartbeat_at + x.lease_ms * interval '1 millisecond' AS alive,
-		x.stopped_at, coalesce(x.taken_over_by, ''), coalesce(o.sessions, 0), coalesce(o.visible, '{}')
+		x.stopped_at, coalesce(x.taken_over_by, ''), coalesce(x.format_level, 0), coalesce(o.sessions, 0), coalesce(o.visible, '{}')
 	FROM helix.executors x LEFT JOIN owned o ON o.executor_id = x.executor_id
 	ORDER BY alive DESC, x.executor_id COLLATE "C"`
 

@@ -49,6 +49,7 @@ type options struct {
 	notifyChannel string
 	logger        zerolog.Logger
 	now           func() time.Time // WithClock; nil: time.Now
+	formats       *FormatGate      // WithFormatGate; nil: FormatLevelNewest
 }
 
 // WithFlushInterval sets how long deltas may be buffered (default

@@ -379,7 +379,7 @@ func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs [
 			return nil, err
 		}
 	}
-	packed, err := chunks.pack()
+	packed, err := chunks.pack(s.FormatLevel())
 	if err != nil {
 		return nil, err
 	}
@@ -501,8 +501,8 @@ type packedChunks struct {
 	counts []int32
 }
 
-func (b *chunkBatch) pack() (packedChunks, error) {
-	rows, err := packChunks(b.chunks)
+func (b *chunkBatch) pack(level FormatLevel) (packedChunks, error) {
+	rows, err := packChunks(b.chunks, level)
 	if err != nil {
 		return packedChunks{}, err
 	}

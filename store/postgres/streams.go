@@ -139,7 +139,7 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 // appends them (insertStreamChunksSQL for one stream, else insertChunksSQL)
 // and its arguments.
 func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string, []any, error) {
-	packed, err := packChunks(chunks)
+	packed, err := packChunks(chunks, s.FormatLevel())
 	if err != nil {
 		return "", nil, err
 	}

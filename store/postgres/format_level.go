@@ -1,0 +1,90 @@
+package postgres
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// FormatLevel numbers the storage formats a helix release reads, so that a
+// replica writes a new format only once every live engine of the cluster
+// reads it: through a rolling deploy, old and new releases run side by side,
+// serve each other's streams and replay each other's workflows. Each
+// engine records the level it reads in its helix.executors row (migration
+// 00027; NULL, in the rows of releases before the levels, is
+// FormatLevelBase) and writes at the cluster's level: the lowest of the live
+// executors' (engine.Engine.FormatLevel). Readers read every level always.
+//
+// The next change of what a step writes that a release of today could not
+// read adds a level here (FormatLevel2, with what it writes), makes
+// FormatLevelNewest that level, and gates the new writes on it.
+type FormatLevel int
+
+const (
+	// FormatLevelBase is the formats of the releases before the levels:
+	// stream-chunk rows of format 2 (a chunk alone as its JSON), a step's
+	// commit's journal records in a helix.step_journal row, and a step's
+	// start chunks written with its model call's record.
+	FormatLevelBase FormatLevel = 0
+	// FormatLevelCheckpointJournals (1) adds three writes a release of
+	// FormatLevelBase cannot read: stream-chunk rows of format 3
+	// (chunkpack_v3.go; its stream readers fail on them), a step's commit's
+	// journal records in its checkpoint row (checkpoints.journal, migration
+	// 00025; its replay would not find them and run the step's tools and
+	// commit again), and start chunks held for the step's commit (its
+	// replay would not rebuild them).
+	FormatLevelCheckpointJournals FormatLevel = 1
+	// FormatLevelNewest is the newest level this release reads and writes:
+	// the level its engines record.
+	FormatLevelNewest = FormatLevelCheckpointJournals
+)
+
+// String names the level for logs and tools.
+func (l FormatLevel) String() string {
+	switch l {
+	case FormatLevelBase:
+		return "0 (base)"
+	case FormatLevelCheckpointJournals:
+		return "1 (checkpoint journals, chunk rows of format 3)"
+	}
+	return fmt.Sprintf("%d (newer than this release)", int(l))
+}
+
+// FormatGate holds the format level a store writes at, the cluster's:
+// an engine sets it from what its executor sweep reads (a few seconds
+// apart); writers read it with one atomic load. The zero value is
+// FormatLevelBase, the safe level until the first read. Safe for
+// concurrent use.
+type FormatGate struct{ level atomic.Int32 }
+
+// NewFormatGate returns a gate at level.
+func NewFormatGate(level FormatLevel) *FormatGate {
+	g := &FormatGate{}
+	g.Set(level)
+	return g
+}
+
+// Level returns the level to write at.
+func (g *FormatGate) Level() FormatLevel { return FormatLevel(g.level.Load()) }
+
+// Set sets the level to write at, capped at FormatLevelNewest (what this
+// release writes), and reports whether it changed.
+func (g *FormatGate) Set(level FormatLevel) (changed bool) {
+	level = min(max(level, FormatLevelBase), FormatLevelNewest)
+	return FormatLevel(g.level.Swap(int32(level))) != level
+}
+
+// WithFormatGate makes the store write at gate's level (default: a store
+// writes FormatLevelNewest, the formats of this release). An engine passes
+// its own, which follows the cluster's live executors.
+func WithFormatGate(gate *FormatGate) Option { return func(o *options) { o.formats = gate } }
+
+// FormatLevel returns the level of the formats the store writes now: its
+// gate's (WithFormatGate), FormatLevelNewest without one. Writers that
+// choose a format read it once per write, so a level that changes between
+// two writes changes only what the second writes; readers never use it.
+func (s *Store) FormatLevel() FormatLevel {
+	if g := s.shared.opts.formats; g != nil {
+		return g.Level()
+	}
+	return FormatLevelNewest
+}
