@@ -73,6 +73,11 @@ type writtenAt struct {
 	// records counts its workflow's journal records (the view of both
 	// forms), journalRows those in helix.step_journal rows.
 	records, journalRows int
+	// pointer is the session row's checkpoint_id as stored ('' for "the
+	// newest", migration 00026), and touched whether the session's
+	// updated_at is its last commit's time (the commit wrote it).
+	pointer string
+	touched bool
 }
 
 func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionID, workflowID string) writtenAt {
@@ -123,6 +128,8 @@ func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionI
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM helix.step_journal_records WHERE workflow_id = $1),
 		(SELECT coalesce(sum(n), 0) FROM helix.step_journal WHERE workflow_id = $1)`, workflowID).Scan(&w.records, &w.journalRows))
 	require.Positive(t, w.records)
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, updated_at = checkpointed_at
+		FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&w.pointer, &w.touched))
 	return w
 }
 
@@ -185,6 +192,8 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Zero(t, old.checkpointJournals, "the commits' records are helix.step_journal rows")
 			require.False(t, old.startsHeld, "the start chunks went out with the model call's record")
 			require.Equal(t, old.records, old.journalRows, "every record is in a helix.step_journal row")
+			require.NotEmpty(t, old.pointer, "the session points at its checkpoint by ID, as previous-1 reads it")
+			require.True(t, old.touched, "the commits wrote the session's updated_at, as previous-1 reads it")
 
 			tc.gone(t, pool, stop)
 			awaitFormatLevel(t, e, postgres.FormatLevelNewest)
@@ -197,6 +206,8 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Equal(t, 2, cur.checkpointJournals, "each commit's records are its checkpoint's")
 			require.True(t, cur.startsHeld, "the start chunks were held for the commit")
 			require.Less(t, cur.journalRows, cur.records, "the commits' records are not in helix.step_journal rows")
+			require.Empty(t, cur.pointer, "the commit points the session at its newest checkpoint with ''")
+			require.False(t, cur.touched, "the commits left the session's updated_at to checkpointed_at")
 			for _, s := range []string{h.SessionID, h2.SessionID} {
 				e.RequireTranscriptOnce(s)
 				e.RequireStreamGapFree(s)

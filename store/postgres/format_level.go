@@ -25,13 +25,16 @@ const (
 	// commit's journal records in a helix.step_journal row, and a step's
 	// start chunks written with its model call's record.
 	FormatLevelBase FormatLevel = 0
-	// FormatLevelCheckpointJournals (1) adds three writes a release of
+	// FormatLevelCheckpointJournals (1) adds the writes a release of
 	// FormatLevelBase cannot read: stream-chunk rows of format 3
 	// (chunkpack_v3.go; its stream readers fail on them), a step's commit's
 	// journal records in its checkpoint row (checkpoints.journal, migration
 	// 00025; its replay would not find them and run the step's tools and
-	// commit again), and start chunks held for the step's commit (its
-	// replay would not rebuild them).
+	// commit again), start chunks held for the step's commit (its replay
+	// would not rebuild them), and the narrow row updates of migration
+	// 00026 (a step points its session at its newest checkpoint with '' and
+	// leaves the session's and the stream's updated_at alone; it reads
+	// those columns as they are).
 	FormatLevelCheckpointJournals FormatLevel = 1
 	// FormatLevelNewest is the newest level this release reads and writes:
 	// the level its engines record.

@@ -82,7 +82,11 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 // their steps, $20 their run IDs, $21 end the stream, $22 notify channel,
 // $23 the run status is final, $24 the rows' chunk counts, $25 the number
 // of chunks, $26 the checkpoint's journal (store.StepCommit.Journal; NULL
-// for none).
+// for none), $27 the narrow row updates of migration 00026 (the session
+// pointed at its newest checkpoint with ”, its and the stream's updated_at
+// left to checkpointed_at and the chunks), from
+// FormatLevelCheckpointJournals: a release before the levels reads those
+// columns as they are.
 //
 // The run's row is written only when its status changes, it ends, or it
 // records an error: a running run's step count and last update are read
@@ -106,8 +110,8 @@ const commitStepSQL = `WITH sess AS (
 			interrupt_context = CASE WHEN $7 = 'interrupt' THEN $9::jsonb ELSE interrupt_context END,
 			interrupt_requested = CASE WHEN $7 = 'continue' THEN interrupt_requested ELSE false END,
 			interrupt_reason = CASE WHEN $7 = 'continue' THEN interrupt_reason END,
-			checkpoint_id = '', checkpointed_at = now(), checkpoint_source = 'step',
-			version = version + 1
+			checkpoint_id = CASE WHEN $27 THEN '' ELSE $10 END, checkpointed_at = now(), checkpoint_source = 'step',
+			version = version + 1, updated_at = CASE WHEN $27 THEN updated_at ELSE now() END
 		WHERE session_id = $1
 			AND ($17::int < 0 OR (status = 'active' AND NOT interrupt_requested AND message_count = $17::int))
 		RETURNING version, custom_state, output
@@ -116,7 +120,7 @@ const commitStepSQL = `WITH sess AS (
 			status = CASE WHEN $21 THEN 'ended' ELSE status END,
 			final_output = CASE WHEN $21 THEN $8::jsonb ELSE final_output END,
 			error = CASE WHEN $21 THEN NULL ELSE error END,
-			updated_at = CASE WHEN $21 OR $25::int = 0 THEN now() ELSE updated_at END
+			updated_at = CASE WHEN $21 OR $25::int = 0 OR NOT $27 THEN now() ELSE updated_at END
 		WHERE stream_id = $16 AND ($17::int < 0 OR status = 'active') AND EXISTS (SELECT 1 FROM sess)
 		RETURNING latest_seq - $25::int AS latest_seq
 	), msgs AS (
@@ -339,6 +343,9 @@ type stepWrite struct {
 	chunks        int
 	channel       string
 	journal       *string
+	// narrow makes the commit's row updates those of migration 00026
+	// (commitStepSQL's $27).
+	narrow bool
 }
 
 // stepWrite renders a commit decided in mode, with count messages before
@@ -379,11 +386,12 @@ func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs [
 			return nil, err
 		}
 	}
-	packed, err := chunks.pack(s.FormatLevel())
+	level := s.FormatLevel()
+	packed, err := chunks.pack(level)
 	if err != nil {
 		return nil, err
 	}
-	w.packed, w.chunks = packed, len(chunks.chunks)
+	w.packed, w.chunks, w.narrow = packed, len(chunks.chunks), level >= FormatLevelCheckpointJournals
 	if c.Journal != nil {
 		j, err := c.Journal(*res)
 		if err != nil {
@@ -403,7 +411,7 @@ func (w *stepWrite) args(c store.StepCommit, usage []byte, expect int) []any {
 	return []any{c.SessionID, c.RunID, c.Step, w.count, w.msgs, w.next, w.mode, w.output, w.interruptCtx,
 		w.checkpointID, string(w.cpStatus), w.beforeCheckpt, usage, string(w.runStatus), runErr,
 		w.streamID, expect, w.packed.bodies, w.packed.steps, w.packed.runIDs, w.end, w.channel, w.runStatus.Final(),
-		w.packed.counts, w.chunks, w.journal}
+		w.packed.counts, w.chunks, w.journal, w.narrow}
 }
 
 // takeInbox marks a session's unread inbox messages read and returns them

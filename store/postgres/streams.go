@@ -24,6 +24,9 @@ import (
 // written = false. When $6 is not NULL the batch token is recorded (with the
 // streams written) so a retry after a lost acknowledgement can tell whether
 // the batch already committed. One NOTIFY per statement wakes readers.
+// With $10 (FormatLevelCheckpointJournals) an append leaves the stream's
+// updated_at alone (streamUpdatedAtSQL); a release before the levels reads
+// the column as the last change, so below that level it is written.
 const insertChunksSQL = `WITH input AS (
 		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
 			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
@@ -33,7 +36,8 @@ const insertChunksSQL = `WITH input AS (
 		SELECT s.stream_id, s.status, s.latest_seq FROM helix.streams s JOIN counts c USING (stream_id)
 		ORDER BY s.stream_id FOR UPDATE OF s
 	), upd AS (
-		UPDATE helix.streams s SET latest_seq = s.latest_seq + c.n
+		UPDATE helix.streams s SET latest_seq = s.latest_seq + c.n,
+			updated_at = CASE WHEN $10 THEN s.updated_at ELSE now() END
 		FROM counts c, locked l
 		WHERE s.stream_id = c.stream_id AND l.stream_id = c.stream_id AND l.status = 'active'
 		RETURNING s.stream_id, s.latest_seq - c.n AS base, s.latest_seq AS latest
@@ -63,7 +67,8 @@ const insertStreamChunksSQL = `WITH input AS (
 		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
 			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
 	), upd AS (
-		UPDATE helix.streams SET latest_seq = latest_seq + (SELECT sum(n) FROM input)
+		UPDATE helix.streams SET latest_seq = latest_seq + (SELECT sum(n) FROM input),
+			updated_at = CASE WHEN $10 THEN updated_at ELSE now() END
 		WHERE stream_id = ($1::text[])[1] AND status = 'active'
 		RETURNING latest_seq - (SELECT sum(n) FROM input) AS base, latest_seq AS latest
 	), ins AS (
@@ -139,7 +144,8 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 // appends them (insertStreamChunksSQL for one stream, else insertChunksSQL)
 // and its arguments.
 func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string, []any, error) {
-	packed, err := packChunks(chunks, s.FormatLevel())
+	level := s.FormatLevel()
+	packed, err := packChunks(chunks, level)
 	if err != nil {
 		return "", nil, err
 	}
@@ -164,7 +170,8 @@ func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string
 	if len(distinct) == 1 {
 		sql = insertStreamChunksSQL
 	}
-	return sql, []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts}, nil
+	return sql, []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts,
+		level >= FormatLevelCheckpointJournals}, nil
 }
 
 // scanChunkWrites reads insertChunksSQL's per-stream outcomes.
