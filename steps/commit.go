@@ -190,7 +190,7 @@ func (e *Env) CommitStep(in CommitInput) dbos.Txn[CommitOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (CommitOutput, error) {
 		run, step := in.Run, in.Step
 		c := store.StepCommit{
-			SessionID: run.SessionID, RunID: run.RunID, Step: step,
+			SessionID: run.SessionID, RunID: run.RunID, Step: step, AgentType: run.AgentType,
 			Messages: StepMessages(in), Complete: in.Complete, EndStream: in.Complete && run.OwnsStream(),
 		}
 		if in.Complete {

@@ -77,6 +77,12 @@ type StepCommit struct {
 	SessionID string
 	RunID     string
 	Step      int
+	// AgentType is the session's agent type (set when the session is
+	// created, never changed). From the storage format level of derived
+	// chunks (postgres.FormatLevelDerivedChunks) the commit's chunk rows
+	// leave out the agentType their chunks share with it; empty: they keep
+	// it (the rows are written in the earlier format).
+	AgentType string
 	// Messages are appended to the message log.
 	Messages []helix.Message
 	// Patches are applied to the custom state in order (operations that

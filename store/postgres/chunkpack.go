@@ -47,15 +47,28 @@ type chunkRow struct {
 // format 3 from FormatLevelCheckpointJournals, else of format 2: see
 // appendRows).
 func packChunks(chunks []encodedChunk, level FormatLevel) ([]chunkRow, error) {
+	return packChunksWith(chunks, level, nil)
+}
+
+// packChunksWith is packChunks whose rows of marker's run and step are
+// marker rows (format 4, chunkpack_v4.go) where one renders back and is
+// shorter (marker nil: none).
+func packChunksWith(chunks []encodedChunk, level FormatLevel, marker *markerWrite) ([]chunkRow, error) {
 	var rows []chunkRow
 	for i := 0; i < len(chunks); {
 		j := i + 1
 		for j < len(chunks) && sameRow(chunks[i], chunks[j]) {
 			j++
 		}
+		n := len(rows)
 		var err error
 		if rows, err = appendRows(rows, chunks[i:j], level); err != nil {
 			return nil, err
+		}
+		if marker != nil && len(rows) == n+1 {
+			if body, ok := packMarker(chunks[i:j], marker, rows[n].body); ok {
+				rows[n].body = body
+			}
 		}
 		i = j
 	}
@@ -324,7 +337,7 @@ func unpackRow(body []byte, n int, streamID, runID string, step int) ([]helix.Ch
 // chunk stored as it is is an object, a row of the first packed format an
 // array whose first element is one.
 func isCoded(body []byte) bool {
-	return bytes.HasPrefix(body, []byte("["+v3Version+",")) || bytes.HasPrefix(body, []byte("["+v2Version+","))
+	return bytes.HasPrefix(body, []byte("["+v3Version+",")) || bytes.HasPrefix(body, []byte("["+v2Version+",")) || isMarker(body)
 }
 
 // unpackCoded returns the chunks of a coded row (see Coded rows) and their
@@ -560,6 +573,9 @@ type codedRow struct {
 	v2Row
 	stream []byte
 	runID  string
+	// marker is a format 4 row's header and sources (nil for the earlier
+	// formats).
+	marker *markerRow
 }
 
 func newCodedRow(streamID, runID string, step int) codedRow {
@@ -578,7 +594,13 @@ func newCodedRow(streamID, runID string, step int) codedRow {
 // release reads no more (FormatLevelBase).
 func packCoded(chunks []encodedChunk, version string) (string, bool) {
 	c0 := chunks[0]
-	row := newCodedRow(c0.streamID, c0.runID, c0.step)
+	return packRow(chunks, version, newCodedRow(c0.streamID, c0.runID, c0.step))
+}
+
+// packRow is packCoded for row (whose marker, for a format 4 row, holds
+// its header and sources).
+func packRow(chunks []encodedChunk, version string, row codedRow) (string, bool) {
+	row.marker.reset()
 	orig := make([][]member, len(chunks))
 	coded := make([][]member, len(chunks))
 	size := 8
@@ -597,10 +619,11 @@ func packCoded(chunks []encodedChunk, version string) (string, bool) {
 		case version == v2Version:
 			coded[i] = codeFields(fields, row.v2Row)
 		case i == 0:
-			coded[i] = codeV3(fields, row, nil)
+			coded[i] = codeV3(fields, row, row.marker.first())
 		default:
 			coded[i] = codeV3(fields, row, orig[i-1])
 		}
+		row.marker.advance(fields)
 		size += len(c.raw)
 	}
 	// The common fields: those of the first chunk every other has the same
@@ -620,10 +643,11 @@ func packCoded(chunks []encodedChunk, version string) (string, bool) {
 	}
 	buf := make([]byte, 0, size)
 	buf = append(append(append(buf, '['), version...), ',')
+	buf = row.marker.appendHeader(buf)
 	buf = appendObject(buf, common, nil)
 	for _, fields := range coded {
 		buf = append(buf, ',')
-		if version == v3Version {
+		if version != v2Version {
 			buf = appendChunkV3(buf, fields, common)
 		} else {
 			buf = appendObject(buf, fields, common)
@@ -761,11 +785,23 @@ func codeUsage(v []byte) []byte {
 // fields: the common ones merged in, every code expanded, every implied
 // member added.
 func decodeCoded(body []byte, n int, row codedRow) ([][]member, error) {
-	elems, ok := arrayElems(make([][]byte, 0, n+2), body)
-	if !ok || len(elems) == 0 || (string(elems[0]) != v2Version && string(elems[0]) != v3Version) {
+	elems, ok := arrayElems(make([][]byte, 0, n+2+v4HeaderLen), body)
+	if !ok || len(elems) == 0 || (string(elems[0]) != v2Version && string(elems[0]) != v3Version && string(elems[0]) != v4Version) {
 		return nil, errors.New("decode coded chunks: not a coded row")
 	}
-	v3 := string(elems[0]) == v3Version
+	v3 := string(elems[0]) != v2Version // format 4 codes chunks as format 3 does
+	if string(elems[0]) == v4Version {
+		if row.marker == nil {
+			return nil, errors.New("decode coded chunks: a marker row (format 4) read without its sources")
+		}
+		if len(elems) < 1+v4HeaderLen {
+			return nil, errors.New("decode coded chunks: a marker row without its header")
+		}
+		elems = elems[v4HeaderLen:] // the header was read with the sources (markerSourcesSQL)
+	} else if row.marker != nil {
+		return nil, errors.New("decode coded chunks: sources given for a row that is not a marker")
+	}
+	row.marker.reset()
 	if len(elems) != n+2 {
 		return nil, fmt.Errorf("decode coded chunks: row says %d chunks, holds %d", n, len(elems)-2)
 	}
@@ -784,11 +820,12 @@ func decodeCoded(body []byte, n int, row codedRow) ([][]member, error) {
 		fields = append(fields, common...)
 		var err error
 		if v3 {
-			var prev []member
+			prev := row.marker.first()
 			if i > 0 {
 				prev = out[i-1]
 			}
 			fields, err = expandV3(fields, row, prev)
+			row.marker.advance(fields)
 		} else {
 			fields, err = expandV2(fields, row.v2Row)
 		}

@@ -116,7 +116,7 @@ func valueOf(fields []member, key []byte) []byte {
 func codeV3(fields []member, row codedRow, prev []member) []member {
 	drop := make([]bool, len(fields))
 	var absent []byte
-	for _, im := range v3Implied[string(valueOf(fields, keyType))] {
+	for _, im := range row.implied(valueOf(fields, keyType)) {
 		v := im.value(row, prev, fields)
 		if v == nil {
 			continue
@@ -212,7 +212,7 @@ func expandV3(fields []member, row codedRow, prev []member) ([]member, error) {
 		}
 		fields = append(fields, member{keyTimestamp, strconv.AppendInt(nil, p+d, 10)})
 	}
-	for _, im := range v3Implied[string(valueOf(fields, keyType))] {
+	for _, im := range row.implied(valueOf(fields, keyType)) {
 		if indexKey(fields, im.key) >= 0 || bytes.IndexByte(absent, im.code) >= 0 ||
 			(checkpoint >= 0 && bytes.Equal(im.key, keyCheckpoint)) { // held coded
 			continue

@@ -36,9 +36,17 @@ const (
 	// leaves the session's and the stream's updated_at alone; it reads
 	// those columns as they are).
 	FormatLevelCheckpointJournals FormatLevel = 1
+	// FormatLevelDerivedChunks (3) adds stream-chunk rows of format 4
+	// (chunkpack_v4.go): a step commit's chunk row leaves out what the
+	// same transaction's checkpoint, messages and session rows hold, and
+	// readers render those chunks back from the rows. A release before it
+	// fails to read such a row (its readers know formats 2 and 3), and
+	// its TruncateMessages would delete the rows a marker renders from.
+	// (Level 2 is stage B's, docs/storage-plan.md.)
+	FormatLevelDerivedChunks FormatLevel = 3
 	// FormatLevelNewest is the newest level this release reads and writes:
 	// the level its engines record.
-	FormatLevelNewest = FormatLevelCheckpointJournals
+	FormatLevelNewest = FormatLevelDerivedChunks
 )
 
 // String names the level for logs and tools.
@@ -48,6 +56,8 @@ func (l FormatLevel) String() string {
 		return "0 (base)"
 	case FormatLevelCheckpointJournals:
 		return "1 (checkpoint journals, chunk rows of format 3)"
+	case FormatLevelDerivedChunks:
+		return "3 (derived chunk rows of format 4)"
 	}
 	return fmt.Sprintf("%d (newer than this release)", int(l))
 }

@@ -120,6 +120,9 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		if n == 0 {
 			return notFound("session", sessionID)
 		}
+		if err := literalMarkers(ctx, q, sessionID, count); err != nil {
+			return err
+		}
 		if _, err := q.Exec(ctx, `DELETE FROM helix.messages WHERE session_id = $1 AND seq >= $2`, sessionID, count); err != nil {
 			return err
 		}

@@ -267,7 +267,7 @@ func (s *Store) CommitStep(ctx context.Context, c store.StepCommit) (*store.Step
 			mode = commitInterrupt
 			res.Interrupted, res.InterruptReason = true, reason
 		}
-		w, err := s.stepWrite(c, streamID, count, msgs, latest, mode, &res)
+		w, err := s.stepWrite(c, streamID, count, msgs, usage, latest, mode, &res)
 		if err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func (s *Store) commitHeld(ctx context.Context, d Deferrer, c store.StepCommit, 
 		mode = commitComplete
 	}
 	var res store.StepCommitResult
-	w, err := s.stepWrite(c, c.StreamID, c.ExpectMessageCount, msgs, 0, mode, &res)
+	w, err := s.stepWrite(c, c.StreamID, c.ExpectMessageCount, msgs, usage, 0, mode, &res)
 	if err != nil {
 		return nil, err
 	}
@@ -352,9 +352,11 @@ type stepWrite struct {
 // it and msgs its own (inbox messages included): it fills res's
 // checkpoint ID and message count, and its sequences from latest (the
 // stream's latest sequence before the commit), renders the chunks,
-// closing ones included (res's StepClosing decided), and the checkpoint's
-// journal (c.Journal, given res).
-func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs []string, latest int64, mode string, res *store.StepCommitResult) (*stepWrite, error) {
+// closing ones included (res's StepClosing decided; from
+// FormatLevelDerivedChunks as marker rows where they render back from
+// msgs, usage and the checkpoint, see chunkpack_v4.go), and the
+// checkpoint's journal (c.Journal, given res).
+func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs []string, usage []byte, latest int64, mode string, res *store.StepCommitResult) (*stepWrite, error) {
 	res.CheckpointID = helix.GenerateCheckpointID(c.SessionID, c.Step)
 	res.MessageCount = count + len(msgs)
 	w := &stepWrite{count: count, msgs: msgs, mode: mode, reason: res.InterruptReason, checkpointID: res.CheckpointID,
@@ -387,7 +389,11 @@ func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs [
 		}
 	}
 	level := s.FormatLevel()
-	packed, err := chunks.pack(level)
+	var marker *markerWrite
+	if level >= FormatLevelDerivedChunks && c.AgentType != "" {
+		marker = markerFor(c, res.CheckpointID, msgs, usage)
+	}
+	packed, err := chunks.pack(level, marker)
 	if err != nil {
 		return nil, err
 	}
@@ -509,8 +515,10 @@ type packedChunks struct {
 	counts []int32
 }
 
-func (b *chunkBatch) pack(level FormatLevel) (packedChunks, error) {
-	rows, err := packChunks(b.chunks, level)
+// pack packs the batch's chunks at level; the rows of marker's run and
+// step become marker rows where they can (nil marker: none).
+func (b *chunkBatch) pack(level FormatLevel, marker *markerWrite) (packedChunks, error) {
+	rows, err := packChunksWith(b.chunks, level, marker)
 	if err != nil {
 		return packedChunks{}, err
 	}

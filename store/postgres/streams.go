@@ -558,14 +558,19 @@ type streamState struct {
 // fetch reads the stream's state and up to limit chunks after a sequence in
 // one query (rows pack several chunks: it reads up to limit rows, and drops
 // the chunks of the first row at or before after and those beyond limit).
+// A marker row (format 4) is read with its sources (markerSourcesSQL) and
+// rendered from them: its chunks and bytes are those of the row it stands
+// for, so a read from any sequence inside it gets the same tail.
 func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit int) ([]store.StoredChunk, streamState, error) {
 	rows, err := s.shared.pool.Query(ctx, `SELECT st.status, st.latest_seq, COALESCE(st.error, ''), st.truncation_epoch,
-			c.seq, c.n, COALESCE(c.run_id, ''), c.step, c.attempt, c.chunk, c.created_at
+			c.seq, c.n, COALESCE(c.run_id, ''), c.step, c.attempt, c.chunk, c.created_at,
+			src.*
 		FROM helix.streams st
 		LEFT JOIN LATERAL (
 			SELECT seq, n, run_id, step, attempt, chunk, created_at FROM helix.stream_chunks
 			WHERE stream_id = st.stream_id AND seq > $2 ORDER BY seq LIMIT $3
 		) c ON true
+		LEFT JOIN LATERAL (`+markerSourcesSQL+`) src ON true
 		WHERE st.stream_id = $1`, streamID, after, limit)
 	if err != nil {
 		return nil, streamState{}, err
@@ -587,15 +592,17 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 			body    []byte
 			runID   string
 			created *time.Time
+			src     markerSources
 		)
-		if err := rows.Scan(&status, &state.latest, &state.errMsg, &state.epoch, &seq, &n, &runID, &step, &attempt, &body, &created); err != nil {
+		if err := rows.Scan(append([]any{&status, &state.latest, &state.errMsg, &state.epoch, &seq, &n, &runID, &step, &attempt,
+			&body, &created}, src.dest()...)...); err != nil {
 			return nil, streamState{}, err
 		}
 		state.status = helix.StreamStatus(status)
 		if seq == nil || len(out) >= limit {
 			continue
 		}
-		chunks, raws, err := unpackRow(body, *n, streamID, runID, *step)
+		chunks, raws, err := src.unpack(body, *n, streamID, runID, *step, *seq)
 		if err != nil {
 			return nil, streamState{}, fmt.Errorf("chunk %d: %w", *seq, err)
 		}

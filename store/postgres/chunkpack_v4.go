@@ -1,0 +1,671 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// # Marker rows, format 4
+//
+// From FormatLevelDerivedChunks, a step commit's chunk rows (commitStepSQL)
+// leave out what the same statement writes in other rows: such a row is
+// [4, k, ms, "random", common, chunk, ...], a format 3 row (see Coded rows,
+// format 3) with a header and more implied members:
+//
+//   - the header names the rows the chunks are rendered from: the
+//     checkpoint cpv1-{session}-s{step}-t{ms}-{random} the commit wrote
+//     (session: the session of the row's run, found through helix.runs, so
+//     a sub-agent's or a companion's rows in its parent's stream find their
+//     own; step: the row's), the k messages before its message_count (the
+//     step's: the assistant message first), and the checkpoint's session
+//     (markerSourcesSQL reads them with the row);
+//   - the first chunk's timestamp is implied by ms (the one of the chunk
+//     before the first, for format 3's implied members and differences);
+//   - a chunk's agentType is the session's agent type; a tool_start's
+//     toolCallId, toolName and arguments are those of the assistant
+//     message's tool call of its rank among the row's tool_starts; a
+//     tool_end's toolCallId and toolName those of the tool message of its
+//     rank among the row's tool_ends, its result that message's content
+//     (the tool message answering its toolCallId), and providerExecuted
+//     true; a step_end's usage the model record of the checkpoint's usage;
+//     a checkpoint_created's checkpointId the checkpoint's.
+//
+// A member the row's sources give with other bytes is stored, as in format
+// 3. Arguments are compared in the form jsonb gives them back
+// (normalizeJSONB: the messages are jsonb), so arguments jsonb would change
+// (key order, escapes, numbers) are stored. A marker is written only when
+// rendering it from the sources the same statement writes gives back the
+// chunks byte for byte (packMarker); otherwise the row is written in format
+// 3. The renderer is part of the stored format (TestMarkerRenderIsFrozen):
+// v4Implied and the header are never changed, a change is format 5.
+
+// v4Version is the first element of a format 4 (marker) row.
+const v4Version = "4"
+
+// v4HeaderLen is the number of a marker row's header elements: k, ms and
+// random.
+const v4HeaderLen = 3
+
+// isMarker reports whether a chunk row's body is a marker row (format 4).
+func isMarker(body []byte) bool { return bytes.HasPrefix(body, []byte("["+v4Version+",")) }
+
+// markerSourcesSQL reads the sources of a marker row of stream_chunks c:
+// the checkpoint its header names (through the session of the row's run),
+// the step's messages and the session's agent type; NULL columns for any
+// other row, and for a marker whose checkpoint is gone. A lateral
+// subquery; its columns: checkpoint_id, session_id, message_count,
+// agent_type, usage (text), messages (text[], in order).
+const markerSourcesSQL = `SELECT cp.checkpoint_id, cp.session_id, cp.message_count, se.agent_type, cp.usage::text AS usage,
+			ARRAY(SELECT m.message::text FROM helix.messages m WHERE m.session_id = cp.session_id
+				AND m.seq >= cp.message_count - (c.chunk->>1)::int AND m.seq < cp.message_count ORDER BY m.seq) AS messages
+		FROM helix.runs r
+		JOIN helix.checkpoints cp ON cp.checkpoint_id = 'cpv1-' || r.session_id || '-s' || c.step || '-t' || (c.chunk->>2) || '-' || (c.chunk->>3)
+		JOIN helix.sessions se ON se.session_id = cp.session_id
+		WHERE left(c.chunk::text, 3) = '[` + v4Version + `,' AND r.run_id = c.run_id`
+
+// markerRow is a marker row's header and sources, and the ranks of the
+// chunk being coded or decoded (reset for each row).
+type markerRow struct {
+	// header is the row's k, ms and random, as JSON ([]byte of each).
+	k            int
+	ms           int64
+	random       string
+	checkpointID []byte // the checkpoint's ID, a JSON string
+	agentType    []byte // a JSON string; nil: not derived
+	usage        []byte // the model's usage as step_end's usage; nil: none
+	calls        []markerCall
+	results      []markerResult
+	// ranks of the next tool_start and tool_end in the row.
+	toolStarts, toolEnds int
+}
+
+// markerCall is a tool call of the step's assistant message: its ID, name
+// and arguments as JSON (arguments nil when jsonb would change them).
+type markerCall struct{ id, name, args []byte }
+
+// markerResult is a step's tool message: its tool call's ID (as JSON and
+// as it is), its tool's name and its content (the result's JSON text).
+type markerResult struct {
+	id, name []byte
+	callID   string
+	content  []byte
+}
+
+// newMarkerRow returns the sources of a marker row: the checkpoint's ID,
+// the session's agent type, the checkpoint's usage (checkpoints.usage) and
+// the step's messages as JSON (k of them: the ones the commit wrote, or
+// jsonb's text of them; the same values either way).
+func newMarkerRow(checkpointID, agentType string, usage []byte, messages [][]byte) (*markerRow, error) {
+	p, err := helix.ParseCheckpointID(checkpointID)
+	if err != nil {
+		return nil, err
+	}
+	m := &markerRow{k: len(messages), ms: p.Timestamp, random: p.Random, checkpointID: appendJSONString(nil, checkpointID)}
+	if agentType != "" {
+		m.agentType = appendJSONString(nil, agentType)
+	}
+	if len(usage) > 0 {
+		var recs []compactUsage
+		if err := json.Unmarshal(usage, &recs); err != nil {
+			return nil, fmt.Errorf("decode the checkpoint's usage: %w", err)
+		}
+		for _, r := range recs {
+			if r.T == store.UsageModel {
+				m.usage, err = json.Marshal(&helix.Usage{InputTokens: r.I, OutputTokens: r.O, CachedTokens: r.C, CacheWriteTokens: r.W})
+				if err != nil {
+					return nil, err
+				}
+				break
+			}
+		}
+	}
+	for i, raw := range messages {
+		var msg struct {
+			Role       string `json:"role"`
+			Content    json.RawMessage
+			ToolCallID string `json:"toolCallId"`
+			ToolName   string `json:"toolName"`
+			ToolCalls  []struct {
+				ID        string          `json:"id"`
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"toolCalls"`
+		}
+		if err := json.Unmarshal(raw, &msg); err != nil {
+			return nil, fmt.Errorf("decode message %d of the step: %w", i, err)
+		}
+		switch {
+		case i == 0 && msg.Role == string(helix.RoleAssistant):
+			for _, c := range msg.ToolCalls {
+				args, _ := normalizeJSONB(c.Arguments)
+				m.calls = append(m.calls, markerCall{id: appendJSONString(nil, c.ID), name: appendJSONString(nil, c.Name), args: args})
+			}
+		case msg.Role == string(helix.RoleTool):
+			r := markerResult{id: appendJSONString(nil, msg.ToolCallID), name: appendJSONString(nil, msg.ToolName), callID: msg.ToolCallID}
+			var content string
+			if json.Unmarshal(msg.Content, &content) == nil {
+				r.content = []byte(content)
+			}
+			m.results = append(m.results, r)
+		}
+	}
+	return m, nil
+}
+
+// reset starts a row's coding or decoding. m may be nil (not a marker).
+func (m *markerRow) reset() {
+	if m != nil {
+		m.toolStarts, m.toolEnds = 0, 0
+	}
+}
+
+// first returns the fields of the chunk before a marker's first: its
+// timestamp, the header's ms (nil for the earlier formats).
+func (m *markerRow) first() []member {
+	if m == nil {
+		return nil
+	}
+	return []member{{keyTimestamp, strconv.AppendInt(nil, m.ms, 10)}}
+}
+
+// advance counts a coded or decoded chunk's type for the ranks.
+func (m *markerRow) advance(fields []member) {
+	if m == nil {
+		return
+	}
+	switch string(valueOf(fields, keyType)) {
+	case typeToolStart:
+		m.toolStarts++
+	case typeToolEnd:
+		m.toolEnds++
+	}
+}
+
+// appendHeader appends a marker's header elements and a comma (nothing for
+// the earlier formats).
+func (m *markerRow) appendHeader(buf []byte) []byte {
+	if m == nil {
+		return buf
+	}
+	buf = strconv.AppendInt(buf, int64(m.k), 10)
+	buf = strconv.AppendInt(append(buf, ','), m.ms, 10)
+	return append(appendJSONString(append(buf, ','), m.random), ',')
+}
+
+// implied returns the members a chunk of type (quoted) implies in row's
+// format.
+func (r codedRow) implied(typ []byte) []implied {
+	if r.marker != nil {
+		return v4Implied[string(typ)]
+	}
+	return v3Implied[string(typ)]
+}
+
+var (
+	typeToolStart = strconv.Quote(string(helix.ChunkToolStart))
+	typeToolEnd   = strconv.Quote(string(helix.ChunkToolEnd))
+	keyAgentType  = []byte(`"agentType"`)
+	keyToolName   = []byte(`"toolName"`)
+	jsonTrue      = []byte("true")
+)
+
+// The members a marker's sources imply (see Marker rows).
+var (
+	impliedAgentType = implied{keyAgentType, 'A', func(row codedRow, _, _ []member) []byte { return row.marker.agentType }}
+	impliedCallID    = implied{keyToolCallID, 'c', func(row codedRow, _, _ []member) []byte {
+		if c := row.marker.call(); c != nil {
+			return c.id
+		}
+		return nil
+	}}
+	impliedCallName = implied{keyToolName, 'n', func(row codedRow, _, _ []member) []byte {
+		if c := row.marker.call(); c != nil {
+			return c.name
+		}
+		return nil
+	}}
+	impliedCallArgs = implied{[]byte(`"arguments"`), 'g', func(row codedRow, _, _ []member) []byte {
+		if c := row.marker.call(); c != nil {
+			return c.args
+		}
+		return nil
+	}}
+	impliedResultID = implied{keyToolCallID, 'c', func(row codedRow, _, _ []member) []byte {
+		if r := row.marker.result(); r != nil {
+			return r.id
+		}
+		return nil
+	}}
+	impliedResultName = implied{keyToolName, 'n', func(row codedRow, _, _ []member) []byte {
+		if r := row.marker.result(); r != nil {
+			return r.name
+		}
+		return nil
+	}}
+	impliedResult = implied{[]byte(`"result"`), 'r', func(row codedRow, _, self []member) []byte {
+		call, ok := unquote(valueOf(self, keyToolCallID))
+		if !ok {
+			return nil
+		}
+		for _, r := range row.marker.results {
+			if r.callID == call {
+				return r.content
+			}
+		}
+		return nil
+	}}
+	impliedExecuted   = implied{[]byte(`"providerExecuted"`), 'x', func(codedRow, []member, []member) []byte { return jsonTrue }}
+	impliedUsage      = implied{keyUsage, 'u', func(row codedRow, _, _ []member) []byte { return row.marker.usage }}
+	impliedCheckpoint = implied{keyCheckpoint, 'p', func(row codedRow, _, _ []member) []byte { return row.marker.checkpointID }}
+)
+
+// call returns the tool call of the next tool_start's rank, or nil.
+func (m *markerRow) call() *markerCall {
+	if m.toolStarts < len(m.calls) {
+		return &m.calls[m.toolStarts]
+	}
+	return nil
+}
+
+// result returns the tool message of the next tool_end's rank, or nil.
+func (m *markerRow) result() *markerResult {
+	if m.toolEnds < len(m.results) {
+		return &m.results[m.toolEnds]
+	}
+	return nil
+}
+
+// v4Implied are the members each type implies in a marker row: format 3's,
+// then the sources'. Part of the stored format: never change an entry.
+var v4Implied = map[string][]implied{}
+
+func init() {
+	extra := map[helix.ChunkType][]implied{
+		helix.ChunkToolStart:         {impliedCallID, impliedCallName, impliedCallArgs},
+		helix.ChunkToolEnd:           {impliedResultID, impliedResultName, impliedResult, impliedExecuted},
+		helix.ChunkStepEnd:           {impliedUsage},
+		helix.ChunkCheckpointCreated: {impliedCheckpoint},
+	}
+	for _, t := range v2Types {
+		q := strconv.Quote(string(t))
+		imp := slices.Clone(v3Implied[q])
+		if t != helix.ChunkStreamEnd {
+			imp = append(imp, impliedAgentType)
+		}
+		v4Implied[q] = append(imp, extra[t]...)
+	}
+}
+
+// markerWrite is what a step commit's rows may leave out: its run, step
+// and sources (nil when its chunks are written in the earlier formats).
+type markerWrite struct {
+	runID string
+	step  int
+	src   *markerRow
+}
+
+// packMarker returns chunks (a row of the commit's run and step) as a
+// marker row, when it renders back from m's sources byte for byte and is
+// shorter than body (the row in format 3).
+func packMarker(chunks []encodedChunk, m *markerWrite, body string) (string, bool) {
+	c0 := chunks[0]
+	if m == nil || c0.runID != m.runID || c0.step != m.step || slices.ContainsFunc(chunks, replacedUTF8) {
+		return "", false
+	}
+	row := newCodedRow(c0.streamID, c0.runID, c0.step)
+	row.marker = m.src
+	marker, ok := packRow(chunks, v4Version, row)
+	if !ok || len(marker) >= len(body) {
+		return "", false
+	}
+	_, raws, err := unpackRowWith([]byte(marker), len(chunks), c0.streamID, c0.runID, c0.step, m.src)
+	if err != nil || !slices.EqualFunc(raws, chunks, func(raw []byte, c encodedChunk) bool { return bytes.Equal(raw, c.raw) }) {
+		return "", false
+	}
+	return marker, true
+}
+
+// markerFor returns the sources of a step commit's marker rows, as the
+// commit writes them (readers read the same from its rows), or nil when
+// its chunks cannot be markers (a checkpoint ID not of
+// helix.GenerateCheckpointID's form for the session and step).
+func markerFor(c store.StepCommit, checkpointID string, msgs []string, usage []byte) *markerWrite {
+	p, err := helix.ParseCheckpointID(checkpointID)
+	if err != nil || p.SessionID != c.SessionID || p.StepCount != c.Step || string(appendCheckpointID(nil, p)) != checkpointID ||
+		strings.ContainsAny(p.Random, `"\`) {
+		return nil
+	}
+	raws := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		raws[i] = []byte(m)
+	}
+	src, err := newMarkerRow(checkpointID, c.AgentType, usage, raws)
+	if err != nil {
+		return nil
+	}
+	return &markerWrite{runID: c.RunID, step: c.Step, src: src}
+}
+
+// markerSources is a marker's sources as markerSourcesSQL reads them.
+type markerSources struct {
+	checkpointID *string
+	sessionID    *string
+	messageCount *int
+	agentType    *string
+	usage        *string
+	messages     []string
+}
+
+// dest returns the scan targets of markerSourcesSQL's columns.
+func (s *markerSources) dest() []any {
+	return []any{&s.checkpointID, &s.sessionID, &s.messageCount, &s.agentType, &s.usage, &s.messages}
+}
+
+// row returns the sources of a marker row, or an error when they are gone
+// (the checkpoint, or the session's run, was deleted without the row).
+func (s *markerSources) row(body []byte, seq int64) (*markerRow, error) {
+	if s.checkpointID == nil {
+		return nil, fmt.Errorf("stream row %d: a marker row (format 4) whose checkpoint is gone: "+
+			"its step's rows were removed without it (run helix-dbos doctor; reset the stream to recover)", seq)
+	}
+	var usage []byte
+	if s.usage != nil {
+		usage = []byte(*s.usage)
+	}
+	raws := make([][]byte, len(s.messages))
+	for i, m := range s.messages {
+		raws[i] = []byte(m)
+	}
+	m, err := newMarkerRow(*s.checkpointID, deref(s.agentType), usage, raws)
+	if err != nil {
+		return nil, fmt.Errorf("stream row %d: the sources of its marker: %w", seq, err)
+	}
+	if k, ok := markerK(body); !ok || k != len(raws) {
+		return nil, fmt.Errorf("stream row %d: its marker names %d messages, %d are there (messages removed without it)", seq, k, len(raws))
+	}
+	return m, nil
+}
+
+// unpack returns the chunks of a row read with its sources (unpackRow,
+// rendered from s for a marker row).
+func (s *markerSources) unpack(body []byte, n int, streamID, runID string, step int, seq int64) ([]helix.Chunk, [][]byte, error) {
+	if !isMarker(body) {
+		return unpackRow(body, n, streamID, runID, step)
+	}
+	m, err := s.row(body, seq)
+	if err != nil {
+		return nil, nil, err
+	}
+	return unpackRowWith(body, n, streamID, runID, step, m)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// markerK reads a marker row's k (its header's first element).
+func markerK(body []byte) (int, bool) {
+	rest := body[len("["+v4Version+","):]
+	end := bytes.IndexByte(rest, ',')
+	if end < 0 {
+		return 0, false
+	}
+	k, err := strconv.Atoi(string(rest[:end]))
+	return k, err == nil
+}
+
+// unpackRowWith is unpackRow for a row whose marker sources are src (nil
+// for a row of the earlier formats).
+func unpackRowWith(body []byte, n int, streamID, runID string, step int, src *markerRow) ([]helix.Chunk, [][]byte, error) {
+	if src == nil {
+		return unpackRow(body, n, streamID, runID, step)
+	}
+	if !isMarker(body) {
+		return nil, nil, errors.New("decode chunks: sources given for a row that is not a marker")
+	}
+	row := newCodedRow(streamID, runID, step)
+	row.marker = src
+	return unpackCoded(body, n, row)
+}
+
+// normalizeJSONB returns v as Postgres's jsonb gives it back, compacted:
+// object keys in jsonb's order (shorter first, then by bytes), the last of
+// a repeated key, strings escaped as jsonb escapes them. It returns false
+// for values whose text it cannot be sure of (a number not in the form
+// Postgres's numeric writes back as it is, a string jsonb refuses):
+// callers then keep v's own bytes.
+func normalizeJSONB(v []byte) ([]byte, bool) {
+	if len(v) == 0 {
+		return nil, false
+	}
+	d := json.NewDecoder(bytes.NewReader(v))
+	d.UseNumber()
+	var x any
+	if err := d.Decode(&x); err != nil || d.More() {
+		return nil, false
+	}
+	return appendJSONB(nil, x)
+}
+
+func appendJSONB(buf []byte, x any) ([]byte, bool) {
+	switch x := x.(type) {
+	case nil:
+		return append(buf, "null"...), true
+	case bool:
+		return strconv.AppendBool(buf, x), true
+	case json.Number:
+		if !numericKeepsText(string(x)) {
+			return nil, false
+		}
+		return append(buf, x...), true
+	case string:
+		return appendJSONBString(buf, x)
+	case []any:
+		buf = append(buf, '[')
+		for i, e := range x {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			var ok bool
+			if buf, ok = appendJSONB(buf, e); !ok {
+				return nil, false
+			}
+		}
+		return append(buf, ']'), true
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b string) int {
+			if len(a) != len(b) {
+				return len(a) - len(b)
+			}
+			return strings.Compare(a, b)
+		})
+		buf = append(buf, '{')
+		for i, k := range keys {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			var ok bool
+			if buf, ok = appendJSONBString(buf, k); !ok {
+				return nil, false
+			}
+			if buf, ok = appendJSONB(append(buf, ':'), x[k]); !ok {
+				return nil, false
+			}
+		}
+		return append(buf, '}'), true
+	}
+	return nil, false
+}
+
+// numericKeepsText reports whether Postgres's numeric writes n back as it
+// is: -?(0|[1-9][0-9]*)(.[0-9]+)?, and not a negative zero.
+func numericKeepsText(n string) bool {
+	s := strings.TrimPrefix(n, "-")
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	if intPart == "" || (len(intPart) > 1 && intPart[0] == '0') || (hasFrac && frac == "") {
+		return false
+	}
+	for _, part := range []string{intPart, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return false
+			}
+		}
+	}
+	if s != n && strings.Trim(intPart+frac, "0") == "" {
+		return false // -0, -0.0: numeric drops the sign
+	}
+	return true
+}
+
+// appendJSONBString appends s as jsonb writes a string (escape_json):
+// \" \\ \b \f \n \r \t, other control characters as \u00xx, the rest as it
+// is. jsonb refuses \u0000 and invalid UTF-8: false.
+func appendJSONBString(buf []byte, s string) ([]byte, bool) {
+	if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) {
+		return nil, false
+	}
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"':
+			buf = append(buf, `\"`...)
+		case '\\':
+			buf = append(buf, `\\`...)
+		case '\b':
+			buf = append(buf, `\b`...)
+		case '\f':
+			buf = append(buf, `\f`...)
+		case '\n':
+			buf = append(buf, `\n`...)
+		case '\r':
+			buf = append(buf, `\r`...)
+		case '\t':
+			buf = append(buf, `\t`...)
+		default:
+			if c < 0x20 {
+				buf = fmt.Appendf(buf, `\u%04x`, c)
+			} else {
+				buf = append(buf, c)
+			}
+		}
+	}
+	return append(buf, '"'), true
+}
+
+// literalMarkersSQL finds the marker rows whose checkpoints a truncation
+// of session $1 to $2 messages deletes, with their sources: the session's
+// markers (in its stream, its parent's for a sub-agent) after its newest
+// kept checkpoint's stream sequence (a session's commits are in its
+// stream in the order of their message counts).
+const literalMarkersSQL = `SELECT s.stream_id, c.seq, c.n, COALESCE(c.run_id, ''), c.step, c.attempt, c.chunk, c.created_at, src.*
+	FROM helix.sessions s
+	JOIN helix.stream_chunks c ON c.stream_id = s.stream_id AND c.seq > COALESCE((SELECT max(k.stream_sequence)
+		FROM helix.checkpoints k WHERE k.session_id = s.session_id AND k.message_count <= $2), 0)
+	JOIN LATERAL (` + markerSourcesSQL + `) src ON true
+	WHERE s.session_id = $1 AND src.session_id = $1 AND src.message_count > $2
+	ORDER BY c.seq`
+
+// literalMarkers rewrites, in q's transaction, the marker rows whose
+// checkpoints a truncation of sessionID to count messages deletes as rows
+// of format 3 (what the rows held before markers): their chunks stay in
+// the stream, byte for byte and at their sequences, so readers see no
+// change (no truncation epoch), and no marker names a checkpoint that is
+// gone. Run it before the truncation deletes the messages and checkpoints.
+func literalMarkers(ctx context.Context, q Querier, sessionID string, count int) error {
+	rows, err := q.Query(ctx, literalMarkersSQL, sessionID, count)
+	if err != nil {
+		return fmt.Errorf("find the marker rows of the checkpoints truncated: %w", err)
+	}
+	defer rows.Close()
+	var (
+		gone []int64
+		lit  literalRows
+	)
+	for rows.Next() {
+		var (
+			streamID     string
+			seq          int64
+			n, step, att int
+			runID        string
+			body         []byte
+			created      time.Time
+			src          markerSources
+		)
+		if err := rows.Scan(append([]any{&streamID, &seq, &n, &runID, &step, &att, &body, &created}, src.dest()...)...); err != nil {
+			return err
+		}
+		_, raws, err := src.unpack(body, n, streamID, runID, step, seq)
+		if err != nil {
+			return err
+		}
+		gone = append(gone, seq)
+		if err := lit.add(raws, streamID, seq, runID, step, att, created); err != nil {
+			return fmt.Errorf("stream row %d: %w", seq, err)
+		}
+	}
+	if err := rows.Err(); err != nil || len(gone) == 0 {
+		return err
+	}
+	_, err = q.Exec(ctx, `WITH st AS (SELECT stream_id FROM helix.sessions WHERE session_id = $1),
+		del AS (DELETE FROM helix.stream_chunks c USING st WHERE c.stream_id = st.stream_id AND c.seq = ANY($2::bigint[]))
+		SELECT 1`, sessionID, gone)
+	if err != nil {
+		return fmt.Errorf("remove the marker rows of the checkpoints truncated: %w", err)
+	}
+	_, err = q.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, attempt, chunk, created_at)
+		SELECT s.stream_id, u.seq, u.n, NULLIF(u.r, ''), u.s, u.a, u.c, u.t
+		FROM helix.sessions s, unnest($2::bigint[], $3::int[], $4::text[], $5::int[], $6::int[], $7::json[], $8::timestamptz[])
+			AS u(seq, n, r, s, a, c, t)
+		WHERE s.session_id = $1`, sessionID, lit.seqs, lit.counts, lit.runIDs, lit.steps, lit.attempts, lit.bodies, lit.created)
+	if err != nil {
+		return fmt.Errorf("write the truncated checkpoints' chunks as rows of format 3: %w", err)
+	}
+	return nil
+}
+
+// literalRows are chunk rows of format 3 for literalMarkers' insert.
+type literalRows struct {
+	seqs                    []int64
+	counts, steps, attempts []int32
+	runIDs, bodies          []string
+	created                 []time.Time
+}
+
+// add packs the chunks of a marker row whose last sequence is seq into
+// rows of format 3 (several when they do not pack into one).
+func (l *literalRows) add(raws [][]byte, streamID string, seq int64, runID string, step, attempt int, created time.Time) error {
+	enc := make([]encodedChunk, len(raws))
+	for i, raw := range raws {
+		enc[i] = encodedChunk{streamID: streamID, raw: raw, step: step, runID: runID, attempt: attempt}
+	}
+	packed, err := packChunks(enc, FormatLevelCheckpointJournals)
+	if err != nil {
+		return err
+	}
+	at := seq - int64(len(raws))
+	for _, r := range packed {
+		at += int64(r.n)
+		l.seqs, l.counts, l.steps, l.attempts = append(l.seqs, at), append(l.counts, int32(r.n)), append(l.steps, int32(r.step)), append(l.attempts, int32(r.attempt))
+		l.runIDs, l.bodies, l.created = append(l.runIDs, r.runID), append(l.bodies, r.body), append(l.created, created)
+	}
+	return nil
+}
