@@ -351,7 +351,10 @@ func markerFor(c store.StepCommit, checkpointID string, msgs []string, usage []b
 		raws[i] = []byte(m)
 	}
 	src, err := newMarkerRow(checkpointID, c.AgentType, usage, raws)
-	if err != nil {
+	if err != nil || slices.ContainsFunc(src.calls, func(c markerCall) bool { return c.args == nil }) {
+		// Sources must be the same as a reader's: arguments whose jsonb
+		// form normalizeJSONB is not sure of might be derived by a reader
+		// (from jsonb's text) and not here.
 		return nil
 	}
 	return &markerWrite{runID: c.RunID, step: c.Step, src: src}
