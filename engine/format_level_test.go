@@ -29,8 +29,19 @@ import (
 // that stops it.
 func previousRelease(t *testing.T, pool *pgxpool.Pool, id string) (stop func()) {
 	t.Helper()
-	_, err := pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms)
-		VALUES ($1, $2, 'previous-release', 1, 3600000)`, id, engine.DefaultApplicationVersion)
+	return previousReleaseAt(t, pool, id, postgres.FormatLevelBase)
+}
+
+// previousReleaseAt is previousRelease for a release that reads level
+// (FormatLevelBase: a release before the levels, whose row has none).
+func previousReleaseAt(t *testing.T, pool *pgxpool.Pool, id string, level postgres.FormatLevel) (stop func()) {
+	t.Helper()
+	var recorded any
+	if level != postgres.FormatLevelBase {
+		recorded = int(level)
+	}
+	_, err := pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms, format_level)
+		VALUES ($1, $2, 'previous-release', 1, 3600000, $3)`, id, engine.DefaultApplicationVersion, recorded)
 	require.NoError(t, err)
 	return func() {
 		t.Helper()
@@ -233,13 +244,18 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 		{"0 to 1 after the model call", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterModelCall(1)},
 		{"1 to 0 after the commit", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
 		{"1 to 0 after the model call", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterModelCall(1)},
+		{"1 to 3 after the commit", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelDerivedChunks, helixtest.AfterCommit(1)},
+		{"1 to 3 after the model call", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelDerivedChunks, helixtest.AfterModelCall(1)},
+		{"3 to 1 after the commit", postgres.FormatLevelDerivedChunks, postgres.FormatLevelCheckpointJournals, helixtest.AfterCommit(1)},
+		{"3 to 1 after the model call", postgres.FormatLevelDerivedChunks, postgres.FormatLevelCheckpointJournals, helixtest.AfterModelCall(1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := databaseWithPool(t)
+			older := min(tc.from, tc.to) // the level of the previous release alive during one of the executions
 			var stop func()
-			if tc.from == postgres.FormatLevelBase {
-				stop = previousRelease(t, pool, "previous-1")
+			if tc.from == older {
+				stop = previousReleaseAt(t, pool, "previous-1", older)
 			}
 			var x executions
 			var mc modelCalls
@@ -253,7 +269,7 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			if stop != nil {
 				stop()
 			} else {
-				previousRelease(t, pool, "previous-1")
+				previousReleaseAt(t, pool, "previous-1", older)
 			}
 			second := first.Replacement(helixtest.ReplacementOptions{})
 			require.Equal(t, tc.to, second.FormatLevel(), "read at launch")
