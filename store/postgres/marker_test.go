@@ -127,6 +127,21 @@ func markerRows(t *testing.T, st *postgres.Store, streamID string) int {
 	return n
 }
 
+// markerSession creates session sess of agentType (a sub-agent of parent
+// when not empty) with a run and a user message, and returns the run's
+// ID.
+func markerSession(t *testing.T, st *postgres.Store, sess, agentType, parent string) string {
+	t.Helper()
+	ctx := t.Context()
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: sess, AgentType: agentType, ParentSessionID: parent})
+	require.NoError(t, err)
+	run, err := st.CreateRun(ctx, store.CreateRunParams{RunID: sess + "-run", SessionID: sess})
+	require.NoError(t, err)
+	_, err = st.AppendMessages(ctx, sess, []helix.Message{helix.UserMessage("hi")})
+	require.NoError(t, err)
+	return run.RunID
+}
+
 // TestMarkerRowsReadBackByteForByte: at FormatLevelDerivedChunks every
 // lifecycle combination of a step's commit reads back, from every
 // sequence inside its rows, as the chunks the commit built, byte for
@@ -134,7 +149,6 @@ func markerRows(t *testing.T, st *postgres.Store, streamID string) int {
 // without the session's agent type writes none.
 func TestMarkerRowsReadBackByteForByte(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	cases := []struct {
 		name   string
 		step   markerStep
@@ -158,18 +172,13 @@ func TestMarkerRowsReadBackByteForByte(t *testing.T) {
 		for i, tc := range cases {
 			t.Run(fmt.Sprintf("level %d/%s", level, tc.name), func(t *testing.T) {
 				sess := fmt.Sprintf("marker-%d-%d", level, i)
-				_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: sess, AgentType: "bench"})
-				require.NoError(t, err)
-				run, err := st.CreateRun(ctx, store.CreateRunParams{RunID: sess + "-run", SessionID: sess})
-				require.NoError(t, err)
-				_, err = st.AppendMessages(ctx, sess, []helix.Message{helix.UserMessage("hi")})
-				require.NoError(t, err)
+				runID := markerSession(t, st, sess, "bench", "")
 				for step := 1; step <= 2; step++ {
 					s := tc.step
 					if step == 1 {
 						s.output, s.end, s.args = nil, false, "" // the first step continues; the second is the case
 					}
-					raws, before := commitMarkerStep(t, st, sess, run.RunID, "bench", step, s)
+					raws, before := commitMarkerStep(t, st, sess, runID, "bench", step, s)
 					requireReadsBack(t, st, sess, before, raws)
 				}
 				want := 0
@@ -185,11 +194,8 @@ func TestMarkerRowsReadBackByteForByte(t *testing.T) {
 	}
 	t.Run("without the agent type", func(t *testing.T) {
 		st := newTestStore(t)
-		_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "marker-no-type", AgentType: "bench"})
-		require.NoError(t, err)
-		run, err := st.CreateRun(ctx, store.CreateRunParams{RunID: "marker-no-type-run", SessionID: "marker-no-type"})
-		require.NoError(t, err)
-		raws, before := commitMarkerStep(t, st, "marker-no-type", run.RunID, "", 1, markerStep{tools: 1})
+		runID := markerSession(t, st, "marker-no-type", "bench", "")
+		raws, before := commitMarkerStep(t, st, "marker-no-type", runID, "", 1, markerStep{tools: 1})
 		requireReadsBack(t, st, "marker-no-type", before, raws)
 		require.Zero(t, markerRows(t, st, "marker-no-type"))
 	})
@@ -205,26 +211,16 @@ func TestMarkerRowsOfASubAgentInItsParentsStream(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	st := newTestStore(t)
-	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "marker-parent", AgentType: "boss"})
-	require.NoError(t, err)
-	prun, err := st.CreateRun(ctx, store.CreateRunParams{RunID: "marker-parent-run", SessionID: "marker-parent"})
-	require.NoError(t, err)
-	_, err = st.AppendMessages(ctx, "marker-parent", []helix.Message{helix.UserMessage("hi")})
-	require.NoError(t, err)
-	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: "marker-child", AgentType: "helper", ParentSessionID: "marker-parent"})
-	require.NoError(t, err)
-	crun, err := st.CreateRun(ctx, store.CreateRunParams{RunID: "marker-child-run", SessionID: "marker-child"})
-	require.NoError(t, err)
-	_, err = st.AppendMessages(ctx, "marker-child", []helix.Message{helix.UserMessage("task")})
-	require.NoError(t, err)
+	prun := markerSession(t, st, "marker-parent", "boss", "")
+	crun := markerSession(t, st, "marker-child", "helper", "marker-parent")
 
 	var all []string
 	add := func(raws []string, _ int64) { all = append(all, raws...) }
-	add(commitMarkerStep(t, st, "marker-parent", prun.RunID, "boss", 1, markerStep{held: true, tools: 1}))
-	add(commitMarkerStep(t, st, "marker-child", crun.RunID, "helper", 1, markerStep{held: true, tools: 2}))
-	add(commitMarkerStep(t, st, "marker-child", crun.RunID, "helper", 2, markerStep{tools: 1}))
-	add(commitMarkerStep(t, st, "marker-parent", prun.RunID, "boss", 2, markerStep{tools: 1}))
-	add(commitMarkerStep(t, st, "marker-child", crun.RunID, "helper", 3, markerStep{held: true, tools: 1}))
+	add(commitMarkerStep(t, st, "marker-parent", prun, "boss", 1, markerStep{held: true, tools: 1}))
+	add(commitMarkerStep(t, st, "marker-child", crun, "helper", 1, markerStep{held: true, tools: 2}))
+	add(commitMarkerStep(t, st, "marker-child", crun, "helper", 2, markerStep{tools: 1}))
+	add(commitMarkerStep(t, st, "marker-parent", prun, "boss", 2, markerStep{tools: 1}))
+	add(commitMarkerStep(t, st, "marker-child", crun, "helper", 3, markerStep{held: true, tools: 1}))
 	requireReadsBack(t, st, "marker-parent", 0, all)
 	require.Equal(t, 5, markerRows(t, st, "marker-parent"))
 	var childRows int
@@ -254,12 +250,9 @@ func TestMarkerWithoutItsCheckpointIsAnError(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	st := newTestStore(t)
-	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "marker-gone", AgentType: "bench"})
-	require.NoError(t, err)
-	run, err := st.CreateRun(ctx, store.CreateRunParams{RunID: "marker-gone-run", SessionID: "marker-gone"})
-	require.NoError(t, err)
-	raws, _ := commitMarkerStep(t, st, "marker-gone", run.RunID, "bench", 1, markerStep{held: true, tools: 1})
-	_, err = st.Pool().Exec(ctx, `DELETE FROM helix.checkpoints WHERE session_id = 'marker-gone'`)
+	runID := markerSession(t, st, "marker-gone", "bench", "")
+	raws, _ := commitMarkerStep(t, st, "marker-gone", runID, "bench", 1, markerStep{held: true, tools: 1})
+	_, err := st.Pool().Exec(ctx, `DELETE FROM helix.checkpoints WHERE session_id = 'marker-gone'`)
 	require.NoError(t, err)
 	_, err = st.ReadChunks(ctx, "marker-gone", 0, 0)
 	require.ErrorContains(t, err, fmt.Sprintf("stream row %d: a marker row (format 4) whose checkpoint is gone", len(raws)))
