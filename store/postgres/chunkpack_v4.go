@@ -452,7 +452,7 @@ func unpackRowWith(body []byte, n int, streamID, runID string, step int, src *ma
 // Postgres's numeric writes back as it is, a string jsonb refuses):
 // callers then keep v's own bytes.
 func normalizeJSONB(v []byte) ([]byte, bool) {
-	if len(v) == 0 {
+	if len(v) == 0 || !surrogatesPaired(v) {
 		return nil, false
 	}
 	d := json.NewDecoder(bytes.NewReader(v))
@@ -516,6 +516,37 @@ func appendJSONB(buf []byte, x any) ([]byte, bool) {
 		return append(buf, '}'), true
 	}
 	return nil, false
+}
+
+// surrogatesPaired reports whether every \u escape of a UTF-16 surrogate
+// in the JSON text v is a high one followed by a low one: jsonb refuses a
+// lone surrogate, where encoding/json reads it as U+FFFD.
+func surrogatesPaired(v []byte) bool {
+	surrogate := func(i int) (rune, bool) { // the escape at v[i:] (`\uXXXX`)
+		if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(v[i+2:i+6]), 16, 16)
+		return rune(n), err == nil && n >= 0xd800 && n <= 0xdfff
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] != '\\' {
+			continue
+		}
+		r, ok := surrogate(i)
+		switch {
+		case !ok:
+			i++ // an escape of one character (or of no surrogate): skip it
+		case r >= 0xdc00:
+			return false // a low surrogate first
+		default:
+			if low, ok := surrogate(i + 6); !ok || low < 0xdc00 {
+				return false
+			}
+			i += 11
+		}
+	}
+	return true
 }
 
 // numericKeepsText reports whether Postgres's numeric writes n back as it
