@@ -415,3 +415,49 @@ func TestSSEWriteTimeout(t *testing.T) {
 	require.Contains(t, string(got), "text/event-stream")
 	require.NotContains(t, string(got), `"type":"end"`)
 }
+
+// A step's lifecycle chunks are stored as a marker row (format 4) and
+// rendered from the step's checkpoint and messages when read. A client
+// that resumes from any sequence, inside a marker row's range included,
+// on another instance, gets the exact tail of a full read: the same
+// sequences and the same bytes.
+func TestSSEResumeInsideMarkerRows(t *testing.T) {
+	t.Parallel()
+	lookup := helix.MustNewTool("lookup", "Look a key up", func(ctx context.Context, in struct {
+		Key string `json:"key"`
+	}, tc helix.ToolContext) (map[string]any, error) {
+		return map[string]any{"key": in.Key, "value": len(in.Key)}, nil
+	})
+	agent := func() *helix.Agent {
+		return &helix.Agent{Name: "looker", Tools: []*helix.Tool{lookup}, Model: scripted.New(
+			scripted.Step{ToolCalls: []scripted.Call{{ID: "k1", Name: "lookup", Args: map[string]any{"key": "a"}}}},
+			scripted.Step{Text: "two at once", ToolCalls: []scripted.Call{
+				{ID: "k2", Name: "lookup", Args: map[string]any{"key": "bb"}}, {ID: "k3", Name: "lookup", Args: map[string]any{"key": "ccc"}}}},
+			scripted.Step{ToolCalls: []scripted.Call{{ID: "k4", Name: "lookup", Args: map[string]any{"key": "<dddd>"}}}},
+			scripted.Step{Text: "all looked up"},
+		)}
+	}
+	a := newHarness(t, "", "exec-a", server.Config{Agents: []*helix.Agent{agent()}})
+	b := newHarness(t, a.db, "exec-b", server.Config{Agents: []*helix.Agent{agent()}})
+
+	res := a.do(http.MethodPost, "/start", "alice", map[string]any{"agentType": "looker", "message": "look them up"})
+	require.Equal(t, http.StatusAccepted, res.status, "body: %s", res.raw)
+	id := res.body["sessionId"].(string)
+	query := strings.TrimPrefix(res.body["streamUrl"].(string), "/sse?")
+	full := openSSE(t, a.ts.URL, query, "alice").until(isEnd)
+	require.Equal(t, "end", full[len(full)-1].typ())
+
+	var markers int
+	require.NoError(t, a.eng.Store().Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks
+		WHERE stream_id = $1 AND left(chunk::text, 3) = '[4,'`, id).Scan(&markers))
+	require.GreaterOrEqual(t, markers, 3, "the tool steps' lifecycle chunks are marker rows")
+
+	for i, ev := range full[:len(full)-1] {
+		resumed := openSSE(t, b.ts.URL, query, "alice", server.HeaderLastEventID, strconv.FormatInt(ev.id, 10)).until(isEnd)
+		want := full[i+1:]
+		require.Equal(t, ids(want), ids(resumed), "resumed after %d", ev.id)
+		for j := range want[:len(want)-1] {
+			require.Equal(t, want[j].raw, resumed[j].raw, "resumed after %d: the bytes of chunk %d", ev.id, want[j].id)
+		}
+	}
+}
