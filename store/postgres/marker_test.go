@@ -258,3 +258,31 @@ func TestMarkerWithoutItsCheckpointIsAnError(t *testing.T) {
 	require.ErrorContains(t, err, fmt.Sprintf("stream row %d: a marker row (format 4) whose checkpoint is gone", len(raws)))
 	require.False(t, strings.Contains(err.Error(), "panic"))
 }
+
+// TestDeletingASubSessionKeepsItsParentsStream: deleting a sub-session (and
+// its own sub-sessions) with DeleteSession removes the checkpoints and
+// messages its marker rows in the parent's stream render from; they are
+// rewritten as rows of format 3 first, so the parent's stream reads the
+// same, byte for byte, and the parent's own markers stay.
+func TestDeletingASubSessionKeepsItsParentsStream(t *testing.T) {
+	t.Parallel()
+	st := newTestStore(t)
+	prun := markerSession(t, st, "del-parent", "boss", "")
+	crun := markerSession(t, st, "del-child", "helper", "del-parent")
+	grun := markerSession(t, st, "del-grandchild", "aide", "del-child")
+
+	var all []string
+	add := func(raws []string, _ int64) { all = append(all, raws...) }
+	add(commitMarkerStep(t, st, "del-parent", prun, "boss", 1, markerStep{held: true, tools: 1}))
+	add(commitMarkerStep(t, st, "del-child", crun, "helper", 1, markerStep{held: true, tools: 2}))
+	add(commitMarkerStep(t, st, "del-grandchild", grun, "aide", 1, markerStep{held: true, tools: 1}))
+	add(commitMarkerStep(t, st, "del-parent", prun, "boss", 2, markerStep{tools: 1}))
+	requireReadsBack(t, st, "del-parent", 0, all)
+	require.Equal(t, 4, markerRows(t, st, "del-parent"))
+
+	require.NoError(t, st.DeleteSession(t.Context(), "del-child"))
+	_, err := st.LoadState(t.Context(), "del-grandchild")
+	require.ErrorIs(t, err, helix.ErrNotFound, "the sub-session's own sub-sessions go with it")
+	requireReadsBack(t, st, "del-parent", 0, all)
+	require.Equal(t, 2, markerRows(t, st, "del-parent"), "the parent's own markers stay")
+}

@@ -505,17 +505,47 @@ func (s *Store) CloneSession(ctx context.Context, p store.CloneParams) (*store.S
 	return created, nil
 }
 
-// DeleteSession implements store.Sessions.
+// deleteSubtreeSQL lists the session $1 and its descendants.
+const deleteSubtreeSQL = `WITH RECURSIVE tree AS (
+		SELECT session_id FROM helix.sessions WHERE session_id = $1
+		UNION
+		SELECT c.session_id FROM helix.sessions c JOIN tree t ON c.parent_session_id = t.session_id
+	)
+	SELECT session_id FROM tree`
+
+// DeleteSession implements store.Sessions. A sub-session's steps are in an
+// ancestor's stream, which stays: the marker rows there that render from
+// the deleted sessions' checkpoints and messages (format 4) are rewritten
+// as the rows they stand for first, in the same transaction, so that
+// stream still reads whole.
 func (s *Store) DeleteSession(ctx context.Context, sessionID string) error {
-	n, err := s.q.Exec(ctx, `WITH RECURSIVE tree AS (
-			SELECT session_id FROM helix.sessions WHERE session_id = $1
-			UNION
-			SELECT c.session_id FROM helix.sessions c JOIN tree t ON c.parent_session_id = t.session_id
-		)
-		DELETE FROM helix.sessions WHERE session_id IN (SELECT session_id FROM tree)`, sessionID)
-	if err == nil && n == 0 {
-		err = notFound("session", sessionID)
-	}
+	err := s.tx(ctx, func(q Querier) error {
+		var parent *string
+		if err := q.QueryRow(ctx, `SELECT parent_session_id FROM helix.sessions WHERE session_id = $1 FOR UPDATE`, sessionID).
+			Scan(&parent); err != nil {
+			if isNoRows(err) {
+				return notFound("session", sessionID)
+			}
+			return err
+		}
+		rows, err := q.Query(ctx, deleteSubtreeSQL, sessionID)
+		if err != nil {
+			return err
+		}
+		tree, err := collectStrings(rows)
+		if err != nil {
+			return err
+		}
+		if parent != nil {
+			for _, id := range tree {
+				if err := literalMarkers(ctx, q, id, 0); err != nil {
+					return err
+				}
+			}
+		}
+		_, err = q.Exec(ctx, `DELETE FROM helix.sessions WHERE session_id = ANY($1)`, tree)
+		return err
+	})
 	return wrap(err, "delete session %s", sessionID)
 }
 
