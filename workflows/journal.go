@@ -342,10 +342,10 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 const committedSQL = `SELECT id, n, name, output, error FROM helix.step_journal
 WHERE workflow_id = $1 AND id <= $2 ORDER BY id DESC LIMIT 1`
 
-// carriedSQL reads the journal of the checkpoint one of $1 names, if one
-// was written (a primary-key look-up).
-const carriedSQL = `SELECT checkpoint_id, journal FROM helix.checkpoints
-WHERE checkpoint_id = ANY($1) AND journal IS NOT NULL LIMIT 1`
+// carriedSQL reads the journal of the checkpoint one of $1 (IDs of
+// session $2) names, if one was written, in either layout (a primary-key
+// look-up per ID).
+var carriedSQL = postgres.CheckpointJournalSQL
 
 // rowQuerier is what committed reads with: the pool, or a transaction.
 type rowQuerier interface {
@@ -358,7 +358,7 @@ type rowQuerier interface {
 func (j *journal) committed(ctx context.Context, q rowQuerier, id int) (r journalRecord, done bool, err error) {
 	if len(j.carriedBy) > 0 {
 		var checkpoint, text string
-		err := q.QueryRow(ctx, carriedSQL, j.carriedBy).Scan(&checkpoint, &text)
+		err := q.QueryRow(ctx, carriedSQL, j.carriedBy, j.scope.sessionID).Scan(&checkpoint, &text)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:

@@ -57,12 +57,30 @@ func insertCheckpoint(ctx context.Context, q Querier, st *store.SessionState, id
 	if len(output) > 0 && !json.Valid(output) {
 		return nil, fmt.Errorf("checkpoint output is not valid JSON")
 	}
-	cp, err := scanCheckpoint(q.QueryRow(ctx, `INSERT INTO helix.checkpoints
-		(checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence, status, custom_state, output)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (checkpoint_id) DO NOTHING RETURNING `+checkpointColumns,
+	// A keyed session's own cpv1 IDs go to helix.checkpoints_k (keyed.go),
+	// any other ID to helix.checkpoints; the statement reads the key.
+	parts, compact := compactID(st.SessionID, id)
+	if !compact {
+		if cp, err := getCheckpoint(ctx, q, id); err == nil && cp.SessionID != st.SessionID {
+			return nil, fmt.Errorf("checkpoint ID %s already belongs to session %s", id, cp.SessionID)
+		}
+	}
+	cp, err := scanCheckpoint(q.QueryRow(ctx, `WITH k AS (
+			SELECT key FROM helix.sessions WHERE session_id = $2 AND $10::bool
+		), t AS (
+			INSERT INTO helix.checkpoints
+			(checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence, status, custom_state, output)
+			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE NOT EXISTS (SELECT 1 FROM k WHERE key IS NOT NULL)
+			ON CONFLICT (checkpoint_id) DO NOTHING RETURNING `+checkpointColumns+`
+		), c AS (
+			INSERT INTO helix.checkpoints_k AS c
+			(session_key, step_count, id_ms, id_rand, run_id, message_count, stream_sequence, status, custom_state, output)
+			SELECT k.key, $4, $11, $12, $3, $5, $6, $7, $8, $9 FROM k WHERE k.key IS NOT NULL
+			ON CONFLICT DO NOTHING RETURNING `+keyedCheckpointColumns("$2")+`
+		)
+		SELECT * FROM t UNION ALL SELECT * FROM c`,
 		id, st.SessionID, nullIfEmpty(p.RunID), p.StepCount, messageCount, p.StreamSequence, string(status),
-		[]byte(custom), rawOrNil(output)))
+		[]byte(custom), rawOrNil(output), compact, parts.Timestamp, parts.Random))
 	if isNoRows(err) {
 		cp, err = getCheckpoint(ctx, q, id)
 		if err == nil && cp.SessionID != st.SessionID {
@@ -72,8 +90,24 @@ func insertCheckpoint(ctx context.Context, q Querier, st *store.SessionState, id
 	return cp, err
 }
 
+// getCheckpointSQL looks checkpoint ID $1 up in both layouts: by text in
+// helix.checkpoints, and, when it parses as a cpv1 ID of session $2 (NULL:
+// it does not parse), by its parts in the session's helix.checkpoints_k
+// rows (a primary-key look-up). An ID that names another session, or a
+// session that is gone, finds nothing.
+var getCheckpointSQL = `SELECT ` + checkpointColumns + ` FROM helix.checkpoints WHERE checkpoint_id = $1
+	UNION ALL
+	SELECT ` + keyedCheckpointColumns("s.session_id") + `
+	FROM helix.sessions s JOIN helix.checkpoints_k c ON ` + keyedIDMatchSQL("s", "$1") + `
+	WHERE s.session_id = $2
+	LIMIT 1`
+
 func getCheckpoint(ctx context.Context, q Querier, id string) (*store.Checkpoint, error) {
-	cp, err := scanCheckpoint(q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM helix.checkpoints WHERE checkpoint_id = $1`, id))
+	var sid *string
+	if p, err := helix.ParseCheckpointID(id); err == nil {
+		sid = &p.SessionID
+	}
+	cp, err := scanCheckpoint(q.QueryRow(ctx, getCheckpointSQL, id, sid))
 	if isNoRows(err) {
 		return nil, notFound("checkpoint", id)
 	}
@@ -110,7 +144,7 @@ func (s *Store) GetCheckpoint(ctx context.Context, checkpointID string) (*store.
 // first, then (a step's commit's pointer, the empty string, is the newest;
 // legacy or dangling pointer) the newest by write order.
 func (s *Store) GetLatestCheckpoint(ctx context.Context, sessionID string) (*store.Checkpoint, error) {
-	cp, err := scanCheckpoint(s.q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM helix.checkpoints
+	cp, err := scanCheckpoint(s.q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM helix.all_checkpoints
 		WHERE session_id = $1
 		ORDER BY (checkpoint_id = (SELECT checkpoint_id FROM helix.sessions WHERE session_id = $1)) DESC NULLS LAST,
 			created_seq DESC
@@ -139,10 +173,10 @@ func (s *Store) ListCheckpoints(ctx context.Context, sessionID string, opts *sto
 	}
 	limit := pageLimit(o.Limit, store.DefaultCheckpointPageSize)
 	page := &store.CheckpointPage{Items: []store.Checkpoint{}}
-	if err := s.q.QueryRow(ctx, `SELECT count(*) FROM helix.checkpoints WHERE session_id = $1`, sessionID).Scan(&page.Total); err != nil {
+	if err := s.q.QueryRow(ctx, `SELECT count(*) FROM helix.all_checkpoints WHERE session_id = $1`, sessionID).Scan(&page.Total); err != nil {
 		return nil, wrap(err, "list checkpoints of %s", sessionID)
 	}
-	rows, err := s.q.Query(ctx, `SELECT `+checkpointColumns+` FROM helix.checkpoints WHERE session_id = $1
+	rows, err := s.q.Query(ctx, `SELECT `+checkpointColumns+` FROM helix.all_checkpoints WHERE session_id = $1
 		ORDER BY created_seq LIMIT $2 OFFSET $3`, sessionID, limit, o.Offset)
 	if err != nil {
 		return nil, wrap(err, "list checkpoints of %s", sessionID)
@@ -165,8 +199,8 @@ func (s *Store) GetCheckpointMessages(ctx context.Context, checkpointID string) 
 	if err != nil {
 		return nil, wrap(err, "get checkpoint messages %s", checkpointID)
 	}
-	rows, err := s.q.Query(ctx, `SELECT message FROM helix.messages WHERE session_id = $1 AND seq < $2 ORDER BY seq`,
-		cp.SessionID, cp.MessageCount)
+	rows, err := s.q.Query(ctx, `SELECT m.message FROM helix.sessions s, LATERAL `+sessionMessagesSQL("s", "seq < $2")+` m
+		WHERE s.session_id = $1 ORDER BY m.seq`, cp.SessionID, cp.MessageCount)
 	if err != nil {
 		return nil, wrap(err, "get checkpoint messages %s", checkpointID)
 	}

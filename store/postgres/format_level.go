@@ -44,9 +44,19 @@ const (
 	// its TruncateMessages would delete the rows a marker renders from.
 	// (Level 2 is stage B's, docs/storage-plan.md.)
 	FormatLevelDerivedChunks FormatLevel = 3
+	// FormatLevelKeyedTables (4) gives the sessions and streams created
+	// at it an integer key (migration 00029): their messages, checkpoints
+	// and chunk rows go to helix.messages_k, helix.checkpoints_k (compact
+	// checkpoint IDs, rendered from their columns) and
+	// helix.stream_chunks_k for their whole life, whatever the level at the
+	// time of a later write. A release before it reads none of those
+	// tables: it would find such a session without messages, checkpoints
+	// or chunks, and its replays would not find the records the
+	// checkpoints carry.
+	FormatLevelKeyedTables FormatLevel = 4
 	// FormatLevelNewest is the newest level this release reads and writes:
 	// the level its engines record.
-	FormatLevelNewest = FormatLevelDerivedChunks
+	FormatLevelNewest = FormatLevelKeyedTables
 )
 
 // String names the level for logs and tools.
@@ -58,6 +68,8 @@ func (l FormatLevel) String() string {
 		return "1 (checkpoint journals, chunk rows of format 3)"
 	case FormatLevelDerivedChunks:
 		return "3 (derived chunk rows of format 4)"
+	case FormatLevelKeyedTables:
+		return "4 (keyed tables, compact checkpoint IDs)"
 	}
 	return fmt.Sprintf("%d (newer than this release)", int(l))
 }

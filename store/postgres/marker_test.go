@@ -122,7 +122,7 @@ func requireReadsBack(t *testing.T, st *postgres.Store, streamID string, before 
 // markerRows counts the stream's marker rows (format 4).
 func markerRows(t *testing.T, st *postgres.Store, streamID string) int {
 	var n int
-	require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks
+	require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.all_stream_chunks
 		WHERE stream_id = $1 AND left(chunk::text, 3) = '[4,'`, streamID).Scan(&n))
 	return n
 }
@@ -224,7 +224,7 @@ func TestMarkerRowsOfASubAgentInItsParentsStream(t *testing.T) {
 	requireReadsBack(t, st, "marker-parent", 0, all)
 	require.Equal(t, 5, markerRows(t, st, "marker-parent"))
 	var childRows int
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.stream_chunks WHERE stream_id = 'marker-parent'
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.all_stream_chunks WHERE stream_id = 'marker-parent'
 		AND run_id = 'marker-child-run' AND chunk::text LIKE '%marker-child%'`).Scan(&childRows))
 	require.Equal(t, 3, childRows, "the sub-agent's rows keep its agentId")
 
@@ -252,7 +252,8 @@ func TestMarkerWithoutItsCheckpointIsAnError(t *testing.T) {
 	st := newTestStore(t)
 	runID := markerSession(t, st, "marker-gone", "bench", "")
 	raws, _ := commitMarkerStep(t, st, "marker-gone", runID, "bench", 1, markerStep{held: true, tools: 1})
-	_, err := st.Pool().Exec(ctx, `DELETE FROM helix.checkpoints WHERE session_id = 'marker-gone'`)
+	_, err := st.Pool().Exec(ctx, `WITH t AS (DELETE FROM helix.checkpoints WHERE session_id = 'marker-gone')
+		DELETE FROM helix.checkpoints_k WHERE session_key = (SELECT key FROM helix.sessions WHERE session_id = 'marker-gone')`)
 	require.NoError(t, err)
 	_, err = st.ReadChunks(ctx, "marker-gone", 0, 0)
 	require.ErrorContains(t, err, fmt.Sprintf("stream row %d: a marker row (format 4) whose checkpoint is gone", len(raws)))

@@ -25,6 +25,15 @@ func encodeMessages(msgs []helix.Message) ([]string, error) {
 	return out, nil
 }
 
+// insertMessagesSQL writes messages $3 of session $1 from seq $2, in the
+// session's layout (keyed.go), for a caller that holds the session's row
+// lock and has read its message count.
+const insertMessagesSQL = `WITH k AS (SELECT key FROM helix.sessions WHERE session_id = $1),
+		t AS (INSERT INTO helix.messages (session_id, seq, message)
+			SELECT $1, $2 + u.ord - 1, u.m FROM k, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord) WHERE k.key IS NULL)
+	INSERT INTO helix.messages_k (session_key, seq, message)
+	SELECT k.key, $2 + u.ord - 1, u.m FROM k, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord) WHERE k.key IS NOT NULL`
+
 // AppendMessages implements store.Messages.
 func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs []helix.Message) (int, error) {
 	enc, err := encodeMessages(msgs)
@@ -34,10 +43,15 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs []hel
 	var count int
 	err = s.q.QueryRow(ctx, `WITH s AS (
 			UPDATE helix.sessions SET message_count = message_count + $2, version = version + 1, updated_at = now()
-			WHERE session_id = $1 RETURNING message_count
+			WHERE session_id = $1 RETURNING message_count, key
 		), ins AS (
 			INSERT INTO helix.messages (session_id, seq, message)
 			SELECT $1, s.message_count - $2 + u.ord - 1, u.m FROM s, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
+			WHERE s.key IS NULL
+		), insk AS (
+			INSERT INTO helix.messages_k (session_key, seq, message)
+			SELECT s.key, s.message_count - $2 + u.ord - 1, u.m FROM s, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
+			WHERE s.key IS NOT NULL
 		)
 		SELECT message_count FROM s`, sessionID, len(enc), enc).Scan(&count)
 	if isNoRows(err) {
@@ -59,7 +73,7 @@ func (s *Store) GetMessages(ctx context.Context, sessionID string, opts *store.G
 	rows, err := s.q.Query(ctx, `SELECT s.message_count, m.message
 		FROM helix.sessions s
 		LEFT JOIN LATERAL (
-			SELECT message FROM helix.messages WHERE session_id = s.session_id AND seq >= $2 ORDER BY seq LIMIT $3
+			SELECT x.message FROM `+sessionMessagesSQL("s", "seq >= $2")+` x ORDER BY x.seq LIMIT $3
 		) m ON true
 		WHERE s.session_id = $1`, sessionID, o.Offset, limit)
 	if err != nil {
@@ -123,7 +137,9 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		if err := literalMarkers(ctx, q, sessionID, count); err != nil {
 			return err
 		}
-		if _, err := q.Exec(ctx, `DELETE FROM helix.messages WHERE session_id = $1 AND seq >= $2`, sessionID, count); err != nil {
+		if _, err := q.Exec(ctx, `WITH k AS (DELETE FROM helix.messages WHERE session_id = $1 AND seq >= $2)
+			DELETE FROM helix.messages_k WHERE session_key = (SELECT key FROM helix.sessions WHERE session_id = $1) AND seq >= $2`,
+			sessionID, count); err != nil {
 			return err
 		}
 		// Checkpoints that reference removed messages are no longer valid
@@ -133,9 +149,16 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		// workflow that wrote them may not have ended (a crash after its
 		// last commit), and its recovery replays them rather than run its
 		// tools and commits again.
-		if _, err := q.Exec(ctx, `WITH gone AS (
+		if _, err := q.Exec(ctx, `WITH gonet AS (
 				DELETE FROM helix.checkpoints WHERE session_id = $1 AND message_count > $2
 				RETURNING checkpoint_id, session_id, run_id, step_count, usage, journal, created_at, created_seq
+			), gonek AS (
+				DELETE FROM helix.checkpoints_k c
+				WHERE c.session_key = (SELECT key FROM helix.sessions WHERE session_id = $1) AND c.message_count > $2
+				RETURNING helix.checkpoint_id_of($1, c.step_count, c.id_ms, c.id_rand) AS checkpoint_id, $1::text AS session_id,
+					c.run_id, c.step_count, c.usage, c.journal, c.created_at, c.created_seq
+			), gone AS (
+				SELECT * FROM gonet UNION ALL SELECT * FROM gonek
 			), journal AS (
 				INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
 				SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, x.output, x.error, x.started_at, x.completed_at
@@ -152,10 +175,9 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 			ON CONFLICT (session_id, key) DO NOTHING`, sessionID, count); err != nil {
 			return err
 		}
-		_, err = q.Exec(ctx, `UPDATE helix.sessions s SET checkpoint_id = (
-				SELECT checkpoint_id FROM helix.checkpoints c WHERE c.session_id = s.session_id ORDER BY created_seq DESC LIMIT 1)
+		_, err = q.Exec(ctx, `UPDATE helix.sessions s SET checkpoint_id = helix.session_checkpoint_id(s.session_id, '')
 			WHERE s.session_id = $1 AND s.checkpoint_id IS NOT NULL
-			  AND NOT EXISTS (SELECT 1 FROM helix.checkpoints c WHERE c.checkpoint_id = `+sessionCheckpointIDSQL+`)`, sessionID)
+			  AND NOT EXISTS (`+sessionCheckpointSQL+`)`, sessionID)
 		return err
 	})
 	return wrap(err, "truncate messages of %s", sessionID)

@@ -20,10 +20,53 @@ import (
 	"github.com/helix-agents/helix-dbos/store/storetest"
 )
 
+// TestContract runs the store contract at FormatLevelNewest: every
+// session and stream is keyed (helix.messages_k, helix.checkpoints_k,
+// helix.stream_chunks_k).
 func TestContract(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Store {
 		return newTestStore(t, postgres.WithPollInterval(2*time.Second))
+	})
+}
+
+// TestContractTextTables runs the store contract below
+// FormatLevelKeyedTables: every session and stream is in the tables of
+// migration 00001, as those of an older release.
+func TestContractTextTables(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Store {
+		return newTestStore(t, postgres.WithPollInterval(2*time.Second),
+			postgres.WithFormatGate(postgres.NewFormatGate(postgres.FormatLevelDerivedChunks)))
+	})
+}
+
+// TestContractLevelFlapping runs the store contract with a format level
+// that changes between 3 and 4 every few hundred microseconds: sessions
+// and streams are created in either layout, a sub-session's may differ
+// from its parent's stream's, and every later write must follow its
+// owner's layout, not the level of its time.
+func TestContractLevelFlapping(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Store {
+		gate := postgres.NewFormatGate(postgres.FormatLevelNewest)
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		t.Cleanup(func() { stop(); <-done })
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(300 * time.Microsecond)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					gate.Set(postgres.FormatLevelDerivedChunks + postgres.FormatLevel(i%2))
+				}
+			}
+		}()
+		return newTestStore(t, postgres.WithPollInterval(2*time.Second), postgres.WithFormatGate(gate))
 	})
 }
 
@@ -259,10 +302,10 @@ func TestDeleteSessionLeavesNoRows(t *testing.T) {
 		out := map[string]int{}
 		byStream := streams[id]
 		for table, q := range map[string]struct{ sql, arg string }{
-			"messages":    {`SELECT count(*) FROM helix.messages WHERE session_id = $1`, id},
-			"checkpoints": {`SELECT count(*) FROM helix.checkpoints WHERE session_id = $1`, id},
+			"messages":    {`SELECT count(*) FROM helix.all_messages WHERE session_id = $1`, id},
+			"checkpoints": {`SELECT count(*) FROM helix.all_checkpoints WHERE session_id = $1`, id},
 			"usage":       {`SELECT count(*) FROM helix.usage_records WHERE session_id = $1`, id},
-			"chunks":      {`SELECT count(*) FROM helix.stream_chunks WHERE stream_id = $1`, byStream},
+			"chunks":      {`SELECT count(*) FROM helix.all_stream_chunks WHERE stream_id = $1`, byStream},
 			"streams":     {`SELECT count(*) FROM helix.streams WHERE stream_id = $1`, byStream},
 		} {
 			var n int

@@ -13,7 +13,7 @@ import (
 // while the run keeps running (commitStepSQL): a running run's step count
 // and last update come from its session's checkpoint when the run wrote
 // it (runProgressSQL), else from the row.
-const runColumns = `run_id, session_id, turn, status,
+var runColumns = `run_id, session_id, turn, status,
 	GREATEST(step_count, (SELECT c.step_count ` + runProgressSQL + `)), start_sequence, COALESCE(workflow_id, ''),
 	COALESCE(previous_run_id, ''), COALESCE(error, ''), COALESCE(error_code, ''), queue, COALESCE(queue_partition_key, ''),
 	COALESCE(queue_priority, 0), started_at, completed_at,
@@ -21,7 +21,7 @@ const runColumns = `run_id, session_id, turn, status,
 
 // runProgressSQL finds the checkpoint a running run's last step wrote: the
 // one its session points at, when it is the run's.
-const runProgressSQL = `FROM helix.sessions s JOIN helix.checkpoints c ON c.checkpoint_id = ` + sessionCheckpointIDSQL + `
+var runProgressSQL = `FROM helix.sessions s JOIN LATERAL (` + sessionCheckpointSQL + `) c ON true
 	WHERE runs.status = 'running' AND s.session_id = runs.session_id AND c.run_id = runs.run_id`
 
 func scanRun(row Row) (*store.Run, error) {

@@ -13,18 +13,6 @@ import (
 	"github.com/helix-agents/helix-dbos/store"
 )
 
-// sessionCheckpointIDSQL is the ID of the checkpoint session s points at
-// (NULL: none): helix.session_checkpoint_id(s.session_id, s.checkpoint_id)
-// (migration 00026) written out, for the statements a step runs, because
-// Postgres does not inline a SQL function whose body has a subquery (a
-// call costs about 40 µs more). A step's commit points its session at the
-// empty string instead of the ID of the checkpoint it writes, the
-// session's newest: that spares the ID's 67 bytes in the WAL record of
-// every step's update of the session. Every other write of the pointer
-// writes an ID.
-const sessionCheckpointIDSQL = `CASE WHEN s.checkpoint_id = '' THEN (SELECT c.checkpoint_id FROM helix.checkpoints c
-		WHERE c.session_id = s.session_id ORDER BY c.created_seq DESC LIMIT 1) ELSE s.checkpoint_id END`
-
 // sessionColumns is the column list scanSession reads, in order.
 //
 // A session's last change (its UpdatedAt, retention's last activity) is

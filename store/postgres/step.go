@@ -24,13 +24,13 @@ var _ store.StepStore = (*Store)(nil)
 // backward scan of the stream's primary key: ORDER BY seq DESC LIMIT 1 keeps
 // that plan even as a generic prepared plan, so its cost does not grow with
 // the stream.
-const readStepSQL = `SELECT s.status, s.step_count, s.message_count, s.custom_state,
-		COALESCE(` + sessionCheckpointIDSQL + `, ''),
+var readStepSQL = `SELECT s.status, s.step_count, s.message_count, s.custom_state,
+		COALESCE(NULLIF(s.checkpoint_id, ''), cp.id, ''),
 		COALESCE(cp.stream_sequence, 0), GREATEST($3, COALESCE(cp.stream_sequence, 0)),
-		COALESCE((SELECT c.step > $4 FROM helix.stream_chunks c
-			WHERE c.stream_id = s.stream_id AND c.seq > GREATEST($3, COALESCE(cp.stream_sequence, 0)) AND c.run_id = $2
+		COALESCE((SELECT c.step > $4 FROM ` + streamChunksSQL("st", "seq > GREATEST($3, COALESCE(cp.stream_sequence, 0)) AND run_id = $2") + ` c
 			ORDER BY c.seq DESC LIMIT 1), false)
-	FROM helix.sessions s LEFT JOIN helix.checkpoints cp ON cp.checkpoint_id = ` + sessionCheckpointIDSQL + `
+	FROM helix.sessions s LEFT JOIN LATERAL (` + sessionCheckpointSQL + `) cp ON true
+		LEFT JOIN helix.streams st ON st.stream_id = s.stream_id
 	WHERE s.session_id = $1`
 
 // ReadStep implements store.StepStore.
@@ -52,8 +52,7 @@ func (s *Store) ReadStep(ctx context.Context, p store.ReadStepParams) (*store.St
 // CleanupAttempt implements store.StepStore.
 func (s *Store) CleanupAttempt(ctx context.Context, streamID, runID string, step int, minSequence int64) (store.CleanupResult, error) {
 	res, err := s.cleanup(ctx, streamID, step,
-		`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND seq > $2 AND run_id = $3 AND step > $4 RETURNING seq, n`,
-		streamID, minSequence, runID, step)
+		`seq > $2 AND run_id = $3 AND step > $4`, streamID, minSequence, runID, step)
 	return res, wrap(err, "clean up run %s of stream %s after step %d", runID, streamID, step)
 }
 
@@ -86,7 +85,10 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 // pointed at its newest checkpoint with ”, its and the stream's updated_at
 // left to checkpointed_at and the chunks), from
 // FormatLevelCheckpointJournals: a release before the levels reads those
-// columns as they are.
+// columns as they are; $28 and $29 the checkpoint ID's time and random
+// part. The messages and the checkpoint go to the session's layout, the
+// chunks to the stream's (keyed.go): the statement reads both keys from
+// the rows it updates.
 //
 // The run's row is written only when its status changes, it ends, or it
 // records an error: a running run's step count and last update are read
@@ -114,7 +116,7 @@ const commitStepSQL = `WITH sess AS (
 			version = version + 1, updated_at = CASE WHEN $27 THEN updated_at ELSE now() END
 		WHERE session_id = $1
 			AND ($17::int < 0 OR (status = 'active' AND NOT interrupt_requested AND message_count = $17::int))
-		RETURNING version, custom_state, output
+		RETURNING version, custom_state, output, key
 	), ok AS (
 		UPDATE helix.streams SET latest_seq = latest_seq + $25::int,
 			status = CASE WHEN $21 THEN 'ended' ELSE status END,
@@ -122,16 +124,27 @@ const commitStepSQL = `WITH sess AS (
 			error = CASE WHEN $21 THEN NULL ELSE error END,
 			updated_at = CASE WHEN $21 OR $25::int = 0 OR NOT $27 THEN now() ELSE updated_at END
 		WHERE stream_id = $16 AND ($17::int < 0 OR status = 'active') AND EXISTS (SELECT 1 FROM sess)
-		RETURNING latest_seq - $25::int AS latest_seq
+		RETURNING latest_seq - $25::int AS latest_seq, key
 	), msgs AS (
 		INSERT INTO helix.messages (session_id, seq, message)
-		SELECT $1, $4::int + u.ord - 1, u.m FROM ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
+		SELECT $1, $4::int + u.ord - 1, u.m FROM sess, ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
+		WHERE sess.key IS NULL
+	), msgsk AS (
+		INSERT INTO helix.messages_k (session_key, seq, message)
+		SELECT sess.key, $4::int + u.ord - 1, u.m FROM sess, ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
+		WHERE sess.key IS NOT NULL
 	), cp AS (
 		INSERT INTO helix.checkpoints (checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence,
 			status, custom_state, output, usage, journal)
 		SELECT $10, $1, $2, $3::int, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11, sess.custom_state,
 			CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END, $13::json, $26::text
-		FROM sess, ok
+		FROM sess, ok WHERE sess.key IS NULL OR $28::bigint IS NULL
+	), cpk AS (
+		INSERT INTO helix.checkpoints_k (session_key, step_count, id_ms, id_rand, run_id, message_count, stream_sequence,
+			status, custom_state, output, usage, journal)
+		SELECT sess.key, $3::int, $28::bigint, $29::text, $2, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11,
+			sess.custom_state, CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END, $13::json, $26::text
+		FROM sess, ok WHERE sess.key IS NOT NULL AND $28::bigint IS NOT NULL
 	), run AS (
 		SELECT status FROM helix.runs WHERE run_id = $2
 	), runupd AS (
@@ -143,6 +156,12 @@ const commitStepSQL = `WITH sess AS (
 		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk)
 		SELECT $16::text, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
 		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
+		WHERE ok.key IS NULL
+	), chunksk AS (
+		INSERT INTO helix.stream_chunks_k (stream_key, seq, n, run_id, step, chunk)
+		SELECT ok.key, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
+		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
+		WHERE ok.key IS NOT NULL
 	), note AS (
 		SELECT pg_notify($22, $16) FROM ok
 	)
@@ -346,6 +365,12 @@ type stepWrite struct {
 	// narrow makes the commit's row updates those of migration 00026
 	// (commitStepSQL's $27).
 	narrow bool
+	// idMillis and idRandom are checkpointID's parts a keyed session's
+	// row stores (commitStepSQL's $28 and $29).
+	// (nil idMillis: the ID is not compact, a step count above
+	// maxCompactStep; the checkpoint goes to helix.checkpoints).
+	idMillis *int64
+	idRandom string
 }
 
 // stepWrite renders a commit decided in mode, with count messages before
@@ -359,8 +384,13 @@ type stepWrite struct {
 func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs []string, usage []byte, latest int64, mode string, res *store.StepCommitResult) (*stepWrite, error) {
 	res.CheckpointID = helix.GenerateCheckpointID(c.SessionID, c.Step)
 	res.MessageCount = count + len(msgs)
+	parts, _ := compactID(c.SessionID, res.CheckpointID)
 	w := &stepWrite{count: count, msgs: msgs, mode: mode, reason: res.InterruptReason, checkpointID: res.CheckpointID,
-		streamID: streamID, cpStatus: helix.SessionActive, runStatus: helix.RunRunning, channel: s.shared.opts.notifyChannel}
+		streamID: streamID, cpStatus: helix.SessionActive, runStatus: helix.RunRunning, channel: s.shared.opts.notifyChannel,
+		idRandom: parts.Random}
+	if parts.Random != "" {
+		w.idMillis = &parts.Timestamp
+	}
 	chunks := newChunkBatch(streamID, latest)
 	if err := chunks.add(c.RunID, c.Chunks...); err != nil {
 		return nil, err
@@ -417,7 +447,7 @@ func (w *stepWrite) args(c store.StepCommit, usage []byte, expect int) []any {
 	return []any{c.SessionID, c.RunID, c.Step, w.count, w.msgs, w.next, w.mode, w.output, w.interruptCtx,
 		w.checkpointID, string(w.cpStatus), w.beforeCheckpt, usage, string(w.runStatus), runErr,
 		w.streamID, expect, w.packed.bodies, w.packed.steps, w.packed.runIDs, w.end, w.channel, w.runStatus.Final(),
-		w.packed.counts, w.chunks, w.journal, w.narrow}
+		w.packed.counts, w.chunks, w.journal, w.narrow, w.idMillis, w.idRandom}
 }
 
 // takeInbox marks a session's unread inbox messages read and returns them

@@ -40,12 +40,17 @@ const insertChunksSQL = `WITH input AS (
 			updated_at = CASE WHEN $10 THEN s.updated_at ELSE now() END
 		FROM counts c, locked l
 		WHERE s.stream_id = c.stream_id AND l.stream_id = c.stream_id AND l.status = 'active'
-		RETURNING s.stream_id, s.latest_seq - c.n AS base, s.latest_seq AS latest
+		RETURNING s.stream_id, s.latest_seq - c.n AS base, s.latest_seq AS latest, s.key
+	), newrows AS (
+		SELECT i.stream_id, u.key, u.base + sum(i.n) OVER (PARTITION BY i.stream_id ORDER BY i.ord) AS seq, i.n,
+			NULLIF(i.run_id, '') AS run_id, i.step, i.attempt, i.chunk
+		FROM input i JOIN upd u USING (stream_id)
 	), ins AS (
 		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, attempt, chunk)
-		SELECT i.stream_id, u.base + sum(i.n) OVER (PARTITION BY i.stream_id ORDER BY i.ord), i.n,
-			NULLIF(i.run_id, ''), i.step, i.attempt, i.chunk
-		FROM input i JOIN upd u USING (stream_id)
+		SELECT stream_id, seq, n, run_id, step, attempt, chunk FROM newrows WHERE key IS NULL
+	), insk AS (
+		INSERT INTO helix.stream_chunks_k (stream_key, seq, n, run_id, step, attempt, chunk)
+		SELECT key, seq, n, run_id, step, attempt, chunk FROM newrows WHERE key IS NOT NULL
 	), batch AS (
 		INSERT INTO helix.stream_write_batches (batch_id, streams)
 		SELECT $6, COALESCE((SELECT array_agg(stream_id) FROM upd), '{}') WHERE $6::uuid IS NOT NULL
@@ -70,11 +75,15 @@ const insertStreamChunksSQL = `WITH input AS (
 		UPDATE helix.streams SET latest_seq = latest_seq + (SELECT sum(n) FROM input),
 			updated_at = CASE WHEN $10 THEN updated_at ELSE now() END
 		WHERE stream_id = ($1::text[])[1] AND status = 'active'
-		RETURNING latest_seq - (SELECT sum(n) FROM input) AS base, latest_seq AS latest
+		RETURNING latest_seq - (SELECT sum(n) FROM input) AS base, latest_seq AS latest, key
 	), ins AS (
 		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, attempt, chunk)
 		SELECT i.stream_id, u.base + sum(i.n) OVER (ORDER BY i.ord), i.n, NULLIF(i.run_id, ''), i.step, i.attempt, i.chunk
-		FROM input i, upd u
+		FROM input i, upd u WHERE u.key IS NULL
+	), insk AS (
+		INSERT INTO helix.stream_chunks_k (stream_key, seq, n, run_id, step, attempt, chunk)
+		SELECT u.key, u.base + sum(i.n) OVER (ORDER BY i.ord), i.n, NULLIF(i.run_id, ''), i.step, i.attempt, i.chunk
+		FROM input i, upd u WHERE u.key IS NOT NULL
 	), batch AS (
 		INSERT INTO helix.stream_write_batches (batch_id, streams)
 		SELECT $6, CASE WHEN EXISTS (SELECT 1 FROM upd) THEN ARRAY[($1::text[])[1]] ELSE '{}' END
@@ -238,8 +247,8 @@ func (s *Store) CreateStream(ctx context.Context, streamID string, opts *store.C
 	if opts != nil && opts.OwnerSessionID != "" {
 		owner = opts.OwnerSessionID
 	}
-	_, err := s.shared.pool.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id) VALUES ($1, $2)
-		ON CONFLICT (stream_id) DO NOTHING`, streamID, owner)
+	_, err := s.shared.pool.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id, key) VALUES ($1, $2, `+newKeySQL(3)+`)
+		ON CONFLICT (stream_id) DO NOTHING`, streamID, owner, s.FormatLevel() >= FormatLevelKeyedTables)
 	if pgCode(err) == codeForeignKeyViolation {
 		err = notFound("owner session", fmt.Sprint(owner))
 	}
@@ -379,7 +388,9 @@ func (s *Store) EndStream(ctx context.Context, streamID string, finalOutput json
 			latest_seq = $3, updated_at = now() WHERE stream_id = $1`, streamID, rawOrNil(finalOutput), seq); err != nil {
 			return err
 		}
-		if _, err := q.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_id, seq, step, chunk) VALUES ($1, $2, 0, $3)`,
+		if _, err := q.Exec(ctx, `WITH st AS (SELECT key FROM helix.streams WHERE stream_id = $1),
+				t AS (INSERT INTO helix.stream_chunks (stream_id, seq, step, chunk) SELECT $1, $2, 0, $3 FROM st WHERE st.key IS NULL)
+			INSERT INTO helix.stream_chunks_k (stream_key, seq, step, chunk) SELECT st.key, $2, 0, $3 FROM st WHERE st.key IS NOT NULL`,
 			streamID, seq, end); err != nil {
 			return err
 		}
@@ -417,14 +428,14 @@ func (s *Store) ReactivateStream(ctx context.Context, streamID string) error {
 // CleanupToStep implements store.StreamStore.
 func (s *Store) CleanupToStep(ctx context.Context, streamID string, step int, minSequence int64) (store.CleanupResult, error) {
 	res, err := s.cleanup(ctx, streamID, step,
-		`DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND step > $2 AND seq > $3 RETURNING seq, n`,
-		streamID, step, minSequence)
+		`step > $2 AND seq > $3`, streamID, step, minSequence)
 	return res, wrap(err, "cleanup stream %s to step %d", streamID, step)
 }
 
-// cleanup runs a RETURNING seq, n delete of chunk rows after step under the stream
-// row lock (see truncate); nothing removed reports a zero result.
-func (s *Store) cleanup(ctx context.Context, streamID string, step int, del string, args ...any) (store.CleanupResult, error) {
+// cleanup deletes the chunk rows of stream $1 that meet cond after step
+// under the stream row lock (see truncate); nothing removed reports a
+// zero result.
+func (s *Store) cleanup(ctx context.Context, streamID string, step int, cond string, args ...any) (store.CleanupResult, error) {
 	var res store.CleanupResult
 	err := s.streamTx(ctx, func(q Querier) error {
 		_, latest, err := lockStream(ctx, q, streamID)
@@ -432,7 +443,7 @@ func (s *Store) cleanup(ctx context.Context, streamID string, step int, del stri
 			return err
 		}
 		res.AtSequence = latest
-		return s.truncate(ctx, q, streamID, step, &res, del, args...)
+		return s.truncate(ctx, q, streamID, step, &res, cond, args...)
 	})
 	if res.Removed == 0 {
 		res = store.CleanupResult{}
@@ -448,8 +459,7 @@ func (s *Store) ResetStream(ctx context.Context, streamID string) error {
 			return err
 		}
 		res := store.CleanupResult{AtSequence: latest}
-		if err := s.truncate(ctx, q, streamID, 0, &res,
-			`DELETE FROM helix.stream_chunks WHERE stream_id = $1 RETURNING seq, n`, streamID); err != nil {
+		if err := s.truncate(ctx, q, streamID, 0, &res, `true`, streamID); err != nil {
 			return err
 		}
 		_, err = q.Exec(ctx, `UPDATE helix.streams SET status = 'active', final_output = NULL, error = NULL,
@@ -459,13 +469,20 @@ func (s *Store) ResetStream(ctx context.Context, streamID string) error {
 	return wrap(err, "reset stream %s", streamID)
 }
 
-// truncate runs a RETURNING seq, n delete of chunk rows and, when it
-// removed chunks, records a truncation epoch and wakes readers. A row goes
-// whole: the chunks a row packs share their run and step, which is what
-// every delete selects on.
-func (s *Store) truncate(ctx context.Context, q Querier, streamID string, step int, res *store.CleanupResult, del string, args ...any) error {
+// truncate deletes the chunk rows of stream $1 (args[0]) that meet cond
+// (on the columns of a chunk row; args are its parameters), in the
+// stream's layout, and, when it removed chunks, records a truncation epoch
+// and wakes readers. A row goes whole: the chunks a row packs share their
+// run and step, which is what every delete selects on.
+func (s *Store) truncate(ctx context.Context, q Querier, streamID string, step int, res *store.CleanupResult, cond string, args ...any) error {
 	var minSeq, maxSeq *int64
-	err := q.QueryRow(ctx, `WITH d AS (`+del+`) SELECT COALESCE(sum(n), 0), min(seq - n + 1), max(seq) FROM d`, args...).
+	err := q.QueryRow(ctx, `WITH dt AS (
+			DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND `+cond+` RETURNING seq, n
+		), dk AS (
+			DELETE FROM helix.stream_chunks_k WHERE stream_key = (SELECT key FROM helix.streams WHERE stream_id = $1) AND `+cond+`
+			RETURNING seq, n
+		), d AS (SELECT * FROM dt UNION ALL SELECT * FROM dk)
+		SELECT COALESCE(sum(n), 0), min(seq - n + 1), max(seq) FROM d`, args...).
 		Scan(&res.Removed, &minSeq, &maxSeq)
 	if err != nil || res.Removed == 0 {
 		return err
@@ -508,8 +525,8 @@ func (s *Store) streamTx(ctx context.Context, fn func(q Querier) error) error {
 // its WAL record logs 8 bytes of the row instead of 28 (latest_seq to
 // updated_at; migration 00026). The newest chunk is one backward step of
 // the primary key.
-const streamUpdatedAtSQL = `GREATEST(s.updated_at, (SELECT c.created_at FROM helix.stream_chunks c
-			WHERE c.stream_id = s.stream_id ORDER BY c.seq DESC LIMIT 1))`
+var streamUpdatedAtSQL = `GREATEST(s.updated_at, (SELECT c.created_at FROM ` + streamChunksSQL("s", "true") + ` c
+			ORDER BY c.seq DESC LIMIT 1))`
 
 // GetStreamInfo implements store.StreamStore.
 func (s *Store) GetStreamInfo(ctx context.Context, streamID string) (*store.StreamInfo, error) {
@@ -517,7 +534,7 @@ func (s *Store) GetStreamInfo(ctx context.Context, streamID string) (*store.Stre
 	var status string
 	var final []byte
 	err := s.q.QueryRow(ctx, `SELECT stream_id, COALESCE(owner_session_id, ''), status, latest_seq,
-			(SELECT COALESCE(sum(c.n), 0) FROM helix.stream_chunks c WHERE c.stream_id = s.stream_id),
+			(SELECT COALESCE(sum(c.n), 0) FROM `+streamChunksSQL("s", "true")+` c),
 			final_output, COALESCE(error, ''), truncation_epoch, created_at, `+streamUpdatedAtSQL+`
 		FROM helix.streams s WHERE stream_id = $1`, streamID).
 		Scan(&info.StreamID, &info.OwnerSessionID, &status, &info.LatestSequence, &info.ChunkCount, &final,
@@ -567,8 +584,7 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 			src.*
 		FROM helix.streams st
 		LEFT JOIN LATERAL (
-			SELECT seq, n, run_id, step, attempt, chunk, created_at FROM helix.stream_chunks
-			WHERE stream_id = st.stream_id AND seq > $2 ORDER BY seq LIMIT $3
+			SELECT * FROM `+streamChunksSQL("st", "seq > $2")+` x ORDER BY seq LIMIT $3
 		) c ON true
 		LEFT JOIN LATERAL (`+markerSourcesSQL+`) src ON true
 		WHERE st.stream_id = $1`, streamID, after, limit)
