@@ -120,7 +120,7 @@ func TestRollingDeploy(t *testing.T) {
 				var old, cur int
 				require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE left(c.chunk::text, 2) IN ('{"', '[2')),
 					count(*) FILTER (WHERE left(c.chunk::text, 2) = '[3')
-					FROM helix.stream_chunks c JOIN helix.runs r ON r.run_id = c.run_id WHERE r.session_id = 'waiting'`).Scan(&old, &cur))
+					FROM helix.all_stream_chunks c JOIN helix.runs r ON r.run_id = c.run_id WHERE r.session_id = 'waiting'`).Scan(&old, &cur))
 				require.Positive(t, old, "v1 wrote what it reads")
 				require.Positive(t, cur, "v2 wrote format 3 once v1 was gone")
 			}

@@ -98,7 +98,7 @@ func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionI
 	w := writtenAt{formats: map[string]int{}}
 	type span struct{ first, last int64 }
 	var rows []span
-	r, err := pool.Query(t.Context(), `SELECT seq - n + 1, seq, left(chunk::text, 2) FROM helix.stream_chunks WHERE stream_id = $1`,
+	r, err := pool.Query(t.Context(), `SELECT seq - n + 1, seq, left(chunk::text, 2) FROM helix.all_stream_chunks WHERE stream_id = $1`,
 		chunks[0].StreamID)
 	require.NoError(t, err)
 	for r.Next() {
@@ -134,7 +134,7 @@ func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionI
 	require.NotEqual(t, -1, start, "step 1's step_start")
 	require.NotEqual(t, -1, committed, "step 1's step_committed")
 	w.startsHeld = start == committed
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.checkpoints WHERE session_id = $1 AND journal IS NOT NULL`,
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.all_checkpoints WHERE session_id = $1 AND journal IS NOT NULL`,
 		sessionID).Scan(&w.checkpointJournals))
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM helix.step_journal_records WHERE workflow_id = $1),
 		(SELECT coalesce(sum(n), 0) FROM helix.step_journal WHERE workflow_id = $1)`, workflowID).Scan(&w.records, &w.journalRows))
@@ -240,19 +240,28 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 		from, to postgres.FormatLevel
 		crash    helixtest.CrashPoint
 	}{
-		{"0 to 1 after the commit", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterCommit(1)},
-		{"0 to 1 after the model call", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterModelCall(1)},
-		{"1 to 0 after the commit", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
-		{"1 to 0 after the model call", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterModelCall(1)},
+		{"0 to 1 after the commit", postgres.FormatLevelBase, postgres.FormatLevelCheckpointJournals, helixtest.AfterCommit(1)},
+		{"0 to 1 after the model call", postgres.FormatLevelBase, postgres.FormatLevelCheckpointJournals, helixtest.AfterModelCall(1)},
+		{"1 to 0 after the commit", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
+		{"1 to 0 after the model call", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelBase, helixtest.AfterModelCall(1)},
+		{"0 to 4 after the commit", postgres.FormatLevelBase, postgres.FormatLevelKeyedTables, helixtest.AfterCommit(1)},
+		{"4 to 0 after the commit", postgres.FormatLevelKeyedTables, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
 		{"1 to 3 after the commit", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelDerivedChunks, helixtest.AfterCommit(1)},
 		{"1 to 3 after the model call", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelDerivedChunks, helixtest.AfterModelCall(1)},
 		{"3 to 1 after the commit", postgres.FormatLevelDerivedChunks, postgres.FormatLevelCheckpointJournals, helixtest.AfterCommit(1)},
 		{"3 to 1 after the model call", postgres.FormatLevelDerivedChunks, postgres.FormatLevelCheckpointJournals, helixtest.AfterModelCall(1)},
+		{"3 to 4 after the commit", postgres.FormatLevelDerivedChunks, postgres.FormatLevelKeyedTables, helixtest.AfterCommit(1)},
+		{"3 to 4 after the model call", postgres.FormatLevelDerivedChunks, postgres.FormatLevelKeyedTables, helixtest.AfterModelCall(1)},
+		{"4 to 3 after the commit", postgres.FormatLevelKeyedTables, postgres.FormatLevelDerivedChunks, helixtest.AfterCommit(1)},
+		{"4 to 3 after the model call", postgres.FormatLevelKeyedTables, postgres.FormatLevelDerivedChunks, helixtest.AfterModelCall(1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := databaseWithPool(t)
 			older := min(tc.from, tc.to) // the level of the previous release alive during one of the executions
+			if newer := max(tc.from, tc.to); newer < postgres.FormatLevelNewest {
+				previousReleaseAt(t, pool, "previous-2", newer) // caps the cluster's level at the newer one throughout
+			}
 			var stop func()
 			if tc.from == older {
 				stop = previousReleaseAt(t, pool, "previous-1", older)
@@ -281,11 +290,38 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			require.Len(t, second.Messages(h.SessionID), 4, "user, assistant, tool result, assistant: each commit applied once")
 			var checkpoints int
 			require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()),
-				`SELECT count(*) FROM helix.checkpoints WHERE session_id = $1`, h.SessionID).Scan(&checkpoints))
+				`SELECT count(*) FROM helix.all_checkpoints WHERE session_id = $1`, h.SessionID).Scan(&checkpoints))
 			require.Equal(t, 2, checkpoints, "a checkpoint per step")
+			requireLayoutOf(t, pool, h.SessionID, tc.from >= postgres.FormatLevelKeyedTables)
 			requireStartsOnce(t, second.Stream(h.SessionID), 1, "n1")
 			second.RequireTranscriptOnce(h.SessionID)
 			second.RequireStreamGapFree(h.SessionID)
 		})
+	}
+}
+
+// requireLayoutOf checks that session id (a root session: its stream has
+// its ID) and its stream are keyed or not, and that their messages,
+// checkpoints and chunk rows are all in the tables of that layout: the
+// layout of the session's creation, whatever the levels of later writes.
+func requireLayoutOf(t *testing.T, pool *pgxpool.Pool, id string, keyed bool) {
+	t.Helper()
+	var sessKeyed, streamKeyed bool
+	var text, inKeyed int
+	require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()), `SELECT s.key IS NOT NULL, st.key IS NOT NULL,
+			(SELECT count(*) FROM helix.messages WHERE session_id = $1) + (SELECT count(*) FROM helix.checkpoints WHERE session_id = $1)
+				+ (SELECT count(*) FROM helix.stream_chunks WHERE stream_id = $1),
+			(SELECT count(*) FROM helix.messages_k WHERE session_key = s.key) + (SELECT count(*) FROM helix.checkpoints_k WHERE session_key = s.key)
+				+ (SELECT count(*) FROM helix.stream_chunks_k WHERE stream_key = st.key)
+		FROM helix.sessions s JOIN helix.streams st ON st.stream_id = s.stream_id WHERE s.session_id = $1`, id).
+		Scan(&sessKeyed, &streamKeyed, &text, &inKeyed))
+	require.Equal(t, keyed, sessKeyed, "session %s keyed", id)
+	require.Equal(t, keyed, streamKeyed, "stream %s keyed", id)
+	if keyed {
+		require.Zero(t, text, "rows of %s in the text tables", id)
+		require.Positive(t, inKeyed)
+	} else {
+		require.Zero(t, inKeyed, "rows of %s in the keyed tables", id)
+		require.Positive(t, text)
 	}
 }

@@ -137,7 +137,7 @@ func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 	base := workflows.JournalBase
 	require.Equal(t, []row{{base, 1}}, got, "the model call alone: the tool and the commit are the checkpoint's")
 	var checkpoint, carried string
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, journal FROM helix.checkpoints
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, journal FROM helix.all_checkpoints
 		WHERE session_id = $1 AND journal IS NOT NULL`, h.SessionID).Scan(&checkpoint, &carried))
 	require.True(t, strings.HasPrefix(carried, fmt.Sprintf("[0,%d,", base+1)), "the run's own workflow, from the tool: %s", carried)
 	require.NotContains(t, carried, checkpoint, "the commit's record does not repeat its checkpoint's ID")
@@ -261,7 +261,7 @@ func TestJournalQueuedSegmentsReplayTheirOwnRecords(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	var segments []string
-	rows, err := pool.Query(t.Context(), `SELECT split_part(substr(journal, 2), ',', 1) FROM helix.checkpoints
+	rows, err := pool.Query(t.Context(), `SELECT split_part(substr(journal, 2), ',', 1) FROM helix.all_checkpoints
 		WHERE session_id = $1 AND journal IS NOT NULL ORDER BY created_seq`, h.SessionID)
 	require.NoError(t, err)
 	for rows.Next() {

@@ -448,7 +448,7 @@ func TestSSEResumeInsideMarkerRows(t *testing.T) {
 	require.Equal(t, "end", full[len(full)-1].typ())
 
 	var markers int
-	require.NoError(t, a.eng.Store().Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks
+	require.NoError(t, a.eng.Store().Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.all_stream_chunks
 		WHERE stream_id = $1 AND left(chunk::text, 3) = '[4,'`, id).Scan(&markers))
 	require.GreaterOrEqual(t, markers, 3, "the tool steps' lifecycle chunks are marker rows")
 

@@ -12,9 +12,17 @@ K1=${K1:-200}; K2=${K2:-1200}
 T=${TMPDIR:-/tmp}
 export PGPASSWORD=postgres
 P="psql -h 127.0.0.1 -U postgres -qtA -F |"
+# The message bytes of both layouts (helix.messages_k from migration 00029 on:
+# counted when the table exists, so the script measures older trees too).
+msgbytes() {
+	local keyed=0
+	[ "$($P -c "select to_regclass('helix.messages_k') is not null" "$DB")" = t ] &&
+		keyed="(select coalesce(sum(pg_column_size(m.message)), 0) from helix.messages_k m)"
+	$P -c "select (select coalesce(sum(pg_column_size(m.message)), 0) from helix.messages m) + $keyed" "$DB"
+}
 sizes() {
-	$P -c "select n.nspname||'.'||c.relname, pg_total_relation_size(c.oid),
-		(select coalesce(sum(pg_column_size(m.message)), 0) from helix.messages m)
+	local msgs; msgs=$(msgbytes)
+	$P -c "select n.nspname||'.'||c.relname, pg_total_relation_size(c.oid), $msgs
 		from pg_class c join pg_namespace n on n.oid = c.relnamespace
 		where n.nspname in ('helix', 'dbos') and c.relkind = 'r'" "$DB"
 }
