@@ -300,28 +300,19 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 	}
 }
 
-// requireLayoutOf checks that session id (a root session: its stream has
-// its ID) and its stream are keyed or not, and that their messages,
-// checkpoints and chunk rows are all in the tables of that layout: the
-// layout of the session's creation, whatever the levels of later writes.
+// requireLayoutOf checks that root session id and its stream (which has
+// its ID) are keyed or not, and that their messages, checkpoints and chunk
+// rows are all in the tables of that layout: the layout of the session's
+// creation, whatever the levels of later writes.
 func requireLayoutOf(t *testing.T, pool *pgxpool.Pool, id string, keyed bool) {
 	t.Helper()
-	var sessKeyed, streamKeyed bool
+	requireSessionLayout(t, pool, id, keyed)
+	var streamKeyed bool
 	var text, inKeyed int
-	require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()), `SELECT s.key IS NOT NULL, st.key IS NOT NULL,
-			(SELECT count(*) FROM helix.messages WHERE session_id = $1) + (SELECT count(*) FROM helix.checkpoints WHERE session_id = $1)
-				+ (SELECT count(*) FROM helix.stream_chunks WHERE stream_id = $1),
-			(SELECT count(*) FROM helix.messages_k WHERE session_key = s.key) + (SELECT count(*) FROM helix.checkpoints_k WHERE session_key = s.key)
-				+ (SELECT count(*) FROM helix.stream_chunks_k WHERE stream_key = st.key)
-		FROM helix.sessions s JOIN helix.streams st ON st.stream_id = s.stream_id WHERE s.session_id = $1`, id).
-		Scan(&sessKeyed, &streamKeyed, &text, &inKeyed))
-	require.Equal(t, keyed, sessKeyed, "session %s keyed", id)
+	require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()), `SELECT st.key IS NOT NULL,
+			(SELECT count(*) FROM helix.stream_chunks WHERE stream_id = $1),
+			(SELECT count(*) FROM helix.stream_chunks_k WHERE stream_key = st.key)
+		FROM helix.streams st WHERE st.stream_id = $1`, id).Scan(&streamKeyed, &text, &inKeyed))
 	require.Equal(t, keyed, streamKeyed, "stream %s keyed", id)
-	if keyed {
-		require.Zero(t, text, "rows of %s in the text tables", id)
-		require.Positive(t, inKeyed)
-	} else {
-		require.Zero(t, inKeyed, "rows of %s in the keyed tables", id)
-		require.Positive(t, text)
-	}
+	requireRowsIn(t, keyed, text, inKeyed, "stream "+id)
 }

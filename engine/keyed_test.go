@@ -27,12 +27,19 @@ func requireSessionLayout(t *testing.T, pool *pgxpool.Pool, id string, keyed boo
 			(SELECT count(*) FROM helix.messages_k WHERE session_key = s.key) + (SELECT count(*) FROM helix.checkpoints_k WHERE session_key = s.key)
 		FROM helix.sessions s WHERE s.session_id = $1`, id).Scan(&sessKeyed, &text, &inKeyed))
 	require.Equal(t, keyed, sessKeyed, "session %s keyed", id)
+	requireRowsIn(t, keyed, text, inKeyed, "session "+id)
+}
+
+// requireRowsIn checks that what's rows are all in the keyed tables
+// (inKeyed of them) or all in the text tables (text of them).
+func requireRowsIn(t *testing.T, keyed bool, text, inKeyed int, what string) {
+	t.Helper()
 	if keyed {
-		require.Zero(t, text, "rows of %s in the text tables", id)
-		require.Positive(t, inKeyed)
+		require.Zero(t, text, "rows of %s in the text tables", what)
+		require.Positive(t, inKeyed, "rows of %s in the keyed tables", what)
 	} else {
-		require.Zero(t, inKeyed, "rows of %s in the keyed tables", id)
-		require.Positive(t, text)
+		require.Zero(t, inKeyed, "rows of %s in the keyed tables", what)
+		require.Positive(t, text, "rows of %s in the text tables", what)
 	}
 }
 
