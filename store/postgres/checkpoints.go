@@ -199,7 +199,7 @@ func (s *Store) GetCheckpointMessages(ctx context.Context, checkpointID string) 
 	if err != nil {
 		return nil, wrap(err, "get checkpoint messages %s", checkpointID)
 	}
-	rows, err := s.q.Query(ctx, `SELECT m.message FROM helix.sessions s, LATERAL `+sessionMessagesSQL("s", "seq < $2")+` m
+	rows, err := s.q.Query(ctx, `SELECT m.message FROM helix.sessions s, LATERAL `+sessionMessagesSQL("s", "seq < $2", "")+` m
 		WHERE s.session_id = $1 ORDER BY m.seq`, cp.SessionID, cp.MessageCount)
 	if err != nil {
 		return nil, wrap(err, "get checkpoint messages %s", checkpointID)

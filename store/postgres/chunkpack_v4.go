@@ -69,7 +69,7 @@ func isMarker(body []byte) bool { return bytes.HasPrefix(body, []byte("["+v4Vers
 // and the messages are read in the layout of their session, which may not
 // be the stream's (a sub-agent's steps in its parent's stream).
 var markerSourcesSQL = `SELECT cp.checkpoint_id, se.session_id, cp.message_count, se.agent_type, cp.usage::text AS usage,
-			ARRAY(SELECT m.message::text FROM ` + sessionMessagesSQL("se", "seq >= cp.message_count - (c.chunk->>1)::int AND seq < cp.message_count") + ` m
+			ARRAY(SELECT m.message::text FROM ` + sessionMessagesSQL("se", "seq >= cp.message_count - (c.chunk->>1)::int AND seq < cp.message_count", "") + ` m
 				ORDER BY m.seq) AS messages
 		FROM helix.runs r
 		JOIN helix.sessions se ON se.session_id = r.session_id
@@ -623,7 +623,7 @@ var literalMarkersSQL = `SELECT s.stream_id, c.seq, c.n, COALESCE(c.run_id, ''),
 	FROM helix.sessions s
 	JOIN helix.streams st ON st.stream_id = s.stream_id
 	JOIN LATERAL ` + streamChunksSQL("st", `seq > COALESCE((SELECT max(k.stream_sequence)
-		FROM helix.all_checkpoints k WHERE k.session_id = s.session_id AND k.message_count <= $2), 0)`) + ` c ON true
+		FROM helix.all_checkpoints k WHERE k.session_id = s.session_id AND k.message_count <= $2), 0)`, "") + ` c ON true
 	JOIN LATERAL (` + markerSourcesSQL + `) src ON true
 	WHERE s.session_id = $1 AND src.session_id = $1 AND src.message_count > $2
 	ORDER BY c.seq`

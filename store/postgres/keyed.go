@@ -26,22 +26,27 @@ func newKeySQL(n int) string {
 
 // sessionMessagesSQL is a subquery of the messages of session row s (an
 // alias of helix.sessions) in both layouts that meet cond (on seq), as
-// columns seq and message: ordered by seq above it, it is a merge of two
-// primary-key index scans.
-func sessionMessagesSQL(s, cond string) string {
-	return `(SELECT seq, message FROM helix.messages WHERE session_id = ` + s + `.session_id AND ` + s + `.key IS NULL AND ` + cond + `
+// columns seq and message, each table's in the order and limit of tail
+// ("ORDER BY seq LIMIT $3"; "" for none): the caller orders the union
+// again. Each arm is an index scan of its primary key, the one of the
+// other layout skipped by a one-time filter on the key (Postgres does not
+// merge a lateral union in order: an outer ORDER BY ... LIMIT alone would
+// read every row that meets cond).
+func sessionMessagesSQL(s, cond, tail string) string {
+	return `((SELECT seq, message FROM helix.messages WHERE session_id = ` + s + `.session_id AND ` + s + `.key IS NULL AND ` + cond + ` ` + tail + `)
 		UNION ALL
-		SELECT seq, message FROM helix.messages_k WHERE session_key = ` + s + `.key AND ` + cond + `)`
+		(SELECT seq, message FROM helix.messages_k WHERE session_key = ` + s + `.key AND ` + cond + ` ` + tail + `))`
 }
 
 // streamChunksSQL is a subquery of the chunk rows of stream row st (an
 // alias of helix.streams) in both layouts that meet cond, with the columns
-// of helix.stream_chunks but stream_id.
-func streamChunksSQL(st, cond string) string {
+// of helix.stream_chunks but stream_id, each table's in the order and
+// limit of tail (as sessionMessagesSQL).
+func streamChunksSQL(st, cond, tail string) string {
 	const cols = `seq, n, run_id, step, attempt, chunk, created_at`
-	return `(SELECT ` + cols + ` FROM helix.stream_chunks WHERE stream_id = ` + st + `.stream_id AND ` + st + `.key IS NULL AND ` + cond + `
+	return `((SELECT ` + cols + ` FROM helix.stream_chunks WHERE stream_id = ` + st + `.stream_id AND ` + st + `.key IS NULL AND ` + cond + ` ` + tail + `)
 		UNION ALL
-		SELECT ` + cols + ` FROM helix.stream_chunks_k WHERE stream_key = ` + st + `.key AND ` + cond + `)`
+		(SELECT ` + cols + ` FROM helix.stream_chunks_k WHERE stream_key = ` + st + `.key AND ` + cond + ` ` + tail + `))`
 }
 
 // keyedCheckpointColumns is checkpointColumns of a helix.checkpoints_k row

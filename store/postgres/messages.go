@@ -73,7 +73,7 @@ func (s *Store) GetMessages(ctx context.Context, sessionID string, opts *store.G
 	rows, err := s.q.Query(ctx, `SELECT s.message_count, m.message
 		FROM helix.sessions s
 		LEFT JOIN LATERAL (
-			SELECT x.message FROM `+sessionMessagesSQL("s", "seq >= $2")+` x ORDER BY x.seq LIMIT $3
+			SELECT x.message FROM `+sessionMessagesSQL("s", "seq >= $2", "ORDER BY seq LIMIT $3")+` x ORDER BY x.seq LIMIT $3
 		) m ON true
 		WHERE s.session_id = $1`, sessionID, o.Offset, limit)
 	if err != nil {

@@ -488,7 +488,7 @@ func (s *Store) CloneSession(ctx context.Context, p store.CloneParams) (*store.S
 			return err
 		}
 		if _, err := q.Exec(ctx, `WITH d AS (SELECT key FROM helix.sessions WHERE session_id = $1),
-				m AS (SELECT x.seq, x.message FROM helix.sessions s, LATERAL `+sessionMessagesSQL("s", "seq < $3")+` x
+				m AS (SELECT x.seq, x.message FROM helix.sessions s, LATERAL `+sessionMessagesSQL("s", "seq < $3", "")+` x
 					WHERE s.session_id = $2),
 				t AS (INSERT INTO helix.messages (session_id, seq, message)
 					SELECT $1, m.seq, m.message FROM m, d WHERE d.key IS NULL)

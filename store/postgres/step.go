@@ -27,7 +27,7 @@ var _ store.StepStore = (*Store)(nil)
 var readStepSQL = `SELECT s.status, s.step_count, s.message_count, s.custom_state,
 		COALESCE(NULLIF(s.checkpoint_id, ''), cp.id, ''),
 		COALESCE(cp.stream_sequence, 0), GREATEST($3, COALESCE(cp.stream_sequence, 0)),
-		COALESCE((SELECT c.step > $4 FROM ` + streamChunksSQL("st", "seq > GREATEST($3, COALESCE(cp.stream_sequence, 0)) AND run_id = $2") + ` c
+		COALESCE((SELECT c.step > $4 FROM ` + streamChunksSQL("st", "seq > GREATEST($3, COALESCE(cp.stream_sequence, 0)) AND run_id = $2", "ORDER BY seq DESC LIMIT 1") + ` c
 			ORDER BY c.seq DESC LIMIT 1), false)
 	FROM helix.sessions s LEFT JOIN LATERAL (` + sessionCheckpointSQL + `) cp ON true
 		LEFT JOIN helix.streams st ON st.stream_id = s.stream_id

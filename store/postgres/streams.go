@@ -525,7 +525,7 @@ func (s *Store) streamTx(ctx context.Context, fn func(q Querier) error) error {
 // its WAL record logs 8 bytes of the row instead of 28 (latest_seq to
 // updated_at; migration 00026). The newest chunk is one backward step of
 // the primary key.
-var streamUpdatedAtSQL = `GREATEST(s.updated_at, (SELECT c.created_at FROM ` + streamChunksSQL("s", "true") + ` c
+var streamUpdatedAtSQL = `GREATEST(s.updated_at, (SELECT c.created_at FROM ` + streamChunksSQL("s", "true", "ORDER BY seq DESC LIMIT 1") + ` c
 			ORDER BY c.seq DESC LIMIT 1))`
 
 // GetStreamInfo implements store.StreamStore.
@@ -534,7 +534,7 @@ func (s *Store) GetStreamInfo(ctx context.Context, streamID string) (*store.Stre
 	var status string
 	var final []byte
 	err := s.q.QueryRow(ctx, `SELECT stream_id, COALESCE(owner_session_id, ''), status, latest_seq,
-			(SELECT COALESCE(sum(c.n), 0) FROM `+streamChunksSQL("s", "true")+` c),
+			(SELECT COALESCE(sum(c.n), 0) FROM `+streamChunksSQL("s", "true", "")+` c),
 			final_output, COALESCE(error, ''), truncation_epoch, created_at, `+streamUpdatedAtSQL+`
 		FROM helix.streams s WHERE stream_id = $1`, streamID).
 		Scan(&info.StreamID, &info.OwnerSessionID, &status, &info.LatestSequence, &info.ChunkCount, &final,
@@ -584,7 +584,7 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 			src.*
 		FROM helix.streams st
 		LEFT JOIN LATERAL (
-			SELECT * FROM `+streamChunksSQL("st", "seq > $2")+` x ORDER BY seq LIMIT $3
+			SELECT * FROM `+streamChunksSQL("st", "seq > $2", "ORDER BY seq LIMIT $3")+` x ORDER BY seq LIMIT $3
 		) c ON true
 		LEFT JOIN LATERAL (`+markerSourcesSQL+`) src ON true
 		WHERE st.stream_id = $1`, streamID, after, limit)
