@@ -118,7 +118,8 @@ func TestExecutors(t *testing.T) {
 	require.Regexp(t, `^EXECUTOR\s+VERSION\s+HOST\s+PID\s+STARTED\s+FORMAT\s+HEARTBEAT\s+LEASE\s+WORKFLOWS\s+SESSIONS\s+QUEUE SLOTS\s+STATE\n`, out)
 	require.Equal(t, []string{live, "dead-1", "failing-1", "ghost", "old-1", "stopped-1"}, tableIDs(out), "alive first, then by ID")
 	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(live)+`\s+`+engine.DefaultApplicationVersion+`\s+`+regexp.QuoteMeta(host)+`\s+`+pid+
-		`\s+`+when+`\s+1\s+\d+s ago\s+30s\s+1\s+1\s+-\s+alive$`, out, "the session waiting for its approval is the server's")
+		`\s+`+when+`\s+`+strconv.Itoa(int(postgres.FormatLevelNewest))+`\s+\d+s ago\s+30s\s+1\s+1\s+-\s+alive$`, out,
+		"the session waiting for its approval is the server's; it reads the newest level")
 	require.Regexp(t, `(?m)^dead-1\s+v0\s+h2\s+22\s+`+when+`\s+0\s+5m ago\s+30s\s+5\s+2\s+_dbos_internal_queue=1,jobs=2\s+dead$`, out)
 	require.Regexp(t, `(?m)^failing-1\s+v0\s+h5\s+55\s+`+when+`\s+0\s+1m ago\s+30s\s+0\s+0\s+-\s+`+
 		`taken over by `+regexp.QuoteMeta(live)+` at `+at+`, recovery failed: recover: connection refused$`, out)
