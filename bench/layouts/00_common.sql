@@ -1,9 +1,10 @@
--- psql -v S=<session_id> -f ...  ; source rows of the 1,000-step session
+-- psql -v S=<session_id> -f ...  ; source rows of the 1,000-step session, in either layout
+-- (helix.all_*, migration 00029: the rows of the tables of 00001, with their text IDs)
 DROP VIEW IF EXISTS public.h6_src_j CASCADE;
-CREATE OR REPLACE VIEW public.h6_src_m AS SELECT * FROM helix.messages WHERE session_id = current_setting('h6.s');
-CREATE OR REPLACE VIEW public.h6_src_c AS SELECT * FROM helix.checkpoints WHERE session_id = current_setting('h6.s');
+CREATE OR REPLACE VIEW public.h6_src_m AS SELECT * FROM helix.all_messages WHERE session_id = current_setting('h6.s');
+CREATE OR REPLACE VIEW public.h6_src_c AS SELECT * FROM helix.all_checkpoints WHERE session_id = current_setting('h6.s');
 CREATE OR REPLACE VIEW public.h6_src_j AS SELECT j.* FROM helix.step_journal j JOIN helix.runs r ON r.workflow_id = j.workflow_id WHERE r.session_id = current_setting('h6.s');
-CREATE OR REPLACE VIEW public.h6_src_s AS SELECT * FROM helix.stream_chunks WHERE stream_id = current_setting('h6.s');
+CREATE OR REPLACE VIEW public.h6_src_s AS SELECT * FROM helix.all_stream_chunks WHERE stream_id = current_setting('h6.s');
 -- per-relation report: heap (main fork), each index, total (pg_total_relation_size), per step (/1000)
 CREATE OR REPLACE FUNCTION public.h6_report(sch text) RETURNS TABLE(rel text, kind text, bytes bigint, per_step numeric) LANGUAGE sql AS $$
   SELECT c.relname::text, CASE c.relkind WHEN 'r' THEN 'heap' WHEN 'i' THEN 'index' END,
