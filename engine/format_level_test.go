@@ -29,8 +29,19 @@ import (
 // that stops it.
 func previousRelease(t *testing.T, pool *pgxpool.Pool, id string) (stop func()) {
 	t.Helper()
-	_, err := pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms)
-		VALUES ($1, $2, 'previous-release', 1, 3600000)`, id, engine.DefaultApplicationVersion)
+	return previousReleaseAt(t, pool, id, postgres.FormatLevelBase)
+}
+
+// previousReleaseAt is previousRelease of a release that reads level (a
+// row without one for FormatLevelBase).
+func previousReleaseAt(t *testing.T, pool *pgxpool.Pool, id string, level postgres.FormatLevel) (stop func()) {
+	t.Helper()
+	var recorded *int
+	if level != postgres.FormatLevelBase {
+		recorded = new(int(level))
+	}
+	_, err := pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms, format_level)
+		VALUES ($1, $2, 'previous-release', 1, 3600000, $3)`, id, engine.DefaultApplicationVersion, recorded)
 	require.NoError(t, err)
 	return func() {
 		t.Helper()
@@ -78,6 +89,9 @@ type writtenAt struct {
 	// updated_at is its last commit's time (the commit wrote it).
 	pointer string
 	touched bool
+	// modelRows counts the session's message rows that hold a model call's
+	// record (messages.meta, FormatLevelModelMessages).
+	modelRows int
 }
 
 func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionID, workflowID string) writtenAt {
@@ -130,6 +144,8 @@ func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionI
 	require.Positive(t, w.records)
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, updated_at = checkpointed_at
 		FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&w.pointer, &w.touched))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.messages WHERE session_id = $1 AND meta IS NOT NULL`,
+		sessionID).Scan(&w.modelRows))
 	return w
 }
 
@@ -194,6 +210,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Equal(t, old.records, old.journalRows, "every record is in a helix.step_journal row")
 			require.NotEmpty(t, old.pointer, "the session points at its checkpoint by ID, as previous-1 reads it")
 			require.True(t, old.touched, "the commits wrote the session's updated_at, as previous-1 reads it")
+			require.Zero(t, old.modelRows, "the model call's record is a helix.step_journal row, not the assistant row")
 
 			tc.gone(t, pool, stop)
 			awaitFormatLevel(t, e, postgres.FormatLevelNewest)
@@ -208,6 +225,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Less(t, cur.journalRows, cur.records, "the commits' records are not in helix.step_journal rows")
 			require.Empty(t, cur.pointer, "the commit points the session at its newest checkpoint with ''")
 			require.False(t, cur.touched, "the commits left the session's updated_at to checkpointed_at")
+			require.Equal(t, 1, cur.modelRows, "step 1's model call's record is its assistant row")
 			for _, s := range []string{h.SessionID, h2.SessionID} {
 				e.RequireTranscriptOnce(s)
 				e.RequireStreamGapFree(s)
@@ -229,17 +247,21 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 		from, to postgres.FormatLevel
 		crash    helixtest.CrashPoint
 	}{
-		{"0 to 1 after the commit", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterCommit(1)},
-		{"0 to 1 after the model call", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterModelCall(1)},
-		{"1 to 0 after the commit", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
-		{"1 to 0 after the model call", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterModelCall(1)},
+		{"0 to newest after the commit", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterCommit(1)},
+		{"0 to newest after the model call", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterModelCall(1)},
+		{"newest to 0 after the commit", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
+		{"newest to 0 after the model call", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterModelCall(1)},
+		{"1 to 2 after the commit", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelModelMessages, helixtest.AfterCommit(1)},
+		{"1 to 2 after the model call", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelModelMessages, helixtest.AfterModelCall(1)},
+		{"2 to 1 after the commit", postgres.FormatLevelModelMessages, postgres.FormatLevelCheckpointJournals, helixtest.AfterCommit(1)},
+		{"2 to 1 after the model call", postgres.FormatLevelModelMessages, postgres.FormatLevelCheckpointJournals, helixtest.AfterModelCall(1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := databaseWithPool(t)
 			var stop func()
-			if tc.from == postgres.FormatLevelBase {
-				stop = previousRelease(t, pool, "previous-1")
+			if tc.from < postgres.FormatLevelNewest {
+				stop = previousReleaseAt(t, pool, "previous-1", tc.from)
 			}
 			var x executions
 			var mc modelCalls
@@ -250,10 +272,18 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			h := first.Start(agent, "go")
 			first.AwaitCrash()
 
+			// Where step 1's model call's record is: its assistant row
+			// from FormatLevelModelMessages (pending: the crash may come
+			// before its commit), a helix.step_journal row below.
+			var modelRows int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.messages WHERE session_id = $1 AND meta IS NOT NULL`,
+				h.SessionID).Scan(&modelRows))
+			require.Equal(t, map[bool]int{true: 1, false: 0}[tc.from >= postgres.FormatLevelModelMessages], modelRows)
 			if stop != nil {
 				stop()
-			} else {
-				previousRelease(t, pool, "previous-1")
+			}
+			if tc.to < postgres.FormatLevelNewest {
+				previousReleaseAt(t, pool, "previous-2", tc.to)
 			}
 			second := first.Replacement(helixtest.ReplacementOptions{})
 			require.Equal(t, tc.to, second.FormatLevel(), "read at launch")

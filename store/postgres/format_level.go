@@ -36,9 +36,18 @@ const (
 	// leaves the session's and the stream's updated_at alone; it reads
 	// those columns as they are).
 	FormatLevelCheckpointJournals FormatLevel = 1
+	// FormatLevelModelMessages (2) adds the write a release of
+	// FormatLevelCheckpointJournals cannot read: the record of a model call
+	// written at once (a step whose tools run application code) as the
+	// step's assistant message row in helix.messages, pending until the
+	// step's commit counts it, with messages.meta (migration 00028), instead
+	// of a helix.step_journal row. Its replay would not find the record
+	// (and call the model again), its commit would fail on the pending row,
+	// and its readers of messages would show the row before the commit.
+	FormatLevelModelMessages FormatLevel = 2
 	// FormatLevelNewest is the newest level this release reads and writes:
 	// the level its engines record.
-	FormatLevelNewest = FormatLevelCheckpointJournals
+	FormatLevelNewest = FormatLevelModelMessages
 )
 
 // String names the level for logs and tools.
@@ -48,6 +57,8 @@ func (l FormatLevel) String() string {
 		return "0 (base)"
 	case FormatLevelCheckpointJournals:
 		return "1 (checkpoint journals, chunk rows of format 3)"
+	case FormatLevelModelMessages:
+		return "2 (model records as assistant message rows)"
 	}
 	return fmt.Sprintf("%d (newer than this release)", int(l))
 }
