@@ -66,7 +66,7 @@ $fn$;
 -- to helix.step_journal, where the workflows that wrote them replay them
 -- (a record is never deleted while its workflow may replay). Its caller
 -- holds the session's row lock (it updated the row first), which
--- helix.record_model_message's FOR SHARE waits for, and its statement
+-- helix.record_model_message's FOR NO KEY UPDATE waits for, and its statement
 -- takes a snapshot of its own (a volatile function's), so it sees every
 -- pending row written before the lock: none is written after.
 -- +goose StatementBegin
@@ -102,9 +102,11 @@ $fn$;
 -- count is at_seq and no row is there; the records before it go to
 -- helix.step_journal as helix.record_steps writes them. Else every record,
 -- the model call's too, goes to helix.step_journal. It locks the session's
--- row (FOR SHARE, before the owner's: every writer of messages updates the
--- session first) so no writer at at_seq runs between its check and its
--- insert. It returns the row's tool calls as stored (jsonb's text, which
+-- row (FOR NO KEY UPDATE, the lock every writer of messages takes first by
+-- updating the session; before the owner's) so no writer, and no other
+-- model record, at at_seq runs between its look and its insert (a plain
+-- one: INSERT ... ON CONFLICT would write a confirmation record more). It
+-- returns the row's tool calls as stored (jsonb's text, which
 -- the step's tools then run with), 'null' for none, or NULL when the record
 -- went to helix.step_journal.
 -- +goose StatementBegin
@@ -117,13 +119,12 @@ DECLARE
     calls text;
     inserted boolean := false;
 BEGIN
-    PERFORM 1 FROM helix.sessions s WHERE s.session_id = sess AND s.message_count = at_seq FOR SHARE;
-    IF FOUND THEN
+    PERFORM 1 FROM helix.sessions s WHERE s.session_id = sess AND s.message_count = at_seq FOR NO KEY UPDATE;
+    IF FOUND AND NOT EXISTS (SELECT 1 FROM helix.messages m WHERE m.session_id = sess AND m.seq = at_seq) THEN
         PERFORM helix.check_journal_owner(wf, owner);
         INSERT INTO helix.messages AS m (session_id, seq, message, meta) VALUES (sess, at_seq, row_message, row_meta)
-        ON CONFLICT (session_id, seq) DO NOTHING
         RETURNING coalesce((m.message->'toolCalls')::text, 'null') INTO calls;
-        inserted := FOUND;
+        inserted := true;
     END IF;
     IF NOT inserted THEN
         PERFORM helix.record_steps(wf, owner, ids, names, outputs, errs, started, completed);
