@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,4 +208,64 @@ func TestPendingRowOfAnAbortedRunIsEvicted(t *testing.T) {
 	require.Equal(t, calls, mc.of(1)+mc.of(2)+mc.of(3), "the resumed workflow replayed its model call's record")
 	require.Len(t, e.Messages(h.SessionID), 5, "its commit was discarded")
 	e.RequireTranscriptOnce(h.SessionID)
+}
+
+// A step whose approval has a predicate records its model call at once:
+// its assistant row waits, pending, while the step waits for the approval.
+// When another run finishes the step (the session was interrupted while it
+// waited, then resumed), that run's commit keeps the row (the same
+// assistant message) and the original run's record in it; a crash after
+// that commit replays it and applies nothing twice.
+func TestApprovalPredicateStepAdoptsItsRow(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var runs sync.Map
+	gate := helix.RequireApprovalWhen(func(_ context.Context, in transferIn, _ helix.ToolContext) (bool, error) {
+		return in.Amount > 100, nil
+	})
+	tool := helix.MustNewTool("transfer", "Move money", func(_ context.Context, in transferIn, tc helix.ToolContext) (map[string]int, error) {
+		n, _ := runs.LoadOrStore(tc.ToolCallID(), new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return map[string]int{"sent": in.Amount}, nil
+	}, gate)
+	var mc modelCalls
+	agent := &helix.Agent{Name: "gated-rows", Tools: []*helix.Tool{tool},
+		Model: mc.wrap(script(calls(call("big", "transfer", `{"to":"a","amount":500}`)), text("done")))}
+	crash := helixtest.AfterCommit(1)
+	first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &crash, Quiet: true}, agent)
+	h := first.Start(agent, "pay")
+	first.AwaitPending(h.SessionID, "big")
+
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+	var seq, count int
+	var meta string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.seq, s.message_count, m.meta::text FROM helix.messages m
+		JOIN helix.sessions s USING (session_id) WHERE m.session_id = $1 AND m.meta IS NOT NULL`, h.SessionID).Scan(&seq, &count, &meta))
+	require.Equal(t, count, seq, "the model record waits in its assistant row, pending, while the step waits")
+	require.Len(t, first.Messages(h.SessionID), 1)
+
+	require.NoError(t, first.Interrupt(t.Context(), h.SessionID, "later"))
+	first.AwaitStatus(h.SessionID, helix.SessionInterrupted)
+	h2, err := first.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	first.AwaitPending(h.SessionID, "big")
+	first.Approve(h.SessionID, "big")
+	first.AwaitCrash()
+
+	second := first.Replacement(helixtest.ReplacementOptions{})
+	res := second.Await(second.Attach(h2))
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	n, _ := runs.Load("big")
+	require.Equal(t, int32(1), n.(*atomic.Int32).Load(), "the approved tool ran once")
+	require.Equal(t, 1, mc.of(1), "the model call of step 1 ran once")
+	msgs := second.Messages(h.SessionID)
+	require.Len(t, msgs, 4, "user, assistant, tool result, answer")
+	var kept string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT meta::text FROM helix.messages WHERE session_id = $1 AND seq = $2`,
+		h.SessionID, seq).Scan(&kept))
+	require.Equal(t, meta, kept, "the resumed run's commit kept the row the first run's model record is")
+	second.RequireTranscriptOnce(h.SessionID)
+	second.RequireStreamGapFree(h.SessionID)
 }
