@@ -59,6 +59,21 @@ LANGUAGE sql IMMUTABLE STRICT AS $fn$
 $fn$;
 -- +goose StatementEnd
 
+-- helix.message_journal returns the helix.step_journal row of the model
+-- record a row of session sess holds (at_seq, message, meta): its
+-- workflow's (the run of the turn meta names; none when that run has no
+-- workflow), unpacked (n = 1).
+-- +goose StatementBegin
+CREATE FUNCTION helix.message_journal(sess text, at_seq integer, message jsonb, meta json)
+RETURNS TABLE (workflow_id text, id integer, name text, output text, error text, started_at bigint, completed_at bigint)
+LANGUAGE sql STABLE STRICT AS $fn$
+    SELECT helix.journal_workflow(r.workflow_id, (meta->>1)::integer), 1000000 + (meta->>2)::integer,
+           'helix.call_model', helix.message_record(at_seq, message, meta), NULL::text,
+           (meta->>3)::bigint, (meta->>3)::bigint + (meta->>4)::bigint
+    FROM helix.runs r WHERE r.session_id = sess AND r.turn = (meta->>0)::integer AND r.workflow_id IS NOT NULL
+$fn$;
+-- +goose StatementEnd
+
 -- helix.evict_pending_messages deletes session sess's rows at seq >=
 -- from_seq (pending model records, and at a truncation the messages it
 -- removes) but a row at from_seq whose message is keep (a step's commit
@@ -82,11 +97,7 @@ BEGIN
         RETURNING m.seq, m.message, m.meta
     ), moved AS (
         INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
-        SELECT helix.journal_workflow(r.workflow_id, (g.meta->>1)::integer), 1000000 + (g.meta->>2)::integer,
-               'helix.call_model', helix.message_record(g.seq, g.message, g.meta), NULL,
-               (g.meta->>3)::bigint, (g.meta->>3)::bigint + (g.meta->>4)::bigint
-        FROM gone g JOIN helix.runs r ON r.session_id = sess AND r.turn = (g.meta->>0)::integer
-        WHERE g.meta IS NOT NULL AND r.workflow_id IS NOT NULL
+        SELECT x.* FROM gone g, helix.message_journal(sess, g.seq, g.message, g.meta) x
         ON CONFLICT (workflow_id, id) DO NOTHING
     )
     SELECT count(*) INTO n FROM gone;
@@ -182,21 +193,15 @@ SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, helix.journal
 FROM helix.checkpoints c JOIN helix.runs r ON r.run_id = c.run_id, helix.checkpoint_journal(c.checkpoint_id, c.journal) x
 WHERE c.journal IS NOT NULL
 UNION ALL
-SELECT helix.journal_workflow(r.workflow_id, (m.meta->>1)::integer), 1000000 + (m.meta->>2)::integer,
-       'helix.call_model', helix.message_record(m.seq, m.message, m.meta), NULL,
-       (m.meta->>3)::bigint, (m.meta->>3)::bigint + (m.meta->>4)::bigint
-FROM helix.messages m JOIN helix.runs r ON r.session_id = m.session_id AND r.turn = (m.meta->>0)::integer
+SELECT x.* FROM helix.messages m, helix.message_journal(m.session_id, m.seq, m.message, m.meta) x
 WHERE m.meta IS NOT NULL;
 
 -- +goose Down
 -- The records messages hold become helix.step_journal rows, one per
 -- record; pending rows (seq >= the session's message count) go.
 INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
-SELECT helix.journal_workflow(r.workflow_id, (m.meta->>1)::integer), 1000000 + (m.meta->>2)::integer,
-       'helix.call_model', helix.message_record(m.seq, m.message, m.meta), NULL,
-       (m.meta->>3)::bigint, (m.meta->>3)::bigint + (m.meta->>4)::bigint
-FROM helix.messages m JOIN helix.runs r ON r.session_id = m.session_id AND r.turn = (m.meta->>0)::integer
-WHERE m.meta IS NOT NULL AND r.workflow_id IS NOT NULL
+SELECT x.* FROM helix.messages m, helix.message_journal(m.session_id, m.seq, m.message, m.meta) x
+WHERE m.meta IS NOT NULL
 ON CONFLICT (workflow_id, id) DO NOTHING;
 DELETE FROM helix.messages m USING helix.sessions s
 WHERE m.session_id = s.session_id AND m.seq >= s.message_count;
@@ -210,5 +215,6 @@ WHERE c.journal IS NOT NULL;
 DROP FUNCTION helix.run_model_messages(text, text, integer);
 DROP FUNCTION helix.record_model_message(text, text, integer[], text[], text[], text[], bigint[], bigint[], text, integer, jsonb, json);
 DROP FUNCTION helix.evict_pending_messages(text, integer, jsonb);
+DROP FUNCTION helix.message_journal(text, integer, jsonb, json);
 DROP FUNCTION helix.message_record(integer, jsonb, json);
 ALTER TABLE helix.messages DROP COLUMN meta;
