@@ -276,6 +276,18 @@ func TestJournalQueuedSegmentsReplayTheirOwnRecords(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"1", "2", "2"}, segments, "step 1 committed in the first segment; 2 and 3 in the second")
+	segments = nil
+	rows, err = pool.Query(t.Context(), `SELECT meta->>1 FROM helix.messages WHERE session_id = $1 AND meta IS NOT NULL ORDER BY seq`,
+		h.SessionID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		segments = append(segments, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"1", "2"}, segments,
+		"steps 1 and 3 recorded their model calls as their assistant rows, each naming its segment (step 2's waited for its approval)")
 
 	second := first.Replacement(helixtest.ReplacementOptions{NewExecutorID: true})
 	res := second.Await(second.Attach(h))
@@ -311,6 +323,15 @@ func TestJournalRunWithASubAgentReplaysAfterACrash(t *testing.T) {
 	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1, h.WorkflowID + "/n2": 1, childWorkflow(t, second, childID) + "/k1": 1},
 		x.keys, "each tool ran once (the crash was after step 2's commit of %s)", at.SessionID)
 	require.Len(t, second.Messages(h.SessionID), 7, "user; assistant, two tool results; assistant, tool result; assistant")
+	pool, err := pgxpool.New(t.Context(), second.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	for id, want := range map[string]int{h.SessionID: 2, childID: 1} {
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.messages WHERE session_id = $1 AND meta->>0 = '1'`,
+			id).Scan(&n))
+		require.Equal(t, want, n, "%s: its tool steps' model records are its own assistant rows, of its own run", id)
+	}
 	second.RequireTranscriptOnce(h.SessionID)
 	second.RequireTranscriptOnce(childID)
 	second.RequireStreamGapFree(h.SessionID)

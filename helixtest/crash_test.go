@@ -11,6 +11,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/llm/scripted"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // charges is an application's payment service: a charge is applied once
@@ -49,9 +50,48 @@ func shop(tool *helix.Tool) *helix.Agent {
 	)}
 }
 
+// modelCalls counts a model's calls by step (the assistant messages of its
+// request, plus one).
+type modelCalls struct {
+	mu sync.Mutex
+	n  map[int]int
+}
+
+func (m *modelCalls) wrap(model helix.Model) helix.Model {
+	return helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		step := 1
+		for _, msg := range req.Messages {
+			if msg.Role == helix.RoleAssistant {
+				step++
+			}
+		}
+		m.mu.Lock()
+		if m.n == nil {
+			m.n = map[int]int{}
+		}
+		m.n[step]++
+		m.mu.Unlock()
+		return model.GenerateStep(ctx, req, cb)
+	})
+}
+
+// requireOnce fails unless each of steps 1..steps called the model once.
+func (m *modelCalls) requireOnce(t *testing.T, steps int) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	want := map[int]int{}
+	for s := 1; s <= steps; s++ {
+		want[s] = 1
+	}
+	require.Equal(t, want, m.n, "model calls by step")
+}
+
 // Each crash point, with a replacement under the same or a new executor
-// ID: the session completes, each charge is applied once, the transcript
-// and the stream hold nothing twice.
+// ID, at the newest storage format level (a step's model record is its
+// assistant message row): the session completes, the model is called once
+// per step, each charge is applied once, the transcript and the stream
+// hold nothing twice.
 func TestCrashPointsAndReplacements(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -68,8 +108,11 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				var c charges
+				var mc modelCalls
 				agent := shop(c.tool(true))
+				agent.Model = mc.wrap(agent.Model)
 				e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
+				require.Equal(t, postgres.FormatLevelModelMessages, e.FormatLevel())
 				h := e.Start(agent, "charge my orders")
 				at := e.AwaitCrash()
 				require.Equal(t, tc.point.At, at.Point)
@@ -78,6 +121,7 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 				res := r.Await(r.Attach(h))
 				require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 				require.Equal(t, tc.runs, c.runs.Load(), "tool executions")
+				mc.requireOnce(t, 3)
 				c.effects.RequireOncePerCall(t, 2)
 				r.RequireTranscriptOnce(h.SessionID)
 				r.RequireStreamGapFree(h.SessionID)
