@@ -117,10 +117,12 @@ func (p *cutProxy) cut() {
 
 // ackLoss makes a cutProxy lose the acknowledgement of one transaction:
 // after a client's message holding arm, the connection is cut as soon as
-// the server's answer holds a COMMIT's completion, which the client never
-// reads. The server committed; the client saw its connection end.
+// the server's answer holds a COMMIT's completion (or ack's, newAckLossOn),
+// which the client never reads. The server committed; the client saw its
+// connection end.
 type ackLoss struct {
 	arm  string
+	ack  string
 	lost chan struct{}
 
 	mu    sync.Mutex
@@ -128,7 +130,12 @@ type ackLoss struct {
 	done  bool
 }
 
-func newAckLoss(arm string) *ackLoss { return &ackLoss{arm: arm, lost: make(chan struct{})} }
+func newAckLoss(arm string) *ackLoss { return newAckLossOn(arm, "COMMIT\x00") }
+
+// newAckLossOn is newAckLoss of a statement in an implicit transaction,
+// whose answer's completion tag is ack ("SELECT 1\x00"): the server sends
+// it with the commit's ReadyForQuery, at the Sync the client sent with it.
+func newAckLossOn(arm, ack string) *ackLoss { return &ackLoss{arm: arm, ack: ack, lost: make(chan struct{})} }
 
 // copy copies src to dst, one read at a time, watching both directions of
 // client's connection.
@@ -143,7 +150,7 @@ func (l *ackLoss) copy(dst, src, client net.Conn) {
 			case l.done:
 			case src == client && strings.Contains(string(data), l.arm):
 				l.armed = client
-			case src != client && l.armed == client && strings.Contains(string(data), "COMMIT\x00"):
+			case src != client && l.armed == client && strings.Contains(string(data), l.ack):
 				l.done = true
 				close(l.lost)
 				l.mu.Unlock()

@@ -269,3 +269,41 @@ func TestApprovalPredicateStepAdoptsItsRow(t *testing.T) {
 	second.RequireTranscriptOnce(h.SessionID)
 	second.RequireStreamGapFree(h.SessionID)
 }
+
+// A model record written as its assistant row whose acknowledgement is
+// lost (the server committed, the connection ended before the client read
+// the answer) is not written again: the retry finds the row, takes the
+// tool calls as stored from it, and the step goes on; the model is called
+// once and the tool runs once.
+func TestModelRecordWithALostAcknowledgementIsWrittenOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	var args rawArgs
+	var mc modelCalls
+	agent := modelRowAgent(args.tool(t), 1)
+	agent.Model = mc.wrap(agent.Model)
+	var buf syncBuffer
+	p, proxied := newCutProxy(t, dbURL)
+	loss := newAckLossOn("helix.record_model_message", "SELECT 1\x00")
+	p.mu.Lock()
+	p.loss = loss
+	p.mu.Unlock()
+	e := newEngineLogging(t, proxied, &buf, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	select {
+	case <-loss.lost:
+	default:
+		t.Fatal("no model record's acknowledgement was lost: the test did not test anything")
+	}
+	require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the write")
+	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)), "written once")
+	require.Equal(t, 1, mc.of(1), "the model was called once")
+	runs := args.runs()
+	require.Len(t, runs["c1"], 1, "the tool ran once")
+	require.True(t, strings.HasPrefix(runs["c1"][0], `{"a":"\u003cb\u003e","m":{"b":[2,1],"y":1},"z":`),
+		"with the arguments as stored, read back from the row: %s", runs["c1"][0])
+	requireNoStepFailed(t, &buf)
+}

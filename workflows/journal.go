@@ -393,7 +393,7 @@ func (j *journal) writeRow(ctx context.Context, row *modelRow, recs ...journalRe
 // model record of workflow segment $4's step $5 (less JournalBase) of the
 // run of turn $3, at seq $2 of session $1.
 const committedRowSQL = `SELECT coalesce((message->'toolCalls')::text, 'null') FROM helix.messages
-WHERE session_id = $1 AND seq = $2 AND meta->>0 = $3::text AND meta->>1 = $4::text AND meta->>2 = $5::text`
+WHERE session_id = $1 AND seq = $2 AND meta->>0 = $3::int::text AND meta->>1 = $4::int::text AND meta->>2 = $5::int::text`
 
 // committedRow is committed for a model record written as row: it looks
 // for the row, then (the record went to helix.step_journal, or was moved
