@@ -135,7 +135,9 @@ func newAckLoss(arm string) *ackLoss { return newAckLossOn(arm, "COMMIT\x00") }
 // newAckLossOn is newAckLoss of a statement in an implicit transaction,
 // whose answer's completion tag is ack ("SELECT 1\x00"): the server sends
 // it with the commit's ReadyForQuery, at the Sync the client sent with it.
-func newAckLossOn(arm, ack string) *ackLoss { return &ackLoss{arm: arm, ack: ack, lost: make(chan struct{})} }
+func newAckLossOn(arm, ack string) *ackLoss {
+	return &ackLoss{arm: arm, ack: ack, lost: make(chan struct{})}
+}
 
 // copy copies src to dst, one read at a time, watching both directions of
 // client's connection.
