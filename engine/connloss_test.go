@@ -377,3 +377,28 @@ func TestSessionWaitsOutADatabaseOutage(t *testing.T) {
 	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)))
 	requireNoStepFailed(t, &buf)
 }
+
+// runLosingAnAck runs agent to completion on an engine whose connections
+// go through a proxy that loses the acknowledgement loss waits for, and
+// checks that one was lost and that the journal retried: it returns the
+// engine, the run's handle and the engine's log.
+func runLosingAnAck(t *testing.T, dbURL string, loss *ackLoss, agent *helix.Agent) (*engine.Engine, *engine.Handle, *syncBuffer) {
+	t.Helper()
+	buf := &syncBuffer{}
+	p, proxied := newCutProxy(t, dbURL)
+	p.mu.Lock()
+	p.loss = loss
+	p.mu.Unlock()
+	e := newEngineLogging(t, proxied, buf, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	select {
+	case <-loss.lost:
+	default:
+		t.Fatal("no acknowledgement was lost: the test did not test anything")
+	}
+	require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the write whose acknowledgement was lost")
+	return e, h, buf
+}

@@ -266,7 +266,7 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			var x executions
 			var mc modelCalls
 			agent := formatLevelAgent(&x)
-			agent.Model = mc.wrap(agent.Model)
+			agent.Model = mc.Wrap(agent.Model)
 			first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &tc.crash, Quiet: true}, agent)
 			require.Equal(t, tc.from, first.FormatLevel())
 			h := first.Start(agent, "go")
@@ -291,7 +291,7 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 			require.JSONEq(t, `"done"`, string(res.Output))
 			require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the tool ran once")
-			require.Equal(t, 1, mc.of(1), "the model call of step 1 ran once")
+			require.Equal(t, 1, mc.Of(1), "the model call of step 1 ran once")
 			require.Len(t, second.Messages(h.SessionID), 4, "user, assistant, tool result, assistant: each commit applied once")
 			var checkpoints int
 			require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()),

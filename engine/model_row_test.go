@@ -87,7 +87,7 @@ func TestModelRecordIsTheAssistantRow(t *testing.T) {
 			var args rawArgs
 			var mc modelCalls
 			agent := modelRowAgent(args.tool(t), toolSteps)
-			agent.Model = mc.wrap(agent.Model)
+			agent.Model = mc.Wrap(agent.Model)
 			first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &crash, Quiet: true}, agent)
 			require.Equal(t, postgres.FormatLevelModelMessages, first.FormatLevel())
 			h := first.Start(agent, "go")
@@ -97,7 +97,7 @@ func TestModelRecordIsTheAssistantRow(t *testing.T) {
 			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 
 			for step := 1; step <= toolSteps+1; step++ {
-				require.Equal(t, 1, mc.of(step), "the model call of step %d ran once", step)
+				require.Equal(t, 1, mc.Of(step), "the model call of step %d ran once", step)
 			}
 			runs := args.runs()
 			require.Len(t, runs, toolSteps)
@@ -165,7 +165,7 @@ func TestPendingRowOfAnAbortedRunIsEvicted(t *testing.T) {
 	})
 	var mc modelCalls
 	agent := &helix.Agent{Name: "evicted", Tools: []*helix.Tool{slow},
-		Model: mc.wrap(script(calls(call("s1", "slow", `{}`)), text("done"), text("again")))}
+		Model: mc.Wrap(script(calls(call("s1", "slow", `{}`)), text("done"), text("again")))}
 	e := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, Quiet: true}, agent)
 	h := e.Start(agent, "go")
 	<-started
@@ -197,7 +197,7 @@ func TestPendingRowOfAnAbortedRunIsEvicted(t *testing.T) {
 
 	// The old workflow, resumed with DBOS's tools: it replays its model
 	// record and does not call the model again.
-	calls := mc.of(1) + mc.of(2) + mc.of(3)
+	calls := mc.Of(1) + mc.Of(2) + mc.Of(3)
 	_, err = dbos.ResumeWorkflow[steps.Outcome](dbosClient(t, url), h.WorkflowID)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -205,7 +205,7 @@ func TestPendingRowOfAnAbortedRunIsEvicted(t *testing.T) {
 		_ = pool.QueryRow(t.Context(), `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, h.WorkflowID).Scan(&status)
 		return status == "SUCCESS" || status == "ERROR"
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Equal(t, calls, mc.of(1)+mc.of(2)+mc.of(3), "the resumed workflow replayed its model call's record")
+	require.Equal(t, calls, mc.Of(1)+mc.Of(2)+mc.Of(3), "the resumed workflow replayed its model call's record")
 	require.Len(t, e.Messages(h.SessionID), 5, "its commit was discarded")
 	e.RequireTranscriptOnce(h.SessionID)
 }
@@ -230,7 +230,7 @@ func TestApprovalPredicateStepAdoptsItsRow(t *testing.T) {
 	}, gate)
 	var mc modelCalls
 	agent := &helix.Agent{Name: "gated-rows", Tools: []*helix.Tool{tool},
-		Model: mc.wrap(script(calls(call("big", "transfer", `{"to":"a","amount":500}`)), text("done")))}
+		Model: mc.Wrap(script(calls(call("big", "transfer", `{"to":"a","amount":500}`)), text("done")))}
 	crash := helixtest.AfterCommit(1)
 	first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &crash, Quiet: true}, agent)
 	h := first.Start(agent, "pay")
@@ -259,7 +259,7 @@ func TestApprovalPredicateStepAdoptsItsRow(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	n, _ := runs.Load("big")
 	require.Equal(t, int32(1), n.(*atomic.Int32).Load(), "the approved tool ran once")
-	require.Equal(t, 1, mc.of(1), "the model call of step 1 ran once")
+	require.Equal(t, 1, mc.Of(1), "the model call of step 1 ran once")
 	msgs := second.Messages(h.SessionID)
 	require.Len(t, msgs, 4, "user, assistant, tool result, answer")
 	var kept string
@@ -281,29 +281,13 @@ func TestModelRecordWithALostAcknowledgementIsWrittenOnce(t *testing.T) {
 	var args rawArgs
 	var mc modelCalls
 	agent := modelRowAgent(args.tool(t), 1)
-	agent.Model = mc.wrap(agent.Model)
-	var buf syncBuffer
-	p, proxied := newCutProxy(t, dbURL)
-	loss := newAckLossOn("helix.record_model_message", "SELECT 1\x00")
-	p.mu.Lock()
-	p.loss = loss
-	p.mu.Unlock()
-	e := newEngineLogging(t, proxied, &buf, agent)
-	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
-	require.NoError(t, err)
-	res := result(t, h)
-	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
-	select {
-	case <-loss.lost:
-	default:
-		t.Fatal("no model record's acknowledgement was lost: the test did not test anything")
-	}
-	require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the write")
+	agent.Model = mc.Wrap(agent.Model)
+	e, h, buf := runLosingAnAck(t, dbURL, newAckLossOn("helix.record_model_message", "SELECT 1\x00"), agent)
 	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)), "written once")
-	require.Equal(t, 1, mc.of(1), "the model was called once")
+	require.Equal(t, 1, mc.Of(1), "the model was called once")
 	runs := args.runs()
 	require.Len(t, runs["c1"], 1, "the tool ran once")
 	require.True(t, strings.HasPrefix(runs["c1"][0], `{"a":"\u003cb\u003e","m":{"b":[2,1],"y":1},"z":`),
 		"with the arguments as stored, read back from the row: %s", runs["c1"][0])
-	requireNoStepFailed(t, &buf)
+	requireNoStepFailed(t, buf)
 }

@@ -50,43 +50,6 @@ func shop(tool *helix.Tool) *helix.Agent {
 	)}
 }
 
-// modelCalls counts a model's calls by step (the assistant messages of its
-// request, plus one).
-type modelCalls struct {
-	mu sync.Mutex
-	n  map[int]int
-}
-
-func (m *modelCalls) wrap(model helix.Model) helix.Model {
-	return helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-		step := 1
-		for _, msg := range req.Messages {
-			if msg.Role == helix.RoleAssistant {
-				step++
-			}
-		}
-		m.mu.Lock()
-		if m.n == nil {
-			m.n = map[int]int{}
-		}
-		m.n[step]++
-		m.mu.Unlock()
-		return model.GenerateStep(ctx, req, cb)
-	})
-}
-
-// requireOnce fails unless each of steps 1..steps called the model once.
-func (m *modelCalls) requireOnce(t *testing.T, steps int) {
-	t.Helper()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	want := map[int]int{}
-	for s := 1; s <= steps; s++ {
-		want[s] = 1
-	}
-	require.Equal(t, want, m.n, "model calls by step")
-}
-
 // Each crash point, with a replacement under the same or a new executor
 // ID, at the newest storage format level (a step's model record is its
 // assistant message row): the session completes, the model is called once
@@ -108,9 +71,9 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				var c charges
-				var mc modelCalls
+				var mc helixtest.ModelCalls
 				agent := shop(c.tool(true))
-				agent.Model = mc.wrap(agent.Model)
+				agent.Model = mc.Wrap(agent.Model)
 				e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
 				require.Equal(t, postgres.FormatLevelModelMessages, e.FormatLevel())
 				h := e.Start(agent, "charge my orders")
@@ -121,7 +84,7 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 				res := r.Await(r.Attach(h))
 				require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 				require.Equal(t, tc.runs, c.runs.Load(), "tool executions")
-				mc.requireOnce(t, 3)
+				mc.RequireOncePerStep(t, 3)
 				c.effects.RequireOncePerCall(t, 2)
 				r.RequireTranscriptOnce(h.SessionID)
 				r.RequireStreamGapFree(h.SessionID)
