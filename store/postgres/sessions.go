@@ -348,8 +348,11 @@ func (s *Store) SaveStateAndPromoteStaging(ctx context.Context, p store.CommitPa
 			return &helix.StaleStateError{SessionID: id, ExpectedVersion: p.ExpectedVersion, ActualVersion: version}
 		}
 		if len(msgs) > 0 {
-			if _, err := q.Exec(ctx, `INSERT INTO helix.messages (session_id, seq, message)
-				SELECT $1, $2 + u.ord - 1, u.m FROM unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)`,
+			// Pending model records at the messages' places move away
+			// first (migration 00028; the session's row is locked).
+			if _, err := q.Exec(ctx, `WITH ev AS (SELECT helix.evict_pending_messages($1, $2) AS n)
+				INSERT INTO helix.messages (session_id, seq, message)
+				SELECT $1, $2 + u.ord - 1, u.m FROM ev, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)`,
 				id, count, msgs); err != nil {
 				return fmt.Errorf("append messages: %w", err)
 			}
