@@ -117,10 +117,12 @@ func (p *cutProxy) cut() {
 
 // ackLoss makes a cutProxy lose the acknowledgement of one transaction:
 // after a client's message holding arm, the connection is cut as soon as
-// the server's answer holds a COMMIT's completion, which the client never
-// reads. The server committed; the client saw its connection end.
+// the server's answer holds a COMMIT's completion (or ack's, newAckLossOn),
+// which the client never reads. The server committed; the client saw its
+// connection end.
 type ackLoss struct {
 	arm  string
+	ack  string
 	lost chan struct{}
 
 	mu    sync.Mutex
@@ -128,7 +130,14 @@ type ackLoss struct {
 	done  bool
 }
 
-func newAckLoss(arm string) *ackLoss { return &ackLoss{arm: arm, lost: make(chan struct{})} }
+func newAckLoss(arm string) *ackLoss { return newAckLossOn(arm, "COMMIT\x00") }
+
+// newAckLossOn is newAckLoss of a statement in an implicit transaction,
+// whose answer's completion tag is ack ("SELECT 1\x00"): the server sends
+// it with the commit's ReadyForQuery, at the Sync the client sent with it.
+func newAckLossOn(arm, ack string) *ackLoss {
+	return &ackLoss{arm: arm, ack: ack, lost: make(chan struct{})}
+}
 
 // copy copies src to dst, one read at a time, watching both directions of
 // client's connection.
@@ -143,7 +152,7 @@ func (l *ackLoss) copy(dst, src, client net.Conn) {
 			case l.done:
 			case src == client && strings.Contains(string(data), l.arm):
 				l.armed = client
-			case src != client && l.armed == client && strings.Contains(string(data), "COMMIT\x00"):
+			case src != client && l.armed == client && strings.Contains(string(data), l.ack):
 				l.done = true
 				close(l.lost)
 				l.mu.Unlock()
@@ -367,4 +376,29 @@ func TestSessionWaitsOutADatabaseOutage(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)))
 	requireNoStepFailed(t, &buf)
+}
+
+// runLosingAnAck runs agent to completion on an engine whose connections
+// go through a proxy that loses the acknowledgement loss waits for, and
+// checks that one was lost and that the journal retried: it returns the
+// engine, the run's handle and the engine's log.
+func runLosingAnAck(t *testing.T, dbURL string, loss *ackLoss, agent *helix.Agent) (*engine.Engine, *engine.Handle, *syncBuffer) {
+	t.Helper()
+	buf := &syncBuffer{}
+	p, proxied := newCutProxy(t, dbURL)
+	p.mu.Lock()
+	p.loss = loss
+	p.mu.Unlock()
+	e := newEngineLogging(t, proxied, buf, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	select {
+	case <-loss.lost:
+	default:
+		t.Fatal("no acknowledgement was lost: the test did not test anything")
+	}
+	require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the write whose acknowledgement was lost")
+	return e, h, buf
 }

@@ -32,13 +32,13 @@ func previousRelease(t *testing.T, pool *pgxpool.Pool, id string) (stop func()) 
 	return previousReleaseAt(t, pool, id, postgres.FormatLevelBase)
 }
 
-// previousReleaseAt is previousRelease for a release that reads level
-// (FormatLevelBase: a release before the levels, whose row has none).
+// previousReleaseAt is previousRelease of a release that reads level (a
+// row without one for FormatLevelBase).
 func previousReleaseAt(t *testing.T, pool *pgxpool.Pool, id string, level postgres.FormatLevel) (stop func()) {
 	t.Helper()
-	var recorded any
+	var recorded *int
 	if level != postgres.FormatLevelBase {
-		recorded = int(level)
+		recorded = new(int(level))
 	}
 	_, err := pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms, format_level)
 		VALUES ($1, $2, 'previous-release', 1, 3600000, $3)`, id, engine.DefaultApplicationVersion, recorded)
@@ -89,6 +89,9 @@ type writtenAt struct {
 	// updated_at is its last commit's time (the commit wrote it).
 	pointer string
 	touched bool
+	// modelRows counts the session's message rows that hold a model call's
+	// record (messages.meta, FormatLevelModelMessages).
+	modelRows int
 }
 
 func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionID, workflowID string) writtenAt {
@@ -141,6 +144,8 @@ func readWritten(t *testing.T, e *helixtest.Engine, pool *pgxpool.Pool, sessionI
 	require.Positive(t, w.records)
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, updated_at = checkpointed_at
 		FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&w.pointer, &w.touched))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.all_messages WHERE session_id = $1 AND meta IS NOT NULL`,
+		sessionID).Scan(&w.modelRows))
 	return w
 }
 
@@ -205,6 +210,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Equal(t, old.records, old.journalRows, "every record is in a helix.step_journal row")
 			require.NotEmpty(t, old.pointer, "the session points at its checkpoint by ID, as previous-1 reads it")
 			require.True(t, old.touched, "the commits wrote the session's updated_at, as previous-1 reads it")
+			require.Zero(t, old.modelRows, "the model call's record is a helix.step_journal row, not the assistant row")
 
 			tc.gone(t, pool, stop)
 			awaitFormatLevel(t, e, postgres.FormatLevelNewest)
@@ -219,6 +225,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Less(t, cur.journalRows, cur.records, "the commits' records are not in helix.step_journal rows")
 			require.Empty(t, cur.pointer, "the commit points the session at its newest checkpoint with ''")
 			require.False(t, cur.touched, "the commits left the session's updated_at to checkpointed_at")
+			require.Equal(t, 1, cur.modelRows, "step 1's model call's record is its assistant row")
 			for _, s := range []string{h.SessionID, h2.SessionID} {
 				e.RequireTranscriptOnce(s)
 				e.RequireStreamGapFree(s)
@@ -240,16 +247,20 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 		from, to postgres.FormatLevel
 		crash    helixtest.CrashPoint
 	}{
-		{"0 to 1 after the commit", postgres.FormatLevelBase, postgres.FormatLevelCheckpointJournals, helixtest.AfterCommit(1)},
-		{"0 to 1 after the model call", postgres.FormatLevelBase, postgres.FormatLevelCheckpointJournals, helixtest.AfterModelCall(1)},
-		{"1 to 0 after the commit", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
-		{"1 to 0 after the model call", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelBase, helixtest.AfterModelCall(1)},
-		{"0 to 4 after the commit", postgres.FormatLevelBase, postgres.FormatLevelKeyedTables, helixtest.AfterCommit(1)},
-		{"4 to 0 after the commit", postgres.FormatLevelKeyedTables, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
+		{"0 to newest after the commit", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterCommit(1)},
+		{"0 to newest after the model call", postgres.FormatLevelBase, postgres.FormatLevelNewest, helixtest.AfterModelCall(1)},
+		{"newest to 0 after the commit", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterCommit(1)},
+		{"newest to 0 after the model call", postgres.FormatLevelNewest, postgres.FormatLevelBase, helixtest.AfterModelCall(1)},
+		{"1 to 2 after the commit", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelModelMessages, helixtest.AfterCommit(1)},
+		{"1 to 2 after the model call", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelModelMessages, helixtest.AfterModelCall(1)},
+		{"2 to 1 after the commit", postgres.FormatLevelModelMessages, postgres.FormatLevelCheckpointJournals, helixtest.AfterCommit(1)},
+		{"2 to 1 after the model call", postgres.FormatLevelModelMessages, postgres.FormatLevelCheckpointJournals, helixtest.AfterModelCall(1)},
 		{"1 to 3 after the commit", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelDerivedChunks, helixtest.AfterCommit(1)},
 		{"1 to 3 after the model call", postgres.FormatLevelCheckpointJournals, postgres.FormatLevelDerivedChunks, helixtest.AfterModelCall(1)},
 		{"3 to 1 after the commit", postgres.FormatLevelDerivedChunks, postgres.FormatLevelCheckpointJournals, helixtest.AfterCommit(1)},
 		{"3 to 1 after the model call", postgres.FormatLevelDerivedChunks, postgres.FormatLevelCheckpointJournals, helixtest.AfterModelCall(1)},
+		{"2 to 3 after the commit", postgres.FormatLevelModelMessages, postgres.FormatLevelDerivedChunks, helixtest.AfterCommit(1)},
+		{"3 to 2 after the model call", postgres.FormatLevelDerivedChunks, postgres.FormatLevelModelMessages, helixtest.AfterModelCall(1)},
 		{"3 to 4 after the commit", postgres.FormatLevelDerivedChunks, postgres.FormatLevelKeyedTables, helixtest.AfterCommit(1)},
 		{"3 to 4 after the model call", postgres.FormatLevelDerivedChunks, postgres.FormatLevelKeyedTables, helixtest.AfterModelCall(1)},
 		{"4 to 3 after the commit", postgres.FormatLevelKeyedTables, postgres.FormatLevelDerivedChunks, helixtest.AfterCommit(1)},
@@ -258,27 +269,31 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url, pool := databaseWithPool(t)
-			older := min(tc.from, tc.to) // the level of the previous release alive during one of the executions
-			if newer := max(tc.from, tc.to); newer < postgres.FormatLevelNewest {
-				previousReleaseAt(t, pool, "previous-2", newer) // caps the cluster's level at the newer one throughout
-			}
 			var stop func()
-			if tc.from == older {
-				stop = previousReleaseAt(t, pool, "previous-1", older)
+			if tc.from < postgres.FormatLevelNewest {
+				stop = previousReleaseAt(t, pool, "previous-1", tc.from)
 			}
 			var x executions
 			var mc modelCalls
 			agent := formatLevelAgent(&x)
-			agent.Model = mc.wrap(agent.Model)
+			agent.Model = mc.Wrap(agent.Model)
 			first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &tc.crash, Quiet: true}, agent)
 			require.Equal(t, tc.from, first.FormatLevel())
 			h := first.Start(agent, "go")
 			first.AwaitCrash()
 
+			// Where step 1's model call's record is: its assistant row
+			// from FormatLevelModelMessages (pending: the crash may come
+			// before its commit), a helix.step_journal row below.
+			var modelRows int
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.all_messages WHERE session_id = $1 AND meta IS NOT NULL`,
+				h.SessionID).Scan(&modelRows))
+			require.Equal(t, map[bool]int{true: 1, false: 0}[tc.from >= postgres.FormatLevelModelMessages], modelRows)
 			if stop != nil {
 				stop()
-			} else {
-				previousReleaseAt(t, pool, "previous-1", older)
+			}
+			if tc.to < postgres.FormatLevelNewest {
+				previousReleaseAt(t, pool, "previous-2", tc.to)
 			}
 			second := first.Replacement(helixtest.ReplacementOptions{})
 			require.Equal(t, tc.to, second.FormatLevel(), "read at launch")
@@ -286,7 +301,7 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 			require.JSONEq(t, `"done"`, string(res.Output))
 			require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the tool ran once")
-			require.Equal(t, 1, mc.of(1), "the model call of step 1 ran once")
+			require.Equal(t, 1, mc.Of(1), "the model call of step 1 ran once")
 			require.Len(t, second.Messages(h.SessionID), 4, "user, assistant, tool result, assistant: each commit applied once")
 			var checkpoints int
 			require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()),

@@ -135,7 +135,12 @@ func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	base := workflows.JournalBase
-	require.Equal(t, []row{{base, 1}}, got, "the model call alone: the tool and the commit are the checkpoint's")
+	require.Empty(t, got, "no helix.step_journal row: the model call's record is the assistant message row "+
+		"(FormatLevelModelMessages), the tool's and the commit's are the checkpoint's")
+	var meta string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT meta::text FROM helix.all_messages WHERE session_id = $1 AND seq = 1`,
+		h.SessionID).Scan(&meta))
+	require.True(t, strings.HasPrefix(meta, "[1,0,0,"), "turn 1, the run's own workflow, step 0 of the journal: %s", meta)
 	var checkpoint, carried string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, journal FROM helix.all_checkpoints
 		WHERE session_id = $1 AND journal IS NOT NULL`, h.SessionID).Scan(&checkpoint, &carried))
@@ -201,27 +206,11 @@ func TestJournalCommitWithALostAcknowledgementIsAppliedOnce(t *testing.T) {
 			}
 			agent := &helix.Agent{Name: "journal-ack", Tools: []*helix.Tool{tool},
 				Model: script(calls(call("n1", "note", `{"text":"a"}`)), text("done"))}
-			var buf syncBuffer
-			p, proxied := newCutProxy(t, dbURL)
-			loss := newAckLoss("helix.check_journal_owner")
-			p.mu.Lock()
-			p.loss = loss
-			p.mu.Unlock()
-			e := newEngineLogging(t, proxied, &buf, agent)
-			h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
-			require.NoError(t, err)
-			res := result(t, h)
-			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
-			select {
-			case <-loss.lost:
-			default:
-				t.Fatal("no commit's acknowledgement was lost: the test did not test anything")
-			}
-			require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the commit")
+			e, h, buf := runLosingAnAck(t, dbURL, newAckLoss("helix.check_journal_owner"), agent)
 			require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, h.SessionID)),
 				"the commit applied once")
 			require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the tool ran once")
-			requireNoStepFailed(t, &buf)
+			requireNoStepFailed(t, buf)
 		})
 	}
 }
@@ -260,17 +249,12 @@ func TestJournalQueuedSegmentsReplayTheirOwnRecords(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), first.URL())
 	require.NoError(t, err)
 	defer pool.Close()
-	var segments []string
-	rows, err := pool.Query(t.Context(), `SELECT split_part(substr(journal, 2), ',', 1) FROM helix.all_checkpoints
+	segments := queryStrings(t, pool, `SELECT split_part(substr(journal, 2), ',', 1) FROM helix.all_checkpoints
 		WHERE session_id = $1 AND journal IS NOT NULL ORDER BY created_seq`, h.SessionID)
-	require.NoError(t, err)
-	for rows.Next() {
-		var s string
-		require.NoError(t, rows.Scan(&s))
-		segments = append(segments, s)
-	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"1", "2", "2"}, segments, "step 1 committed in the first segment; 2 and 3 in the second")
+	require.Equal(t, []string{"1", "2"}, queryStrings(t, pool,
+		`SELECT meta->>1 FROM helix.all_messages WHERE session_id = $1 AND meta IS NOT NULL ORDER BY seq`, h.SessionID),
+		"steps 1 and 3 recorded their model calls as their assistant rows, each naming its segment (step 2's waited for its approval)")
 
 	second := first.Replacement(helixtest.ReplacementOptions{NewExecutorID: true})
 	res := second.Await(second.Attach(h))
@@ -306,6 +290,15 @@ func TestJournalRunWithASubAgentReplaysAfterACrash(t *testing.T) {
 	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1, h.WorkflowID + "/n2": 1, childWorkflow(t, second, childID) + "/k1": 1},
 		x.keys, "each tool ran once (the crash was after step 2's commit of %s)", at.SessionID)
 	require.Len(t, second.Messages(h.SessionID), 7, "user; assistant, two tool results; assistant, tool result; assistant")
+	pool, err := pgxpool.New(t.Context(), second.URL())
+	require.NoError(t, err)
+	defer pool.Close()
+	for id, want := range map[string]int{h.SessionID: 2, childID: 1} {
+		var n int
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.all_messages WHERE session_id = $1 AND meta->>0 = '1'`,
+			id).Scan(&n))
+		require.Equal(t, want, n, "%s: its tool steps' model records are its own assistant rows, of its own run", id)
+	}
 	second.RequireTranscriptOnce(h.SessionID)
 	second.RequireTranscriptOnce(childID)
 	second.RequireStreamGapFree(h.SessionID)
@@ -320,4 +313,20 @@ func childWorkflow(t *testing.T, e *helixtest.Engine, sessionID string) string {
 	var wf string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT workflow_id FROM helix.runs WHERE session_id = $1`, sessionID).Scan(&wf))
 	return wf
+}
+
+// queryStrings returns the text column of the rows sql reads.
+func queryStrings(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), sql, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
 }

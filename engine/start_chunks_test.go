@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,36 +20,9 @@ import (
 // what a reader of the stream relies on: each start chunk is there once,
 // before its tool's other chunks, across crashes, and while a tool runs.
 
-// modelCalls counts a model's calls per step (the assistant messages in
-// the request): a step's count above 1 is a model call made twice.
-type modelCalls struct {
-	mu sync.Mutex
-	n  map[int]int
-}
-
-func (m *modelCalls) wrap(model helix.Model) helix.Model {
-	return helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-		step := 1
-		for _, msg := range req.Messages {
-			if msg.Role == helix.RoleAssistant {
-				step++
-			}
-		}
-		m.mu.Lock()
-		if m.n == nil {
-			m.n = map[int]int{}
-		}
-		m.n[step]++
-		m.mu.Unlock()
-		return model.GenerateStep(ctx, req, cb)
-	})
-}
-
-func (m *modelCalls) of(step int) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.n[step]
-}
+// modelCalls counts a model's calls per step: a step's count above 1 is a
+// model call made twice.
+type modelCalls = helixtest.ModelCalls
 
 // requireStartsOnce fails unless the session's stream holds step's
 // step_start once and, for each of calls, its tool_start once, after the
@@ -121,7 +93,7 @@ func TestHeldStartChunksAcrossACrash(t *testing.T) {
 			}
 			var mc modelCalls
 			agent := &helix.Agent{Name: "held-starts", Tools: []*helix.Tool{tool("a"), tool("b")},
-				Model: mc.wrap(script(calls(call("ca", "a", `{}`), call("cb", "b", `{}`)), text("done")))}
+				Model: mc.Wrap(script(calls(call("ca", "a", `{}`), call("cb", "b", `{}`)), text("done")))}
 			e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
 			h := e.Start(agent, "go")
 			e.AwaitCrash()
@@ -129,7 +101,7 @@ func TestHeldStartChunksAcrossACrash(t *testing.T) {
 			r := e.Replacement(helixtest.ReplacementOptions{})
 			res := r.Await(r.Attach(h))
 			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
-			require.Equal(t, 1, mc.of(1), "model calls of step 1")
+			require.Equal(t, 1, mc.Of(1), "model calls of step 1")
 			chunks := r.Stream(h.SessionID)
 			requireStartsOnce(t, chunks, 1, "ca", "cb")
 			r.RequireStreamGapFree(h.SessionID)

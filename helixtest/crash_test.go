@@ -11,6 +11,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/llm/scripted"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // charges is an application's payment service: a charge is applied once
@@ -50,8 +51,10 @@ func shop(tool *helix.Tool) *helix.Agent {
 }
 
 // Each crash point, with a replacement under the same or a new executor
-// ID: the session completes, each charge is applied once, the transcript
-// and the stream hold nothing twice.
+// ID, at the newest storage format level (a step's model record is its
+// assistant message row): the session completes, the model is called once
+// per step, each charge is applied once, the transcript and the stream
+// hold nothing twice.
 func TestCrashPointsAndReplacements(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -68,8 +71,11 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
 				var c charges
+				var mc helixtest.ModelCalls
 				agent := shop(c.tool(true))
+				agent.Model = mc.Wrap(agent.Model)
 				e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
+				require.GreaterOrEqual(t, e.FormatLevel(), postgres.FormatLevelModelMessages)
 				h := e.Start(agent, "charge my orders")
 				at := e.AwaitCrash()
 				require.Equal(t, tc.point.At, at.Point)
@@ -78,6 +84,7 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 				res := r.Await(r.Attach(h))
 				require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 				require.Equal(t, tc.runs, c.runs.Load(), "tool executions")
+				mc.RequireOncePerStep(t, 3)
 				c.effects.RequireOncePerCall(t, 2)
 				r.RequireTranscriptOnce(h.SessionID)
 				r.RequireStreamGapFree(h.SessionID)

@@ -76,6 +76,20 @@ func TestKeyedTables(t *testing.T) {
 	require.Equal(t, []string{"gone:m::1", "k:m:rk:1", "t:m:rt:1"},
 		col(`SELECT session_id || ':' || key FROM helix.usage_records ORDER BY 1`))
 
+	// 00028's model records in a keyed session's rows: a pending row (at
+	// the session's message count, 3) read for a replay, in the view, and
+	// moved to helix.step_journal by an eviction.
+	_, err = db.ExecContext(ctx, `UPDATE helix.sessions SET message_count = 3 WHERE session_id = 'k';
+		INSERT INTO helix.messages_k (session_key, seq, message, meta)
+			SELECT key, 3, '{"role":"assistant","content":"m"}', '[1,0,5,1700000000000,2]' FROM helix.sessions WHERE session_id = 'k'`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"3"}, col(`SELECT seq::text FROM helix.run_model_messages('k', 'rk', 0)`))
+	require.Equal(t, []string{"1000005"}, col(`SELECT id::text FROM helix.step_journal_records WHERE name = 'helix.call_model'`))
+	require.Equal(t, []string{"1"}, col(`SELECT helix.evict_pending_messages('k', 3)::text`))
+	require.Equal(t, []string{"k-turn-1/1000005"}, col(`SELECT workflow_id || '/' || id FROM helix.step_journal`))
+	require.Empty(t, col(`SELECT seq::text FROM helix.run_model_messages('k', 'rk', 0)`))
+	require.Equal(t, []string{`"k0"`, `"k1"`, `"k2"`}, col(`SELECT message::text FROM helix.all_messages WHERE session_id = 'k' ORDER BY seq`))
+
 	// Deleting a session and its stream takes their keyed rows.
 	_, err = db.ExecContext(ctx, `DELETE FROM helix.sessions WHERE session_id = 'gone'`)
 	require.NoError(t, err)
@@ -83,7 +97,7 @@ func TestKeyedTables(t *testing.T) {
 		UNION ALL SELECT (SELECT count(*) FROM helix.checkpoints_k)::text UNION ALL SELECT (SELECT count(*) FROM helix.stream_chunks_k)::text`))
 
 	before := col(`SELECT checkpoint_id || '@' || created_seq FROM helix.all_checkpoints ORDER BY created_seq`)
-	downTo(t, db, 27, "00027_executor_format_level.sql")
+	downTo(t, db, 29, "00029_keyed_tables.sql")
 	require.Equal(t, before, col(`SELECT checkpoint_id || '@' || created_seq FROM helix.checkpoints ORDER BY created_seq`),
 		"the keyed checkpoints back in helix.checkpoints with their IDs and order")
 	require.Equal(t, []string{`"k0"`, `"k1"`, `"k2"`}, col(`SELECT message::text FROM helix.messages WHERE session_id = 'k' ORDER BY seq`))

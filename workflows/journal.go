@@ -96,6 +96,9 @@ type journal struct {
 type journalScope struct {
 	sessionID, runID string
 	segment          int
+	// turn is the run's helix.runs.turn, which its model records written
+	// as message rows name (migration 00028).
+	turn int
 }
 
 // traced returns ctx with the execution's open span (for log lines).
@@ -117,15 +120,20 @@ type journalRecord struct {
 }
 
 // openJournalSQL reads the workflow's status row with its
-// helix.step_journal rows (checkpoint NULL), then the journals its run's
-// checkpoints carry for it (helix.run_journals, migration 00025: a walk of
-// the run's own checkpoints, not the session's history).
-const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.n, o.name, o.output, o.error, NULL::text
+// helix.step_journal rows (checkpoint and meta NULL), then the journals
+// its run's checkpoints carry for it (helix.run_journals, migration 00025:
+// a walk of the run's own checkpoints, not the session's history), then
+// the model records its session's message rows hold for it
+// (helix.run_model_messages, migration 00028: id the row's seq, output its
+// message).
+const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.n, o.name, o.output, o.error, NULL::text, NULL::text
 FROM dbos.workflow_status w
 LEFT JOIN helix.step_journal o ON o.workflow_id = w.workflow_uuid AND o.id >= $2
 WHERE w.workflow_uuid = $1
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, c.journal, NULL, c.checkpoint_id FROM helix.run_journals($3, $4, $5) c`
+SELECT NULL, NULL, NULL, NULL, NULL, c.journal, NULL, c.checkpoint_id, NULL FROM helix.run_journals($3, $4, $5) c
+UNION ALL
+SELECT NULL, NULL, m.seq, NULL, NULL, m.message, NULL, NULL, m.meta FROM helix.run_model_messages($3, $4, $5) m`
 
 // openJournal reads the workflow's owner token and its journal, waiting out
 // a database outage. An execution that does not own its workflow (it was
@@ -147,12 +155,18 @@ func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID 
 		for rows.Next() {
 			var rowOwner, rowStatus *string
 			var id, n *int32
-			var name, output, stepErr, checkpoint *string
-			if err := rows.Scan(&rowOwner, &rowStatus, &id, &n, &name, &output, &stepErr, &checkpoint); err != nil {
+			var name, output, stepErr, checkpoint, meta *string
+			if err := rows.Scan(&rowOwner, &rowStatus, &id, &n, &name, &output, &stepErr, &checkpoint, &meta); err != nil {
 				return err
 			}
 			var recs []journalRecord
 			switch {
+			case meta != nil:
+				rec, err := modelRowRecord(int(*id), *output, *meta)
+				if err != nil {
+					return fmt.Errorf("workflow %s: %w", wfID, err)
+				}
+				recs = []journalRecord{rec}
 			case checkpoint != nil:
 				if recs, err = unpackCheckpoint(*checkpoint, *output); err != nil {
 					return fmt.Errorf("workflow %s: %w", wfID, err)
@@ -294,9 +308,22 @@ func recordArgs(wfID, owner string, recs []journalRecord) []any {
 	return []any{wfID, owner, ids, names, outs, errs, started, completed}
 }
 
+// recordModelSQL writes records whose last is a model call's as
+// helix.record_steps does, but the model call's as the step's assistant
+// message row when the session's message count is still the row's seq
+// (helix.record_model_message, migration 00028). It returns the row's tool
+// calls as stored, NULL when the record went to helix.step_journal.
+const recordModelSQL = `SELECT helix.record_model_message($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
 // write records recs after the pending ones, with the pending appends, in
 // one round trip (one statement, or a batch in one implicit transaction).
 func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
+	return j.writeRow(ctx, nil, recs...)
+}
+
+// writeRow is write whose last record, when row is not nil, is written as
+// row (recordModelSQL); row reports what the write found.
+func (j *journal) writeRow(ctx context.Context, row *modelRow, recs ...journalRecord) error {
 	all := append(j.pending, recs...)
 	if len(all) == 0 && len(j.deferred) == 0 {
 		return nil
@@ -312,13 +339,29 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
-			if _, done, err := j.committed(c, j.pool, all[len(all)-1].ID); done || err != nil {
+			if row != nil {
+				if done, err := j.committedRow(c, row, all[len(all)-1].ID); done || err != nil {
+					return err
+				}
+			} else if _, done, err := j.committed(c, j.pool, all[len(all)-1].ID); done || err != nil {
 				return err
 			}
 		}
 		retried = true
+		sql, args := recordSQL, recordArgs(j.wfID, j.owner, all)
+		var calls *string
+		scan := func(r pgx.Row) error { return r.Scan(&calls) }
+		if row != nil {
+			sql, args = recordModelSQL, append(args, j.scope.sessionID, row.seq, row.message, row.meta)
+		}
 		if len(j.appends) == 0 {
-			_, err := j.pool.Exec(c, recordSQL, recordArgs(j.wfID, j.owner, all)...)
+			if row != nil {
+				if err := scan(j.pool.QueryRow(c, sql, args...)); err != nil {
+					return err
+				}
+				return row.took(calls)
+			}
+			_, err := j.pool.Exec(c, sql, args...)
 			return err
 		}
 		b := &pgx.Batch{}
@@ -327,13 +370,67 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 				return err
 			}
 		}
-		b.Queue(recordSQL, recordArgs(j.wfID, j.owner, all)...)
-		return j.pool.SendBatch(c, b).Close()
+		q := b.Queue(sql, args...)
+		if row != nil {
+			q.QueryRow(scan)
+		}
+		if err := j.pool.SendBatch(c, b).Close(); err != nil {
+			return err
+		}
+		if row != nil {
+			return row.took(calls)
+		}
+		return nil
 	})
 	if err != nil {
 		return j.recordError(err)
 	}
 	j.pending, j.appends = nil, nil
+	return nil
+}
+
+// committedRowSQL reads the tool calls of the message row that holds the
+// model record of workflow segment $4's step $5 (less JournalBase) of the
+// run of turn $3, at seq $2 of session $1, in either layout (helix.all_messages,
+// migration 00029: a primary-key look-up in each).
+const committedRowSQL = `SELECT coalesce((message->'toolCalls')::text, 'null') FROM helix.all_messages
+WHERE session_id = $1 AND seq = $2 AND meta->>0 = $3::int::text AND meta->>1 = $4::int::text AND meta->>2 = $5::int::text`
+
+// committedRow is committed for a model record written as row: it looks
+// for the row, then (the record went to helix.step_journal, or was moved
+// there since) in helix.step_journal, and sets row's stored tool calls
+// from what it finds.
+func (j *journal) committedRow(ctx context.Context, row *modelRow, id int) (done bool, err error) {
+	var calls *string
+	err = j.pool.QueryRow(ctx, committedRowSQL, j.scope.sessionID, row.seq, j.scope.turn, j.scope.segment, id-JournalBase).Scan(&calls)
+	switch {
+	case err == nil:
+		return true, row.took(calls)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, err
+	}
+	rec, done, err := j.committed(ctx, j.pool, id)
+	if !done || err != nil {
+		return done, err
+	}
+	out, err := decode[steps.ModelOutput](rec)
+	if err != nil {
+		return false, err
+	}
+	row.stored, row.found = out.Result.ToolCalls, true
+	return true, nil
+}
+
+// took sets row's stored tool calls from what helix.record_model_message
+// returned (nil: the record went to helix.step_journal as written).
+func (row *modelRow) took(calls *string) error {
+	if calls == nil {
+		return nil
+	}
+	row.found = true
+	if err := json.Unmarshal([]byte(*calls), &row.stored); err != nil {
+		return fmt.Errorf("decode the tool calls of the message row at %d: %w", row.seq, err)
+	}
 	return nil
 }
 
@@ -619,13 +716,24 @@ const (
 
 // runStep runs fn as the journal's next step (or returns its record).
 func runStep[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R]) (R, error) {
-	return runStepWith(ctx, j, name, mode, fn, nil, nil)
+	return runStepWith(ctx, j, name, mode, fn, stepWrites[R]{})
 }
 
-// runStepWith is runStep whose record, when the step ran, commits with the
-// stream append with returns for the step's output (nil for none); when
-// later is not nil it decides the mode from the step's output.
-func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], with func(R) streamAppend, later func(R) bool) (R, error) {
+// stepWrites are what runStepWith writes with a step's record, given the
+// step's output, each nil for nothing.
+type stepWrites[R any] struct {
+	// with is a stream append that commits with the record.
+	with func(R) streamAppend
+	// later decides the mode from the step's output.
+	later func(R) bool
+	// row renders a record written at once as a message row (a model
+	// call's, migration 00028; nil for a helix.step_journal record), and
+	// gets what its write found.
+	row func(R, journalRecord) (*modelRow, error)
+}
+
+// runStepWith is runStep with the writes w.
+func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMode, fn dbos.Step[R], w stepWrites[R]) (R, error) {
 	id := j.reserve()
 	if r, ok, err := j.recorded(id, name); ok || err != nil {
 		if err != nil {
@@ -637,15 +745,19 @@ func runStepWith[R any](ctx dbos.Context, j *journal, name string, mode recordMo
 	started := time.Now()
 	out, stepErr := execute(ctx, name, fn)
 	var a *streamAppend
-	if stepErr == nil && with != nil { // a failed step's writes are not its outcome
-		if w := with(out); len(w.chunks) > 0 {
-			a = &w
+	if stepErr == nil && w.with != nil { // a failed step's writes are not its outcome
+		if sa := w.with(out); len(sa.chunks) > 0 {
+			a = &sa
 		}
 	}
-	if stepErr == nil && later != nil && later(out) {
+	if stepErr == nil && w.later != nil && w.later(out) {
 		mode = recordLater
 	}
-	return out, j.recordWith(ctx, id, name, mode, out, stepErr, started, a)
+	var row func(journalRecord) (*modelRow, error)
+	if stepErr == nil && w.row != nil {
+		row = func(rec journalRecord) (*modelRow, error) { return w.row(out, rec) }
+	}
+	return out, j.recordWith(ctx, id, name, mode, out, stepErr, started, a, row)
 }
 
 // streamAppend is a stream append that commits with a step's record.
@@ -657,10 +769,14 @@ type streamAppend struct {
 // record records a step that ran (nothing when the workflow was cancelled
 // meanwhile: a resume runs the step again) and returns its error.
 func (j *journal) record(ctx dbos.Context, id int, name string, mode recordMode, out any, stepErr error, started time.Time) error {
-	return j.recordWith(ctx, id, name, mode, out, stepErr, started, nil)
+	return j.recordWith(ctx, id, name, mode, out, stepErr, started, nil, nil)
 }
 
-func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordMode, out any, stepErr error, started time.Time, with *streamAppend) error {
+// recordWith is record with a stream append and, for a record written at
+// once, its rendering as a message row (row nil, or returning nil: a
+// helix.step_journal record).
+func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordMode, out any, stepErr error, started time.Time,
+	with *streamAppend, row func(journalRecord) (*modelRow, error)) error {
 	if ctx.Err() != nil {
 		return errors.Join(stepErr, fmt.Errorf("workflow %s cancelled during step %s: %w", j.wfID, name, context.Cause(ctx)))
 	}
@@ -678,7 +794,13 @@ func (j *journal) recordWith(ctx dbos.Context, id int, name string, mode recordM
 		j.pending = append(j.pending, rec)
 		return stepErr
 	}
-	if err := j.write(ctx, rec); err != nil {
+	var r *modelRow
+	if row != nil && len(j.deferred) == 0 {
+		if r, err = row(rec); err != nil {
+			return err
+		}
+	}
+	if err := j.writeRow(ctx, r, rec); err != nil {
 		return err
 	}
 	return stepErr

@@ -158,7 +158,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return *run.Done, nil
 		}
 		if j, err = openJournal(ctx, env.Store, env.Log, wfID,
-			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: in.Segment}); err != nil {
+			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: in.Segment, turn: run.Turn}); err != nil {
 			return steps.Outcome{}, err
 		}
 		susp, pending, children := run.Suspended, run.Pending, run.Children
@@ -285,22 +285,50 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	// its record (the step's first write), or are held for its commit
 	// (holdsStarts).
 	var closing, held []helix.Chunk
+	// row is the model record written as the step's assistant message
+	// row, when it was (FormatLevelModelMessages).
+	var row *modelRow
 	m, err := runStepWith(t.ctx, t.j, steps.NameCallModel, recordNow,
 		fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step, MessageCount: t.messageCount}, &closing)),
-		func(m steps.ModelOutput) streamAppend {
-			if t.holdsStarts(m) && t.j.st.FormatLevel() >= postgres.FormatLevelCheckpointJournals {
-				// Held only once every live engine's replay rebuilds
-				// them (the cluster's format level); the replay below
-				// restores them whichever this execution did.
-				held = closing
-				return streamAppend{}
-			}
-			return streamAppend{stream: t.run.StreamID, chunks: steps.ChunkWrites(t.run.RunID, closing)}
-		}, t.nothingRunsBeforeTheNextWrite)
+		stepWrites[steps.ModelOutput]{
+			with: func(m steps.ModelOutput) streamAppend {
+				if t.holdsStarts(m) && t.j.st.FormatLevel() >= postgres.FormatLevelCheckpointJournals {
+					// Held only once every live engine's replay rebuilds
+					// them (the cluster's format level); the replay below
+					// restores them whichever this execution did.
+					held = closing
+					return streamAppend{}
+				}
+				return streamAppend{stream: t.run.StreamID, chunks: steps.ChunkWrites(t.run.RunID, closing)}
+			},
+			later: t.nothingRunsBeforeTheNextWrite,
+			row: func(m steps.ModelOutput, rec journalRecord) (*modelRow, error) {
+				// The record is the assistant row only once every live
+				// engine's replay reads it there (the cluster's level).
+				if t.j.st.FormatLevel() < postgres.FormatLevelModelMessages {
+					return nil, nil
+				}
+				r, ok, err := newModelRow(t.j.scope.turn, t.j.scope.segment, rec, m)
+				if ok {
+					row = r
+				}
+				return row, err
+			},
+		})
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
 	replayed := !t.j.ran
+	switch {
+	case row != nil && row.found:
+		// The tools run with the arguments as stored, which a replay
+		// reads back.
+		m.Result.ToolCalls = storedArguments(row.stored)
+	case row != nil || replayed:
+		// As a replay of the record's helix.step_journal form reads them
+		// (a no-op for a record json.Marshal wrote).
+		m.Result.ToolCalls = storedArguments(m.Result.ToolCalls)
+	}
 	if m.Failure != nil {
 		out, err := t.fail(step-1, *m.Failure)
 		return out, true, err

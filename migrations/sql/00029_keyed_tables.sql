@@ -41,6 +41,7 @@ CREATE TABLE helix.messages_k (
     created_at  timestamptz NOT NULL DEFAULT now(),
     seq         integer     NOT NULL,
     message     jsonb       NOT NULL,
+    meta        json, -- a model call's record (00028)
     PRIMARY KEY (session_key, seq)
 );
 
@@ -129,11 +130,13 @@ CREATE VIEW helix.all_checkpoints AS
         k.created_at, k.usage, k.journal
     FROM helix.checkpoints_k k JOIN helix.sessions s ON s.key = k.session_key;
 
--- helix.all_messages: the messages of both layouts (reads by session).
+-- helix.all_messages: the message rows of both layouts (reads by
+-- session; rows at seq >= the session's message_count are pending model
+-- records, 00028).
 CREATE VIEW helix.all_messages AS
-    SELECT session_id, seq, message, created_at FROM helix.messages
+    SELECT session_id, seq, message, created_at, meta FROM helix.messages
     UNION ALL
-    SELECT s.session_id, m.seq, m.message, m.created_at
+    SELECT s.session_id, m.seq, m.message, m.created_at, m.meta
     FROM helix.messages_k m JOIN helix.sessions s ON s.key = m.session_key;
 
 -- helix.all_stream_chunks: the chunk rows of both layouts (reads by stream).
@@ -195,6 +198,112 @@ END
 $fn$;
 -- +goose StatementEnd
 
+-- 00028's model records in message rows, in either layout: a keyed
+-- session's pending rows are in messages_k.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION helix.evict_pending_messages(sess text, from_seq integer, keep jsonb DEFAULT NULL) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    n integer;
+    sess_key bigint;
+BEGIN
+    SELECT s.key INTO sess_key FROM helix.sessions s WHERE s.session_id = sess;
+    WITH gone_t AS (
+        DELETE FROM helix.messages m
+        WHERE sess_key IS NULL AND m.session_id = sess AND m.seq >= from_seq
+          AND NOT (keep IS NOT NULL AND m.seq = from_seq AND m.message = keep)
+        RETURNING m.seq, m.message, m.meta
+    ), gone_k AS (
+        DELETE FROM helix.messages_k m
+        WHERE m.session_key = sess_key AND m.seq >= from_seq
+          AND NOT (keep IS NOT NULL AND m.seq = from_seq AND m.message = keep)
+        RETURNING m.seq, m.message, m.meta
+    ), gone AS (
+        SELECT * FROM gone_t UNION ALL SELECT * FROM gone_k
+    ), moved AS (
+        INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
+        SELECT x.* FROM gone g, helix.message_journal(sess, g.seq, g.message, g.meta) x
+        ON CONFLICT (workflow_id, id) DO NOTHING
+    )
+    SELECT count(*) INTO n FROM gone;
+    RETURN n;
+END
+$fn$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION helix.record_model_message(wf text, owner text, ids integer[], names text[], outputs text[],
+                                           errs text[], started bigint[], completed bigint[],
+                                           sess text, at_seq integer, row_message jsonb, row_meta json)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    k integer := cardinality(ids);
+    calls text;
+    inserted boolean := false;
+    sess_key bigint;
+BEGIN
+    SELECT s.key INTO sess_key FROM helix.sessions s WHERE s.session_id = sess AND s.message_count = at_seq FOR NO KEY UPDATE;
+    IF FOUND AND sess_key IS NULL AND NOT EXISTS (SELECT 1 FROM helix.messages m WHERE m.session_id = sess AND m.seq = at_seq) THEN
+        PERFORM helix.check_journal_owner(wf, owner);
+        INSERT INTO helix.messages AS m (session_id, seq, message, meta) VALUES (sess, at_seq, row_message, row_meta)
+        RETURNING coalesce((m.message->'toolCalls')::text, 'null') INTO calls;
+        inserted := true;
+    ELSIF FOUND AND sess_key IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM helix.messages_k m WHERE m.session_key = sess_key AND m.seq = at_seq) THEN
+        PERFORM helix.check_journal_owner(wf, owner);
+        INSERT INTO helix.messages_k AS m (session_key, seq, message, meta) VALUES (sess_key, at_seq, row_message, row_meta)
+        RETURNING coalesce((m.message->'toolCalls')::text, 'null') INTO calls;
+        inserted := true;
+    END IF;
+    IF NOT inserted THEN
+        PERFORM helix.record_steps(wf, owner, ids, names, outputs, errs, started, completed);
+        RETURN NULL;
+    END IF;
+    IF k > 1 THEN
+        PERFORM helix.record_steps(wf, owner, ids[1:k-1], names[1:k-1], outputs[1:k-1], errs[1:k-1],
+                                   started[1:k-1], completed[1:k-1]);
+    END IF;
+    RETURN calls;
+END
+$fn$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION helix.run_model_messages(sess text, run text, seg integer)
+RETURNS TABLE (seq integer, message text, meta text) LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    own_turn integer;
+    bound integer := 0;
+    sess_key bigint;
+    c record;
+BEGIN
+    SELECT r.turn INTO own_turn FROM helix.runs r WHERE r.run_id = run;
+    IF own_turn IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT s.key INTO sess_key FROM helix.sessions s WHERE s.session_id = sess;
+    FOR c IN SELECT x.run_id, x.message_count FROM (
+                 SELECT cp.run_id, cp.message_count, cp.created_seq FROM helix.checkpoints cp WHERE cp.session_id = sess
+                 UNION ALL
+                 SELECT cp.run_id, cp.message_count, cp.created_seq FROM helix.checkpoints_k cp WHERE cp.session_key = sess_key) x
+             ORDER BY x.created_seq DESC LOOP
+        IF c.run_id IS DISTINCT FROM run AND (SELECT r.turn < own_turn FROM helix.runs r WHERE r.run_id = c.run_id) THEN
+            bound := c.message_count;
+            EXIT;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT x.seq, x.message::text, x.meta::text FROM (
+            SELECT m.seq, m.message, m.meta FROM helix.messages m
+            WHERE sess_key IS NULL AND m.session_id = sess AND m.seq >= bound AND m.meta IS NOT NULL
+            UNION ALL
+            SELECT m.seq, m.message, m.meta FROM helix.messages_k m
+            WHERE m.session_key = sess_key AND m.seq >= bound AND m.meta IS NOT NULL) x
+        WHERE (x.meta->>0)::integer = own_turn AND (x.meta->>1)::integer = seg
+        ORDER BY x.seq;
+END
+$fn$;
+-- +goose StatementEnd
+
 -- 00019's and 00025's views read both layouts.
 CREATE OR REPLACE VIEW helix.usage_records AS
     SELECT session_id, run_id, step, source_type, source_name, input_tokens, output_tokens, cached_tokens,
@@ -216,7 +325,10 @@ SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, helix.journal
        x.started_at, x.completed_at
 FROM helix.all_checkpoints c JOIN helix.runs r ON r.run_id = c.run_id,
     helix.checkpoint_journal(c.checkpoint_id, c.journal) x
-WHERE c.journal IS NOT NULL;
+WHERE c.journal IS NOT NULL
+UNION ALL
+SELECT x.* FROM helix.all_messages m, helix.message_journal(m.session_id, m.seq, m.message, m.meta) x
+WHERE m.meta IS NOT NULL;
 
 -- +goose Down
 -- Works: the keyed rows move back to the tables of 00001, with their text
@@ -224,8 +336,8 @@ WHERE c.journal IS NOT NULL;
 -- views read those alone again, so a release of level 3 finds every row
 -- where it reads. It rewrites every keyed row once (run it with the
 -- engines stopped); the keys are lost.
-INSERT INTO helix.messages (session_id, seq, message, created_at)
-SELECT s.session_id, m.seq, m.message, m.created_at FROM helix.messages_k m JOIN helix.sessions s ON s.key = m.session_key;
+INSERT INTO helix.messages (session_id, seq, message, created_at, meta)
+SELECT s.session_id, m.seq, m.message, m.created_at, m.meta FROM helix.messages_k m JOIN helix.sessions s ON s.key = m.session_key;
 INSERT INTO helix.checkpoints (checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence, status,
     custom_state, output, created_seq, created_at, usage, journal)
 SELECT helix.checkpoint_id_of(s.session_id, k.step_count, k.id_ms, k.id_rand), s.session_id, k.run_id, k.step_count,
@@ -241,7 +353,90 @@ UNION ALL
 SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, helix.journal_output(x.output), x.error,
        x.started_at, x.completed_at
 FROM helix.checkpoints c JOIN helix.runs r ON r.run_id = c.run_id, helix.checkpoint_journal(c.checkpoint_id, c.journal) x
-WHERE c.journal IS NOT NULL;
+WHERE c.journal IS NOT NULL
+UNION ALL
+SELECT x.* FROM helix.messages m, helix.message_journal(m.session_id, m.seq, m.message, m.meta) x
+WHERE m.meta IS NOT NULL;
+
+-- 00028's functions as they were.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION helix.evict_pending_messages(sess text, from_seq integer, keep jsonb DEFAULT NULL) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    n integer;
+BEGIN
+    WITH gone AS (
+        DELETE FROM helix.messages m
+        WHERE m.session_id = sess AND m.seq >= from_seq
+          AND NOT (keep IS NOT NULL AND m.seq = from_seq AND m.message = keep)
+        RETURNING m.seq, m.message, m.meta
+    ), moved AS (
+        INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
+        SELECT x.* FROM gone g, helix.message_journal(sess, g.seq, g.message, g.meta) x
+        ON CONFLICT (workflow_id, id) DO NOTHING
+    )
+    SELECT count(*) INTO n FROM gone;
+    RETURN n;
+END
+$fn$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION helix.record_model_message(wf text, owner text, ids integer[], names text[], outputs text[],
+                                           errs text[], started bigint[], completed bigint[],
+                                           sess text, at_seq integer, row_message jsonb, row_meta json)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    k integer := cardinality(ids);
+    calls text;
+    inserted boolean := false;
+BEGIN
+    PERFORM 1 FROM helix.sessions s WHERE s.session_id = sess AND s.message_count = at_seq FOR NO KEY UPDATE;
+    IF FOUND AND NOT EXISTS (SELECT 1 FROM helix.messages m WHERE m.session_id = sess AND m.seq = at_seq) THEN
+        PERFORM helix.check_journal_owner(wf, owner);
+        INSERT INTO helix.messages AS m (session_id, seq, message, meta) VALUES (sess, at_seq, row_message, row_meta)
+        RETURNING coalesce((m.message->'toolCalls')::text, 'null') INTO calls;
+        inserted := true;
+    END IF;
+    IF NOT inserted THEN
+        PERFORM helix.record_steps(wf, owner, ids, names, outputs, errs, started, completed);
+        RETURN NULL;
+    END IF;
+    IF k > 1 THEN
+        PERFORM helix.record_steps(wf, owner, ids[1:k-1], names[1:k-1], outputs[1:k-1], errs[1:k-1],
+                                   started[1:k-1], completed[1:k-1]);
+    END IF;
+    RETURN calls;
+END
+$fn$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION helix.run_model_messages(sess text, run text, seg integer)
+RETURNS TABLE (seq integer, message text, meta text) LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    own_turn integer;
+    bound integer := 0;
+    c record;
+BEGIN
+    SELECT r.turn INTO own_turn FROM helix.runs r WHERE r.run_id = run;
+    IF own_turn IS NULL THEN
+        RETURN;
+    END IF;
+    FOR c IN SELECT cp.run_id, cp.message_count FROM helix.checkpoints cp
+             WHERE cp.session_id = sess ORDER BY cp.created_seq DESC LOOP
+        IF c.run_id IS DISTINCT FROM run AND (SELECT r.turn < own_turn FROM helix.runs r WHERE r.run_id = c.run_id) THEN
+            bound := c.message_count;
+            EXIT;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT m.seq, m.message::text, m.meta::text FROM helix.messages m
+        WHERE m.session_id = sess AND m.seq >= bound AND m.meta IS NOT NULL
+          AND (m.meta->>0)::integer = own_turn AND (m.meta->>1)::integer = seg
+        ORDER BY m.seq;
+END
+$fn$;
+-- +goose StatementEnd
 
 CREATE OR REPLACE VIEW helix.usage_records AS
     SELECT session_id, run_id, step, source_type, source_name, input_tokens, output_tokens, cached_tokens,

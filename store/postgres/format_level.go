@@ -36,13 +36,21 @@ const (
 	// leaves the session's and the stream's updated_at alone; it reads
 	// those columns as they are).
 	FormatLevelCheckpointJournals FormatLevel = 1
+	// FormatLevelModelMessages (2) adds the write a release of
+	// FormatLevelCheckpointJournals cannot read: the record of a model call
+	// written at once (a step whose tools run application code) as the
+	// step's assistant message row in helix.messages, pending until the
+	// step's commit counts it, with messages.meta (migration 00028), instead
+	// of a helix.step_journal row. Its replay would not find the record
+	// (and call the model again), its commit would fail on the pending row,
+	// and its readers of messages would show the row before the commit.
+	FormatLevelModelMessages FormatLevel = 2
 	// FormatLevelDerivedChunks (3) adds stream-chunk rows of format 4
 	// (chunkpack_v4.go): a step commit's chunk row leaves out what the
 	// same transaction's checkpoint, messages and session rows hold, and
 	// readers render those chunks back from the rows. A release before it
 	// fails to read such a row (its readers know formats 2 and 3), and
 	// its TruncateMessages would delete the rows a marker renders from.
-	// (Level 2 is stage B's, docs/storage-plan.md.)
 	FormatLevelDerivedChunks FormatLevel = 3
 	// FormatLevelKeyedTables (4) gives the sessions and streams created
 	// at it an integer key (migration 00029): their messages, checkpoints
@@ -66,6 +74,8 @@ func (l FormatLevel) String() string {
 		return "0 (base)"
 	case FormatLevelCheckpointJournals:
 		return "1 (checkpoint journals, chunk rows of format 3)"
+	case FormatLevelModelMessages:
+		return "2 (model records as assistant message rows)"
 	case FormatLevelDerivedChunks:
 		return "3 (derived chunk rows of format 4)"
 	case FormatLevelKeyedTables:

@@ -27,8 +27,10 @@ func encodeMessages(msgs []helix.Message) ([]string, error) {
 
 // insertMessagesSQL writes messages $3 of session $1 from seq $2, in the
 // session's layout (keyed.go), for a caller that holds the session's row
-// lock and has read its message count.
-const insertMessagesSQL = `WITH k AS (SELECT key FROM helix.sessions WHERE session_id = $1),
+// lock and has read its message count: the pending model records at the
+// messages' places move away first (migration 00028).
+const insertMessagesSQL = `WITH ev AS (SELECT helix.evict_pending_messages($1, $2) AS n),
+		k AS (SELECT key FROM helix.sessions, ev WHERE session_id = $1),
 		t AS (INSERT INTO helix.messages (session_id, seq, message)
 			SELECT $1, $2 + u.ord - 1, u.m FROM k, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord) WHERE k.key IS NULL)
 	INSERT INTO helix.messages_k (session_key, seq, message)
@@ -41,16 +43,21 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs []hel
 		return 0, fmt.Errorf("store: append messages to %s: %w", sessionID, err)
 	}
 	var count int
+	// The session's row is updated (locked) first, then the pending model
+	// records at the new messages' places are moved away (migration
+	// 00028), then the messages go in.
 	err = s.q.QueryRow(ctx, `WITH s AS (
 			UPDATE helix.sessions SET message_count = message_count + $2, version = version + 1, updated_at = now()
 			WHERE session_id = $1 RETURNING message_count, key
+		), ev AS (
+			SELECT helix.evict_pending_messages($1, s.message_count - $2) AS n FROM s
 		), ins AS (
 			INSERT INTO helix.messages (session_id, seq, message)
-			SELECT $1, s.message_count - $2 + u.ord - 1, u.m FROM s, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
+			SELECT $1, s.message_count - $2 + u.ord - 1, u.m FROM s, ev, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
 			WHERE s.key IS NULL
 		), insk AS (
 			INSERT INTO helix.messages_k (session_key, seq, message)
-			SELECT s.key, s.message_count - $2 + u.ord - 1, u.m FROM s, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
+			SELECT s.key, s.message_count - $2 + u.ord - 1, u.m FROM s, ev, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
 			WHERE s.key IS NOT NULL
 		)
 		SELECT message_count FROM s`, sessionID, len(enc), enc).Scan(&count)
@@ -73,7 +80,8 @@ func (s *Store) GetMessages(ctx context.Context, sessionID string, opts *store.G
 	rows, err := s.q.Query(ctx, `SELECT s.message_count, m.message
 		FROM helix.sessions s
 		LEFT JOIN LATERAL (
-			SELECT x.message FROM `+sessionMessagesSQL("s", "seq >= $2", "ORDER BY seq LIMIT $3")+` x ORDER BY x.seq LIMIT $3
+			SELECT x.message FROM `+sessionMessagesSQL("s", "seq >= $2 AND seq < s.message_count", "ORDER BY seq LIMIT $3")+` x
+			ORDER BY x.seq LIMIT $3
 		) m ON true
 		WHERE s.session_id = $1`, sessionID, o.Offset, limit)
 	if err != nil {
@@ -137,9 +145,10 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		if err := literalMarkers(ctx, q, sessionID, count); err != nil {
 			return err
 		}
-		if _, err := q.Exec(ctx, `WITH k AS (DELETE FROM helix.messages WHERE session_id = $1 AND seq >= $2)
-			DELETE FROM helix.messages_k WHERE session_key = (SELECT key FROM helix.sessions WHERE session_id = $1) AND seq >= $2`,
-			sessionID, count); err != nil {
+		// The rows removed, pending model records included (migration
+		// 00028), move the model records they hold to helix.step_journal:
+		// their workflows may replay. (Both layouts: 00029.)
+		if _, err := q.Exec(ctx, `SELECT helix.evict_pending_messages($1, $2)`, sessionID, count); err != nil {
 			return err
 		}
 		// Checkpoints that reference removed messages are no longer valid

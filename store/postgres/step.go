@@ -90,6 +90,15 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 // chunks to the stream's (keyed.go): the statement reads both keys from
 // the rows it updates.
 //
+// The messages go in at $4 after the rows there that are not the step's
+// own move away (evict, migration 00028: pending model records of other
+// executions, their records to helix.step_journal). The step's assistant
+// message (the first of $5) keeps the row at $4 that holds it already (the
+// model call's record, written as that row from FormatLevelModelMessages):
+// own writes it only when no row is there. The session's row is locked by
+// then (sess), and evict reads with a snapshot of its own, so no pending
+// row it does not see can be written before the commit.
+//
 // The run's row is written only when its status changes, it ends, or it
 // records an error: a running run's step count and last update are read
 // from its session's checkpoint (runColumns), which the statement writes
@@ -125,14 +134,24 @@ const commitStepSQL = `WITH sess AS (
 			updated_at = CASE WHEN $21 OR $25::int = 0 OR NOT $27 THEN now() ELSE updated_at END
 		WHERE stream_id = $16 AND ($17::int < 0 OR status = 'active') AND EXISTS (SELECT 1 FROM sess)
 		RETURNING latest_seq - $25::int AS latest_seq, key
+	), evict AS (
+		SELECT helix.evict_pending_messages($1, $4::int, ($5::jsonb[])[1]) AS n FROM ok
+	), own AS (
+		INSERT INTO helix.messages (session_id, seq, message)
+		SELECT $1, $4::int, ($5::jsonb[])[1] FROM evict, sess WHERE cardinality($5::jsonb[]) > 0 AND sess.key IS NULL
+		ON CONFLICT (session_id, seq) DO NOTHING
+	), ownk AS (
+		INSERT INTO helix.messages_k (session_key, seq, message)
+		SELECT sess.key, $4::int, ($5::jsonb[])[1] FROM evict, sess WHERE cardinality($5::jsonb[]) > 0 AND sess.key IS NOT NULL
+		ON CONFLICT (session_key, seq) DO NOTHING
 	), msgs AS (
 		INSERT INTO helix.messages (session_id, seq, message)
-		SELECT $1, $4::int + u.ord - 1, u.m FROM sess, ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
-		WHERE sess.key IS NULL
+		SELECT $1, $4::int + u.ord - 1, u.m FROM evict, sess, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
+		WHERE u.ord > 1 AND sess.key IS NULL
 	), msgsk AS (
 		INSERT INTO helix.messages_k (session_key, seq, message)
-		SELECT sess.key, $4::int + u.ord - 1, u.m FROM sess, ok, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
-		WHERE sess.key IS NOT NULL
+		SELECT sess.key, $4::int + u.ord - 1, u.m FROM evict, sess, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
+		WHERE u.ord > 1 AND sess.key IS NOT NULL
 	), cp AS (
 		INSERT INTO helix.checkpoints (checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence,
 			status, custom_state, output, usage, journal)
