@@ -17,7 +17,7 @@ import (
 // newClusterStore returns a store on a fresh migrated database that also
 // has DBOS's system tables (DBOS migrates them when a context is created;
 // nothing is launched).
-func newClusterStore(t *testing.T) *postgres.Store {
+func newClusterStore(t *testing.T, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
 	url := pgtest.NewURL(t)
 	dc, err := dbos.NewContext(t.Context(), dbos.Config{DatabaseURL: url, AppName: "helix-store-test"})
@@ -26,7 +26,7 @@ func newClusterStore(t *testing.T) *postgres.Store {
 	pool, err := pgxpool.New(t.Context(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	st, err := postgres.New(pool)
+	st, err := postgres.New(pool, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	return st

@@ -233,3 +233,44 @@ func TestLayoutsSideBySide(t *testing.T) {
 		})
 	}
 }
+
+// The model-row tests (model_rows_test.go) run on keyed sessions, the
+// newest level's; a session of the text tables (created below
+// FormatLevelKeyedTables, as an older release's) and a keyed one record a
+// model call as a pending row in their own layout, hide it from every
+// reader, keep it at the step's commit, and move the records of the rows
+// a truncation removes to helix.step_journal.
+func TestModelRowsInBothLayouts(t *testing.T) {
+	t.Parallel()
+	for _, level := range []postgres.FormatLevel{postgres.FormatLevelDerivedChunks, postgres.FormatLevelKeyedTables} {
+		t.Run(fmt.Sprintf("level %d", level), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st := newClusterStore(t, postgres.WithFormatGate(postgres.NewFormatGate(level)))
+			modelRowSession(t, st, "p")
+			require.Nil(t, recordModelRow(ctx, t, st, "p", 0, 0), "seq 0 is not the message count")
+			require.NotNil(t, recordModelRow(ctx, t, st, "p", 1, 1))
+			requireMessages(t, st, "p", 1)
+			rows := tableRows(t, st, "p")
+			if level == postgres.FormatLevelKeyedTables {
+				require.Equal(t, 2, rows["messages_k"], "the user message and the pending row")
+				require.Zero(t, rows["messages"])
+			} else {
+				require.Equal(t, 2, rows["messages"])
+				require.Zero(t, rows["messages_k"])
+			}
+			_, err := st.CommitStep(ctx, store.StepCommit{SessionID: "p", RunID: "p-run", Step: 1, ExpectMessageCount: 1,
+				Messages: []helix.Message{assistant, helix.ToolResultMessage("c1", "note", "ok")}})
+			require.NoError(t, err)
+			requireMessages(t, st, "p", 3)
+			var metas int
+			require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.all_messages WHERE session_id = 'p' AND meta IS NOT NULL`).Scan(&metas))
+			require.Equal(t, 1, metas, "the commit kept the pending row, its record with it")
+			require.NotNil(t, recordModelRow(ctx, t, st, "p", 3, 3), "step 2's, pending")
+			require.NoError(t, st.TruncateMessages(ctx, "p", 1))
+			requireMessages(t, st, "p", 1)
+			require.Equal(t, []int{1_000_000, 1_000_001, 1_000_003}, journalModelRecords(t, st, "p"),
+				"the refused record, and the rows the truncation removed")
+		})
+	}
+}
