@@ -28,9 +28,8 @@
 CREATE SEQUENCE helix.session_keys;
 ALTER TABLE helix.sessions ADD COLUMN key bigint;
 ALTER TABLE helix.streams ADD COLUMN key bigint;
--- Every key is NULL here: the partial indexes are empty, built by one scan.
-CREATE UNIQUE INDEX sessions_key_idx ON helix.sessions (key) WHERE key IS NOT NULL;
-CREATE UNIQUE INDEX streams_key_idx ON helix.streams (key) WHERE key IS NOT NULL;
+-- Their unique indexes are built by 00030, concurrently (a plain CREATE
+-- INDEX would hold off every write to sessions for a scan of the table).
 COMMENT ON COLUMN helix.sessions.key IS
     'the session''s key in messages_k and checkpoints_k; NULL: its rows are in messages and checkpoints (migration 00029)';
 COMMENT ON COLUMN helix.streams.key IS
