@@ -1,11 +1,13 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
@@ -16,7 +18,9 @@ import (
 // sure of them, and the reader renders them from normalizeJSONB of the text
 // Postgres's jsonb gives back. So for every input normalizeJSONB accepts,
 // both must give the same bytes, or a reader would render other arguments
-// than the chunk held. Checked against the server itself on hand-picked
+// than the chunk held. (A document the database refuses fails the
+// message's write itself, so it does not count.) Checked against the
+// server itself on hand-picked
 // inputs (key order, duplicate keys, escapes, numbers in every form,
 // non-ASCII text) and on 3,000 random documents of the same ingredients.
 func TestNormalizeJSONBAgreesWithPostgres(t *testing.T) {
@@ -33,7 +37,7 @@ func TestNormalizeJSONBAgreesWithPostgres(t *testing.T) {
 	for range 3000 {
 		inputs = append(inputs, randomJSON(r, 0))
 	}
-	accepted := 0
+	accepted, refused := 0, 0
 	for _, in := range inputs {
 		want, ok := normalizeJSONB([]byte(in))
 		if !ok {
@@ -41,14 +45,23 @@ func TestNormalizeJSONBAgreesWithPostgres(t *testing.T) {
 		}
 		var back string
 		if err := pool.QueryRow(t.Context(), `SELECT $1::jsonb::text`, in).Scan(&back); err != nil {
-			t.Fatalf("normalizeJSONB accepted %q, which jsonb refuses: %v", in, err)
+			// The database refuses the document (a \u escape of a code
+			// point its encoding lacks, as in a SQL_ASCII database): so
+			// does the commit that would write the message, marker or
+			// not. Any other error is the test's.
+			var pgErr *pgconn.PgError
+			require.True(t, errors.As(err, &pgErr) && (pgErr.Code == "0A000" || strings.HasPrefix(pgErr.Code, "22")),
+				"jsonb of %q: %v", in, err)
+			refused++
+			continue
 		}
 		got, ok := normalizeJSONB([]byte(back))
 		require.True(t, ok, "jsonb's text %q of %q", back, in)
 		require.Equal(t, string(want), string(got), "input %q, jsonb gave %q", in, back)
 		accepted++
 	}
-	require.Greater(t, accepted, 2000, "most random documents are ones a marker derives")
+	t.Logf("%d documents both accept, %d the database refuses, of %d", accepted, refused, len(inputs))
+	require.Greater(t, accepted, len(inputs)/4, "a good part of the random documents are ones a marker derives")
 }
 
 // randomJSON builds a JSON document from the ingredients jsonb rewrites:
