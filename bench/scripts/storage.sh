@@ -3,7 +3,8 @@
 # granularity or fixed costs: the peers runner's sequential conversation is run twice on
 # a fresh schema, with K1 and K2 steps, and each relation's size difference is divided
 # by K2 - K1. Also prints the message bytes per step (pg_column_size of the new messages)
-# and the target (messages + 1,024 B).
+# and the target (messages + 1,024 B). Each run is on a database of its own
+# (dropped and created again).
 #   PROJECT=/path/to/tree DB=dbname [K1=200] [K2=1200] bench/scripts/storage.sh
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,8 +27,11 @@ sizes() {
 		from pg_class c join pg_namespace n on n.oid = c.relnamespace
 		where n.nspname in ('helix', 'dbos') and c.relkind = 'r'" "$DB"
 }
+fresh() { $P -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" postgres; }  # a run on what an earlier one left would not measure
+fresh
 PROJECT=$PROJECT DB=$DB "$HERE/peers-helix.sh" -seqK "$K1" -concN 0 -hitlN 0 >/dev/null || true  # -hitlN 0 ends in a panic of the summary, after the work
 sizes > "$T/storage-$DB-1"
+fresh
 PROJECT=$PROJECT DB=$DB "$HERE/peers-helix.sh" -seqK "$K2" -concN 0 -hitlN 0 >/dev/null || true
 sizes > "$T/storage-$DB-2"
 python3 - "$T/storage-$DB-1" "$T/storage-$DB-2" "$((K2 - K1))" <<'PY'
