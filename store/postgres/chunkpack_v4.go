@@ -325,8 +325,13 @@ type markerWrite struct {
 }
 
 // packMarker returns chunks (a row of the commit's run and step) as a
-// marker row, when it renders back from m's sources byte for byte and is
-// shorter than body (the row in format 3).
+// marker row, when it reads back from m's sources and is shorter than body
+// (the row in format 3). Reading back is packRow's check, as for format 3:
+// decoding the row with the sources gives each chunk's members as they
+// are, and a reader renders a chunk from its members through its type, as
+// encodeChunk wrote it (replacedUTF8 keeps out the one rendering that
+// differs). Rendering the chunks again here as well cost more than
+// packing (0.16 ms a step).
 func packMarker(chunks []encodedChunk, m *markerWrite, body string) (string, bool) {
 	c0 := chunks[0]
 	if m == nil || c0.runID != m.runID || c0.step != m.step || slices.ContainsFunc(chunks, replacedUTF8) {
@@ -336,10 +341,6 @@ func packMarker(chunks []encodedChunk, m *markerWrite, body string) (string, boo
 	row.marker = m.src
 	marker, ok := packRow(chunks, v4Version, row)
 	if !ok || len(marker) >= len(body) {
-		return "", false
-	}
-	_, raws, err := unpackRowWith([]byte(marker), len(chunks), c0.streamID, c0.runID, c0.step, m.src)
-	if err != nil || !slices.EqualFunc(raws, chunks, func(raw []byte, c encodedChunk) bool { return bytes.Equal(raw, c.raw) }) {
 		return "", false
 	}
 	return marker, true

@@ -41,35 +41,6 @@ func TestContractTextTables(t *testing.T) {
 	})
 }
 
-// TestContractLevelFlapping runs the store contract with a format level
-// that changes between 3 and 4 every few hundred microseconds: sessions
-// and streams are created in either layout, a sub-session's may differ
-// from its parent's stream's, and every later write must follow its
-// owner's layout, not the level of its time.
-func TestContractLevelFlapping(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Store {
-		gate := postgres.NewFormatGate(postgres.FormatLevelNewest)
-		ctx, stop := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		t.Cleanup(func() { stop(); <-done })
-		go func() {
-			defer close(done)
-			tick := time.NewTicker(300 * time.Microsecond)
-			defer tick.Stop()
-			for i := 0; ; i++ {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					gate.Set(postgres.FormatLevelDerivedChunks + postgres.FormatLevel(i%2))
-				}
-			}
-		}()
-		return newTestStore(t, postgres.WithPollInterval(2*time.Second), postgres.WithFormatGate(gate))
-	})
-}
-
 // TestCommitInCallerTransaction proves the per-step commit joins the
 // caller's transaction (as it does inside a DBOS step): a rollback after it
 // leaves no trace, and a commit makes all of it visible at once.
