@@ -162,6 +162,7 @@ func TestInspectorBrowserClientToolAndActions(t *testing.T) {
 
 	ctx := openAs(t, h, "alice", "/inspector/sessions/"+id)
 	browser.WaitVisible(t, ctx, `.pending-call[data-tool-call-id="q1"] textarea.result-input`)
+	require.True(t, browser.Eval[bool](t, ctx, `(window.resumeButton = document.querySelector('#action-resume')).disabled`))
 	browser.Click(t, ctx, "button#action-interrupt")
 	browser.WaitVisible(t, ctx, "dialog#confirm")
 	browser.Click(t, ctx, "button#confirm-no")
@@ -170,6 +171,10 @@ func TestInspectorBrowserClientToolAndActions(t *testing.T) {
 	browser.WaitVisible(t, ctx, "dialog#confirm")
 	browser.Click(t, ctx, "button#confirm-yes")
 	browser.WaitText(t, ctx, "#session-status", "interrupted")
+	// The page drew the session again (its status changed) with the same
+	// buttons, their state updated: a refresh never replaces a button under
+	// the user's pointer (a click on it would be lost).
+	require.True(t, browser.Eval[bool](t, ctx, `document.querySelector('#action-resume') === window.resumeButton && !window.resumeButton.disabled`))
 	browser.Click(t, ctx, "button#action-resume")
 	browser.Click(t, ctx, "button#confirm-yes")
 	browser.WaitText(t, ctx, "#session-status", "suspended_client_tool")

@@ -314,8 +314,15 @@
       const ta = t.querySelector('textarea.result-input');
       if (ta && ta.value) drafts[t.dataset.toolCallId] = ta.value;
     }
-    clear(m);
-    m.append(el('h1', {}, 'Session ', el('code', { text: s.sessionId }), ' ', statusBadge(s.status, 'session-status')));
+    // The action buttons of the same session stay in the page across
+    // re-renders (their state is updated): a refresh (a live event, an
+    // action's reload) must not replace a button under the user's pointer,
+    // which would lose the click.
+    let actions = m.querySelector(':scope > .actions');
+    if (actions && actions.dataset.sessionId !== s.sessionId) actions = null;
+    for (const child of [...m.childNodes]) if (child !== actions) m.removeChild(child);
+    const before = (node) => (actions ? m.insertBefore(node, actions) : m.append(node));
+    before(el('h1', {}, 'Session ', el('code', { text: s.sessionId }), ' ', statusBadge(s.status, 'session-status')));
 
     const meta = el('dl', { class: 'meta' });
     const row = (k, v) => { if (v !== undefined && v !== null && v !== '') meta.append(el('dt', { text: k }), el('dd', {}, v)); };
@@ -328,8 +335,9 @@
     if (s.error) row('Error', el('span', { class: 'status-failed', text: (s.errorCode ? s.errorCode + ': ' : '') + s.error }));
     if (s.queue) row('Queue', pretty(s.queue));
     if (data.tags && data.tags.length) row('Tags', data.tags.join(', '));
-    m.append(meta);
-    m.append(renderActions(s));
+    before(meta);
+    if (actions) updateActions(actions, s);
+    else m.append(renderActions(s));
 
     const left = el('div', {}, el('h2', { text: 'Transcript' }), renderTranscript(data));
     left.append(el('h2', { text: 'Output' }), renderOutput(s));
@@ -340,13 +348,32 @@
     m.append(el('div', { class: 'layout' }, left, right));
   }
 
-  function renderActions(s) {
+  // actionStates says which actions a session in its status allows.
+  function actionStates(s) {
     const active = ACTIVE.has(s.status);
-    const mk = (id, text, enabled, danger) => el('button', { id, type: 'button', text, disabled: !enabled, class: danger ? 'danger' : undefined });
-    const interrupt = mk('action-interrupt', 'Interrupt', active);
-    const resume = mk('action-resume', 'Resume', s.status === 'interrupted');
-    const abort = mk('action-abort', 'Abort', active, true);
-    const retry = mk('action-retry', 'Retry', s.status === 'failed' || s.status === 'interrupted');
+    return {
+      'action-interrupt': active,
+      'action-resume': s.status === 'interrupted',
+      'action-abort': active,
+      'action-retry': s.status === 'failed' || s.status === 'interrupted',
+    };
+  }
+
+  // updateActions sets the buttons of actions (renderActions') to s.
+  function updateActions(actions, s) {
+    for (const [id, enabled] of Object.entries(actionStates(s))) {
+      const b = actions.querySelector('#' + id);
+      if (b) b.disabled = !enabled;
+    }
+  }
+
+  function renderActions(s) {
+    const on = actionStates(s);
+    const mk = (id, text, danger) => el('button', { id, type: 'button', text, disabled: !on[id], class: danger ? 'danger' : undefined });
+    const interrupt = mk('action-interrupt', 'Interrupt');
+    const resume = mk('action-resume', 'Resume');
+    const abort = mk('action-abort', 'Abort', true);
+    const retry = mk('action-retry', 'Retry');
     const id = s.sessionId;
     act(interrupt, 'Interrupt session ' + id + '? It stops before its next step and can be resumed.',
       () => api('POST', '/interrupt', { sessionId: id, reason: 'interrupted from the inspector' }));
@@ -354,7 +381,7 @@
     act(abort, 'Abort session ' + id + '? It fails with code aborted; it can be retried later.',
       () => api('POST', '/abort', { sessionId: id, reason: 'aborted from the inspector' }));
     act(retry, 'Retry session ' + id + ' from its latest checkpoint?', () => api('POST', '/retry', { sessionId: id }));
-    return el('div', { class: 'actions' }, interrupt, resume, abort, retry);
+    return el('div', { class: 'actions', 'data-session-id': id }, interrupt, resume, abort, retry);
   }
 
   // act wires a button: confirm, call, then reload the session (and read
