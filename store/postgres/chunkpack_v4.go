@@ -532,7 +532,7 @@ func appendJSONB(buf []byte, x any) ([]byte, bool) {
 // in the JSON text v is a high one followed by a low one: jsonb refuses a
 // lone surrogate, where encoding/json reads it as U+FFFD.
 func surrogatesPaired(v []byte) bool {
-	surrogate := func(i int) (rune, bool) { // the escape at v[i:] (`\uXXXX`)
+	surrogate := func(i int) (rune, bool) { // the escape at v[i:] (a backslash, u, four hex digits)
 		if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
 			return 0, false
 		}
