@@ -63,7 +63,7 @@ func (s *Store) InterruptForChildren(ctx context.Context, p store.InterruptForCh
 	var res store.InterruptForChildrenResult
 	err := s.tx(ctx, func(q Querier) error {
 		tx := s.WithQuerier(q)
-		sess, root, err := lockTree(ctx, q, s, p.SessionID)
+		sess, root, err := lockTree(ctx, q, s, p.SessionID, nil)
 		if err != nil {
 			return err
 		}
@@ -143,7 +143,7 @@ func (s *Store) RespawnChild(ctx context.Context, p store.RespawnParams) (*store
 	var run *store.Run
 	err := s.tx(ctx, func(q Querier) error {
 		tx := s.WithQuerier(q)
-		child, _, err := lockTree(ctx, q, s, p.SessionID)
+		child, _, err := lockTree(ctx, q, s, p.SessionID, nil)
 		if err != nil {
 			return err
 		}

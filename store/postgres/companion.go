@@ -27,7 +27,7 @@ func (s *Store) DispatchCompanion(ctx context.Context, p store.CompanionDispatch
 	var out *store.CompanionDispatch
 	err := s.tx(ctx, func(q Querier) error {
 		tx := s.WithQuerier(q)
-		parent, _, err := lockTree(ctx, q, s, p.ParentSessionID)
+		parent, _, err := lockTree(ctx, q, s, p.ParentSessionID, nil)
 		if err != nil {
 			return err
 		}
@@ -293,7 +293,7 @@ func (s *Store) TerminateCompanion(ctx context.Context, parentSessionID, name, r
 	err := s.tx(ctx, func(q Querier) error {
 		tx := s.WithQuerier(q)
 		childID := companionSessionID(parentSessionID, name)
-		if _, _, err := lockTree(ctx, q, s, childID); err != nil {
+		if _, _, err := lockTree(ctx, q, s, childID, nil); err != nil {
 			return err
 		}
 		child, err := s.loadState(ctx, q, childID, true)
@@ -345,7 +345,7 @@ func (s *Store) DeliverCompletions(ctx context.Context, parentSessionID string, 
 	var n int
 	err := s.tx(ctx, func(q Querier) error {
 		tx := s.WithQuerier(q)
-		if _, _, err := lockTree(ctx, q, s, parentSessionID); err != nil {
+		if _, _, err := lockTree(ctx, q, s, parentSessionID, nil); err != nil {
 			return err
 		}
 		rows, err := q.Query(ctx, `SELECT `+refColumns+`

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -31,12 +33,13 @@ func (s *Store) nowMS() int64 {
 
 // lockTree locks the root session of sessionID, then the session itself
 // when it is another one, and returns both (the same value for a root
-// session).
-func lockTree(ctx context.Context, q Querier, s *Store, sessionID string) (sess, root *store.SessionState, err error) {
+// session). The root's CompletedClientToolCalls holds the entries of ids
+// alone (the calls the caller looks at; completedOnly).
+func lockTree(ctx context.Context, q Querier, s *Store, sessionID string, ids []string) (sess, root *store.SessionState, err error) {
 	// The root, found and locked in one statement (a root session is its
 	// own root: the common case costs one round trip).
-	root, err = scanSession(q.QueryRow(ctx, `SELECT `+sessionColumns+` FROM helix.sessions
-		WHERE session_id = (SELECT root_session_id FROM helix.sessions WHERE session_id = $1) FOR UPDATE`, sessionID))
+	root, err = scanSession(q.QueryRow(ctx, `SELECT `+sessionColumnsWith(completedOnly(2))+` FROM helix.sessions
+		WHERE session_id = (SELECT root_session_id FROM helix.sessions WHERE session_id = $1) FOR UPDATE`, sessionID, ids))
 	if isNoRows(err) {
 		return nil, nil, notFound("session", sessionID)
 	}
@@ -52,26 +55,109 @@ func lockTree(ctx context.Context, q Querier, s *Store, sessionID string) (sess,
 
 // setPending writes a session's pending calls.
 func setPending(ctx context.Context, q Querier, sessionID string, pending map[string]store.PendingClientToolCall) error {
+	var w rowWrite
+	if err := w.pending(pending); err != nil {
+		return err
+	}
+	return w.exec(ctx, q, sessionID)
+}
+
+// rowWrite is one update of a session's row: what a HITL transaction
+// changes in it, written by one statement (a root session that waits
+// itself has its pending calls and its maps written together, one row
+// version and one WAL record instead of two).
+type rowWrite struct {
+	sets []string
+	args []any
+	// done and dropped change the completed calls' map by entry, never
+	// whole (completedOnly).
+	done    map[string]int64
+	dropped []string
+}
+
+// set assigns column the next argument, arg.
+func (w *rowWrite) set(column string, arg any) {
+	w.args = append(w.args, arg)
+	w.sets = append(w.sets, column+" = $"+strconv.Itoa(len(w.args)+1))
+}
+
+// pending sets the session's pending calls.
+func (w *rowWrite) pending(pending map[string]store.PendingClientToolCall) error {
 	b, err := jsonObject(pending)
 	if err != nil {
 		return err
 	}
-	return execLater(ctx, q, `UPDATE helix.sessions SET pending_client_tool_calls = $2, version = version + 1, updated_at = now()
-		WHERE session_id = $1`, sessionID, b)
+	w.set("pending_client_tool_calls", b)
+	return nil
 }
 
-// setRootMaps writes a root session's ownership and completed maps.
-func setRootMaps(ctx context.Context, q Querier, root *store.SessionState) error {
-	own, err := jsonObject(root.ClientToolCallOwnership)
+// ownership sets a root session's ownership map.
+func (w *rowWrite) ownership(own map[string]string) error {
+	b, err := jsonObject(own)
 	if err != nil {
 		return err
 	}
-	done, err := jsonObject(root.CompletedClientToolCalls)
-	if err != nil {
+	w.set("client_tool_call_ownership", b)
+	return nil
+}
+
+// complete records call id of a root session's conversation as resolved at
+// at (Unix ms; negative: timed out), in its map and in root's copy.
+func (w *rowWrite) complete(root *store.SessionState, id string, at int64) {
+	if root.CompletedClientToolCalls == nil {
+		root.CompletedClientToolCalls = map[string]int64{}
+	}
+	root.CompletedClientToolCalls[id] = at
+	if w.done == nil {
+		w.done = map[string]int64{}
+	}
+	w.done[id] = at
+}
+
+// exec writes w, held for the transaction's next statement when q holds
+// writes; nothing when w is empty.
+func (w *rowWrite) exec(ctx context.Context, q Querier, sessionID string) error {
+	if len(w.done) > 0 || len(w.dropped) > 0 {
+		done, err := jsonObject(w.done)
+		if err != nil {
+			return err
+		}
+		dropped := w.dropped
+		if dropped == nil {
+			dropped = []string{} // NULL would make the map NULL
+		}
+		w.args = append(w.args, dropped, done)
+		n := len(w.args) + 1
+		w.sets = append(w.sets, "completed_client_tool_calls = (completed_client_tool_calls - $"+strconv.Itoa(n-1)+
+			"::text[]) || $"+strconv.Itoa(n)+"::jsonb")
+	}
+	if len(w.sets) == 0 {
+		return nil
+	}
+	return execLater(ctx, q, `UPDATE helix.sessions SET `+strings.Join(w.sets, ", ")+`, version = version + 1, updated_at = now()
+		WHERE session_id = $1`, append([]any{sessionID}, w.args...)...)
+}
+
+// writesFor returns the write of sess and that of root: the same one when
+// sess is the root.
+func writesFor(sess, root *store.SessionState) (sw, rw *rowWrite) {
+	rw = &rowWrite{}
+	if sess.SessionID == root.SessionID {
+		return rw, rw
+	}
+	return &rowWrite{}, rw
+}
+
+// execWrites runs rw (the root's) then sw (sess's, when another row): the
+// order the rows were locked in.
+func execWrites(ctx context.Context, q Querier, sess, root *store.SessionState, sw, rw *rowWrite) error {
+	if err := rw.exec(ctx, q, root.SessionID); err != nil {
 		return err
 	}
-	return execLater(ctx, q, `UPDATE helix.sessions SET client_tool_call_ownership = $2, completed_client_tool_calls = $3,
-		version = version + 1, updated_at = now() WHERE session_id = $1`, root.SessionID, own, done)
+	if sw == rw {
+		return nil
+	}
+	return sw.exec(ctx, q, sess.SessionID)
 }
 
 // unresolved lists the calls of run still waiting, by step and position.
@@ -158,10 +244,14 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 	if len(p.Pending) == 0 {
 		return nil, fmt.Errorf("store: suspend step of %s: no pending calls", p.SessionID)
 	}
+	ids := make([]string, len(p.Pending))
+	for i, pc := range p.Pending {
+		ids[i] = pc.Call.ToolCallID
+	}
 	var res store.SuspendResult
 	err := s.tx(ctx, func(q Querier) error {
 		tx := s.WithQuerier(q)
-		sess, root, err := lockTree(ctx, q, s, p.SessionID)
+		sess, root, err := lockTree(ctx, q, s, p.SessionID, ids)
 		if err != nil {
 			return err
 		}
@@ -196,16 +286,16 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 			res.Pending = append(res.Pending, c)
 		}
 		res.Pending = sortCalls(res.Pending)
-		if err := setRootMaps(ctx, q, root); err != nil {
+		sw, rw := writesFor(sess, root)
+		if err := rw.ownership(root.ClientToolCallOwnership); err != nil {
 			return err
 		}
-		b, err := jsonObject(pending)
-		if err != nil {
+		if err := sw.pending(pending); err != nil {
 			return err
 		}
-		if err := execLater(ctx, q, `UPDATE helix.sessions SET pending_client_tool_calls = $2, suspended_step = $3,
-			suspended_step_id = $4, version = version + 1, updated_at = now() WHERE session_id = $1`,
-			sess.SessionID, b, rawOrNil(p.Record), nullIfEmpty(p.StepID)); err != nil {
+		sw.set("suspended_step", rawOrNil(p.Record))
+		sw.set("suspended_step_id", nullIfEmpty(p.StepID))
+		if err := execWrites(ctx, q, sess, root, sw, rw); err != nil {
 			return err
 		}
 		if err := tx.appendAll(ctx, sess, p.RunID, p.Chunks); err != nil {
@@ -242,7 +332,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 	var res store.ResolveResult
 	err := s.tx(ctx, func(q Querier) error {
 		tx := s.WithQuerier(q)
-		sess, root, err := lockTree(ctx, q, s, p.SessionID)
+		sess, root, err := lockTree(ctx, q, s, p.SessionID, nil)
 		if err != nil {
 			return err
 		}
@@ -252,15 +342,10 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 		}
 		now := s.nowMS()
 		newly := false
+		sw, rw := writesFor(sess, root)
 		if !call.Resolved() && p.TimedOut {
 			call.TimedOutAt, newly = now, true
-			if root.CompletedClientToolCalls == nil {
-				root.CompletedClientToolCalls = map[string]int64{}
-			}
-			root.CompletedClientToolCalls[p.ToolCallID] = -now
-			if err := setRootMaps(ctx, q, root); err != nil {
-				return err
-			}
+			rw.complete(root, p.ToolCallID, -now)
 		}
 		if call.Resolved() && call.ConsumedAt == 0 {
 			call.ConsumedAt = now
@@ -274,9 +359,12 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 				}
 			}
 			sess.PendingClientToolCalls[p.ToolCallID] = call
-			if err := setPending(ctx, q, sess.SessionID, sess.PendingClientToolCalls); err != nil {
+			if err := sw.pending(sess.PendingClientToolCalls); err != nil {
 				return err
 			}
+		}
+		if err := execWrites(ctx, q, sess, root, sw, rw); err != nil {
+			return err
 		}
 		res.Call = call
 		if !p.LeaveInterrupt {
@@ -362,7 +450,11 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 	}
 	var res store.RecordedSubmission
 	err := s.tx(ctx, func(q Querier) error {
-		root, err := s.loadState(ctx, q, rootSessionID, true)
+		root, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionColumnsWith(completedOnly(2))+` FROM helix.sessions
+			WHERE session_id = $1 FOR UPDATE`, rootSessionID, []string{sub.ToolCallID}))
+		if isNoRows(err) {
+			err = notFound("session", rootSessionID)
+		}
 		if errors.Is(err, helix.ErrNotFound) {
 			return reject(helix.SubmissionUnknownToolCall, rootSessionID, "session %s does not exist", rootSessionID)
 		}
@@ -431,14 +523,12 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		call.Submission, call.SubmittedAt, call.SentTo = &stored, now, call.WorkflowID
 		owner.PendingClientToolCalls[sub.ToolCallID] = call
 		res.Call = call
-		if err := setPending(ctx, q, owner.SessionID, owner.PendingClientToolCalls); err != nil {
+		ow, rw := writesFor(owner, root)
+		if err := ow.pending(owner.PendingClientToolCalls); err != nil {
 			return err
 		}
-		if root.CompletedClientToolCalls == nil {
-			root.CompletedClientToolCalls = map[string]int64{}
-		}
-		root.CompletedClientToolCalls[sub.ToolCallID] = now
-		if err := setRootMaps(ctx, q, root); err != nil {
+		rw.complete(root, sub.ToolCallID, now)
+		if err := execWrites(ctx, q, owner, root, ow, rw); err != nil {
 			return err
 		}
 		wait := float64(now - call.CreatedAt)
@@ -490,7 +580,7 @@ func ownsEveryCall(root *store.SessionState) bool {
 func (s *Store) RetargetPending(ctx context.Context, sessionID, runID, workflowID string) ([]string, error) {
 	var out []string
 	err := s.tx(ctx, func(q Querier) error {
-		sess, _, err := lockTree(ctx, q, s, sessionID)
+		sess, _, err := lockTree(ctx, q, s, sessionID, nil)
 		if err != nil {
 			return err
 		}
@@ -551,19 +641,23 @@ func (s *Store) ListPendingCalls(ctx context.Context, sessionID string) ([]store
 func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.PendingClientToolCall, error) {
 	var out []store.PendingClientToolCall
 	err := s.tx(ctx, func(q Querier) error {
-		sess, root, err := lockTree(ctx, q, s, sessionID)
+		sess, root, err := lockTree(ctx, q, s, sessionID, nil)
 		if err != nil {
 			return err
 		}
+		var rw rowWrite
 		for id, c := range sess.PendingClientToolCalls {
 			out = append(out, c)
 			delete(root.ClientToolCallOwnership, id)
 			// A dropped call was never part of the conversation: its ID
 			// may come back (a scripted model replays its IDs).
-			delete(root.CompletedClientToolCalls, id)
+			rw.dropped = append(rw.dropped, id)
 		}
 		out = sortCalls(out)
-		if err := setRootMaps(ctx, q, root); err != nil {
+		if err := rw.ownership(root.ClientToolCallOwnership); err != nil {
+			return err
+		}
+		if err := rw.exec(ctx, q, root.SessionID); err != nil {
 			return err
 		}
 		if _, err = q.Exec(ctx, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
@@ -576,23 +670,33 @@ func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.P
 	return out, wrap(err, "discard pending calls of %s", sessionID)
 }
 
-// clearSuspensionSQL removes the pending calls of a session's suspended
-// step from their ownership on the root session, ahead of the commit that
-// appends their results. It locks the root row first.
+// clearSuspensionSQL removes the pending calls of a sub-agent's suspended
+// step from their ownership on its root session, ahead of the commit that
+// appends their results. It locks the root row first. A root session's own
+// calls leave its map in clearOwnSuspensionSQL, which writes the row once.
 const clearSuspensionSQL = `UPDATE helix.sessions r
 	SET client_tool_call_ownership = r.client_tool_call_ownership - ARRAY(SELECT jsonb_object_keys(s.pending_client_tool_calls)),
 		version = r.version + 1, updated_at = now()
-	FROM helix.sessions s WHERE s.session_id = $1 AND r.session_id = s.root_session_id`
+	FROM helix.sessions s WHERE s.session_id = $1 AND r.session_id = s.root_session_id AND r.session_id <> s.session_id`
 
-// clearSuspension runs clearSuspensionSQL and clears the session's own
-// suspension fields: two writes, held for the transaction's next statement
-// when q holds writes (two statements, not one: the root is often the
-// session itself, and one statement cannot update a row twice).
+// clearOwnSuspensionSQL clears a session's own suspension fields, and on a
+// root session its pending calls' ownership (what clearSuspensionSQL does
+// for a sub-agent's root).
+const clearOwnSuspensionSQL = `UPDATE helix.sessions SET
+		client_tool_call_ownership = CASE WHEN root_session_id = session_id
+			THEN client_tool_call_ownership - ARRAY(SELECT jsonb_object_keys(pending_client_tool_calls))
+			ELSE client_tool_call_ownership END,
+		pending_client_tool_calls = '{}', suspended_step = NULL, suspended_step_id = NULL,
+		suspended_awaiting_children = '{}', version = version + 1, updated_at = now()
+	WHERE session_id = $1`
+
+// clearSuspension runs clearSuspensionSQL and clearOwnSuspensionSQL: two
+// writes, held for the transaction's next statement when q holds writes
+// (one row written once for a root session, the root then the session for
+// a sub-agent).
 func clearSuspension(ctx context.Context, q Querier, sessionID string) error {
 	if err := execLater(ctx, q, clearSuspensionSQL, sessionID); err != nil {
 		return err
 	}
-	return execLater(ctx, q, `UPDATE helix.sessions SET pending_client_tool_calls = '{}', suspended_step = NULL,
-		suspended_step_id = NULL, suspended_awaiting_children = '{}', version = version + 1, updated_at = now()
-		WHERE session_id = $1`, sessionID)
+	return execLater(ctx, q, clearOwnSuspensionSQL, sessionID)
 }

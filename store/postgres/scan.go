@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,12 +25,30 @@ import (
 // at every step logged checkpoint_source, metadata, tags, user_id,
 // tracing_context, expires_at and created_at again (about 45 bytes per
 // step; migration 00026).
-const sessionColumns = `session_id, agent_type, stream_id, COALESCE(parent_session_id, ''), root_session_id,
+var sessionColumns = sessionColumnsWith("completed_client_tool_calls")
+
+// sessionColumnsWith is sessionColumns with completed (an expression) read
+// as the completed calls' map: the HITL writes read only the entries they
+// look at (completedOnly).
+func sessionColumnsWith(completed string) string {
+	return `session_id, agent_type, stream_id, COALESCE(parent_session_id, ''), root_session_id,
 	status, step_count, message_count, custom_state, output, COALESCE(error, ''), COALESCE(failure_reason, ''),
 	interrupt_context, pending_client_tool_calls, suspended_awaiting_children, COALESCE(suspended_step_id, ''),
-	suspended_step, completed_client_tool_calls, client_tool_call_ownership, interrupt_requested, COALESCE(interrupt_reason, ''),
+	suspended_step, ` + completed + `, client_tool_call_ownership, interrupt_requested, COALESCE(interrupt_reason, ''),
 	COALESCE(mode, ''), version, resume_count, COALESCE(helix.session_checkpoint_id(session_id, checkpoint_id), ''), checkpointed_at, COALESCE(checkpoint_source, ''),
 	COALESCE(user_id, ''), tags, metadata, tracing_context, expires_at, created_at, GREATEST(updated_at, checkpointed_at)`
+}
+
+// completedOnly reads the entries of the completed calls' map whose IDs are
+// in the text array at parameter n (NULL: none). The map holds every call
+// a conversation ever resolved; reading and writing it whole made each
+// answer of a human cost time and WAL in proportion to the answers before
+// it.
+func completedOnly(n int) string {
+	p := "$" + strconv.Itoa(n)
+	return `(SELECT jsonb_object_agg(k, completed_client_tool_calls -> k) FROM unnest(` + p + `::text[]) AS k
+		WHERE completed_client_tool_calls ? k)`
+}
 
 func scanSession(row Row) (*store.SessionState, error) {
 	var (
