@@ -29,13 +29,17 @@ const WakeSweepInterval = time.Second
 // outcome message is not taken (older ones find it at their next check,
 // workflows.SegmentCheckInterval). The wait re-reads its messages when
 // woken, so an extra wake-up is harmless.
+//
+// The sessions with pending calls are found through the index of those with
+// a suspended step (helix.sessions_suspended_idx, migration 00032; the store
+// keeps suspended_step_id set while calls are pending).
 const wakeSweepSQL = `
 SELECT count(pg_notify($1, w.payload)) FROM (
 	SELECT DISTINCT (p.val->>'workflowId') || '::' || $2 || (p.val->>'toolCallId') AS payload
 	FROM helix.sessions s
 	CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
 	JOIN dbos.workflow_status ws ON ws.workflow_uuid = p.val->>'workflowId'
-	WHERE s.pending_client_tool_calls <> '{}'::jsonb
+	WHERE s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb
 	  AND ws.status = 'PENDING' AND ws.executor_id = $4
 	  AND ((p.val ? 'submission' AND NOT p.val ? 'consumedAt' AND (p.val->>'submittedAt')::bigint < $3)
 	       OR s.interrupt_requested)

@@ -216,7 +216,7 @@ const (
 		WHERE source_type IN ('model', 'tool', 'subagent', 'client_tool_wait_ms') GROUP BY source_type, success`
 	queryPending = `SELECT COALESCE(p.value->>'kind', ''), count(*)
 		FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
-		WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT (p.value ? 'submission') AND NOT (p.value ? 'timedOutAt')
+		WHERE s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb AND NOT (p.value ? 'submission') AND NOT (p.value ? 'timedOutAt')
 		GROUP BY 1`
 	// The queues, from DBOS's workflow_status (its in-flight index and its
 	// (queue_name, status, started_at) index).

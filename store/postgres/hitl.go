@@ -294,7 +294,9 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 			return err
 		}
 		sw.set("suspended_step", rawOrNil(p.Record))
-		sw.set("suspended_step_id", nullIfEmpty(p.StepID))
+		// Never NULL while calls are pending: the wake-up sweep's index
+		// holds the sessions with a suspended step (migration 00032).
+		sw.set("suspended_step_id", p.StepID)
 		if err := execWrites(ctx, q, sess, root, sw, rw); err != nil {
 			return err
 		}

@@ -1,0 +1,123 @@
+package postgres_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+)
+
+// A conversation that answered many calls: the completed calls' map is
+// read and written by entry (completedOnly, rowWrite), and still makes an
+// answer given twice "already completed", a reused ID refused and a dropped
+// call's ID free, whichever of the many calls it is.
+func TestManyAnswersInOneConversation(t *testing.T) {
+	ctx := t.Context()
+	st := newTestStore(t)
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "many", AgentType: "a"})
+	require.NoError(t, err)
+	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "many-run", SessionID: "many", WorkflowID: "many-wf"})
+	require.NoError(t, err)
+	suspend := func(step int, ids ...string) error {
+		p := store.SuspendParams{SessionID: "many", RunID: "many-run", StepID: fmt.Sprintf("many-run:%d", step), Step: step,
+			Record: []byte(`{}`)}
+		for _, id := range ids {
+			p.Pending = append(p.Pending, store.PendingCall{Call: store.PendingClientToolCall{ToolCallID: id, ToolName: "ask",
+				Kind: helix.SubmissionApprovalResponse, WorkflowID: "many-wf"}})
+		}
+		_, err := st.SuspendStep(ctx, p)
+		return err
+	}
+	const n = 40
+	for i := range n {
+		id := fmt.Sprintf("c%d", i)
+		require.NoError(t, suspend(i+1, id))
+		if i == 7 {
+			// Timed out rather than answered.
+			_, err := st.ResolveToolCall(ctx, store.ResolveParams{SessionID: "many", RunID: "many-run", ToolCallID: id, Step: i + 1, TimedOut: true})
+			require.NoError(t, err)
+		} else {
+			rec, err := st.RecordSubmission(ctx, "many", helix.Approve(id, ""))
+			require.NoError(t, err)
+			require.False(t, rec.AlreadyCompleted)
+			_, err = st.ResolveToolCall(ctx, store.ResolveParams{SessionID: "many", RunID: "many-run", ToolCallID: id, Step: i + 1})
+			require.NoError(t, err)
+		}
+		_, err = st.CommitStep(ctx, store.StepCommit{SessionID: "many", RunID: "many-run", Step: i + 1, ClearSuspension: true,
+			Messages: []helix.Message{helix.ToolResultMessage(id, "ask", `"ok"`)}})
+		require.NoError(t, err)
+	}
+
+	got, err := st.LoadState(ctx, "many")
+	require.NoError(t, err)
+	require.Len(t, got.CompletedClientToolCalls, n, "every call the conversation resolved")
+	require.Negative(t, got.CompletedClientToolCalls["c7"], "timed out: a negative time")
+	require.Positive(t, got.CompletedClientToolCalls["c3"])
+	require.Empty(t, got.ClientToolCallOwnership, "no call is pending")
+	requireNoSuspensionRow(t, got)
+
+	again, err := st.RecordSubmission(ctx, "many", helix.Approve("c3", ""))
+	require.NoError(t, err)
+	require.True(t, again.AlreadyCompleted, "an answer given twice, 36 answers later")
+	_, err = st.RecordSubmission(ctx, "many", helix.Approve("c7", ""))
+	var se *helix.SubmissionError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, helix.SubmissionTimedOut, se.Code)
+	err = suspend(n+1, "c12")
+	require.ErrorContains(t, err, "tool call ID c12 is already used in this conversation")
+
+	// A dropped call's ID is free again; the others stay completed.
+	require.NoError(t, suspend(n+1, "d1"))
+	dropped, err := st.DiscardPending(ctx, "many")
+	require.NoError(t, err)
+	require.Len(t, dropped, 1)
+	require.NoError(t, suspend(n+1, "d1"), "a dropped call's ID may come back")
+	got, err = st.LoadState(ctx, "many")
+	require.NoError(t, err)
+	require.Len(t, got.CompletedClientToolCalls, n)
+	require.Equal(t, map[string]string{"d1": "many"}, got.ClientToolCallOwnership)
+}
+
+func requireNoSuspensionRow(t *testing.T, st *store.SessionState) {
+	t.Helper()
+	require.Empty(t, st.PendingClientToolCalls)
+	require.Empty(t, st.SuspendedStep)
+	require.Empty(t, st.SuspendedStepID)
+}
+
+// Every session with pending calls is in the wake-up sweep's index (the
+// sessions with a suspended step, migration 00032), a suspension without a
+// step ID and a state saved with pending calls included (the sweep's use of
+// the index: engine's TestWakeSweepReadsTheSuspendedIndex).
+func TestPendingCallsAreInTheSweepIndex(t *testing.T) {
+	ctx := t.Context()
+	st := newTestStore(t)
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "w", AgentType: "a"})
+	require.NoError(t, err)
+	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "w-run", SessionID: "w", WorkflowID: "w-wf"})
+	require.NoError(t, err)
+	_, err = st.SuspendStep(ctx, store.SuspendParams{SessionID: "w", RunID: "w-run", Step: 1, Record: []byte(`{}`),
+		Pending: []store.PendingCall{{Call: store.PendingClientToolCall{ToolCallID: "c1", ToolName: "ask", Kind: helix.SubmissionApprovalResponse}}}})
+	require.NoError(t, err)
+	inIndex := func() bool {
+		var in bool
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT suspended_step_id IS NOT NULL FROM helix.sessions WHERE session_id = 'w'`).Scan(&in))
+		return in
+	}
+	require.True(t, inIndex(), "a suspension without a step ID")
+
+	state, err := st.LoadState(ctx, "w")
+	require.NoError(t, err)
+	require.Empty(t, state.SuspendedStepID, "'' and NULL read the same")
+	_, err = st.SaveState(ctx, state, state.Version)
+	require.NoError(t, err)
+	require.True(t, inIndex(), "a state saved with its pending calls")
+
+	_, err = st.DiscardPending(ctx, "w")
+	require.NoError(t, err)
+	require.False(t, inIndex(), "no pending call, no suspension")
+
+}
