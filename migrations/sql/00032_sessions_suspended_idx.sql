@@ -12,6 +12,10 @@
 -- 1.2 KB of WAL per update). The suspension and its end still enter and
 -- leave the set.
 --
+-- An engine of an earlier release sweeps by 00006's condition alone, so
+-- until it is replaced (a rolling deploy) its sweep reads helix.sessions
+-- without an index each second; the Down builds 00006's index again.
+--
 -- Built and dropped without blocking writes (as 00030; if the build fails
 -- part way, drop the invalid helix.sessions_suspended_idx and start
 -- again).
