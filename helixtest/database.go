@@ -150,8 +150,9 @@ func provisionDefault() (*pgprovision.Server, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 		defer cancel()
 		defaultServer, defaultErr = pgprovision.Provision(ctx, pgprovision.Options{
-			NoLocal: true, // never start or use a cluster on a user's machine
-			Logf:    func(format string, args ...any) { fmt.Fprintf(os.Stderr, "helixtest: "+format+"\n", args...) },
+			NoLocal:  true, // never start or use a cluster on a user's machine
+			InMemory: true, // its databases are throwaway clones
+			Logf:     func(format string, args ...any) { fmt.Fprintf(os.Stderr, "helixtest: "+format+"\n", args...) },
 		})
 		if defaultErr == nil && defaultServer.ContainerID != "" {
 			if err := startReaper(defaultServer.ContainerID); err != nil {
