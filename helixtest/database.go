@@ -58,7 +58,9 @@ func WithServerURL(url string) DatabaseOption {
 // The server is chosen once per test binary: [WithServerURL] when given, else
 // HELIX_DATABASE_URL when set, else one Postgres container started with
 // testcontainers-go (image HELIX_TEST_PG_IMAGE, default [DefaultImage]),
-// shared by every test of the binary. On that server a template database is
+// shared by every test of the binary, with its data directory in memory (a
+// tmpfs: the clones and drops do not wait on the disk, and nothing outlives
+// the container). On that server a template database is
 // migrated once per set of migrations, and each call clones it, which takes
 // tens of milliseconds: fifty parallel tests cost one container and fifty
 // clones.
