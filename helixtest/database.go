@@ -58,7 +58,9 @@ func WithServerURL(url string) DatabaseOption {
 // The server is chosen once per test binary: [WithServerURL] when given, else
 // HELIX_DATABASE_URL when set, else one Postgres container started with
 // testcontainers-go (image HELIX_TEST_PG_IMAGE, default [DefaultImage]),
-// shared by every test of the binary. On that server a template database is
+// shared by every test of the binary, with its data directory in memory (a
+// tmpfs: the clones and drops do not wait on the disk, and nothing outlives
+// the container). On that server a template database is
 // migrated once per set of migrations, and each call clones it, which takes
 // tens of milliseconds: fifty parallel tests cost one container and fifty
 // clones.
@@ -150,8 +152,9 @@ func provisionDefault() (*pgprovision.Server, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), provisionTimeout)
 		defer cancel()
 		defaultServer, defaultErr = pgprovision.Provision(ctx, pgprovision.Options{
-			NoLocal: true, // never start or use a cluster on a user's machine
-			Logf:    func(format string, args ...any) { fmt.Fprintf(os.Stderr, "helixtest: "+format+"\n", args...) },
+			NoLocal:  true, // never start or use a cluster on a user's machine
+			InMemory: true, // its databases are throwaway clones
+			Logf:     func(format string, args ...any) { fmt.Fprintf(os.Stderr, "helixtest: "+format+"\n", args...) },
 		})
 		if defaultErr == nil && defaultServer.ContainerID != "" {
 			if err := startReaper(defaultServer.ContainerID); err != nil {

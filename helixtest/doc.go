@@ -20,7 +20,8 @@
 // [Database] gives each test its own database, cloned from a template
 // migrated once per test binary, on one server per test binary: the one
 // HELIX_DATABASE_URL names, or else a Postgres container started with
-// testcontainers-go (Docker must be reachable). Fifty parallel tests cost
+// testcontainers-go (Docker must be reachable; its data directory is in
+// memory). Fifty parallel tests cost
 // one server. Without either the test fails and says what to install or
 // set; it is never skipped.
 //

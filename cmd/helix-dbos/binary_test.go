@@ -157,6 +157,14 @@ func (p *bgProcess) wait(t *testing.T) int {
 	return 0
 }
 
+// result waits (a minute at most) for the process to exit and returns
+// what it did, as runBin does.
+func (p *bgProcess) result(t *testing.T) binResult {
+	t.Helper()
+	code := p.wait(t)
+	return binResult{stdout: p.stdout.String(), stderr: p.stderr.String(), code: code}
+}
+
 // waitFor waits until the process has printed want on stdout.
 func (p *bgProcess) waitFor(t *testing.T, want string, timeout time.Duration) {
 	t.Helper()

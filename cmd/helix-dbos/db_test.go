@@ -100,7 +100,9 @@ func silentDatabase(t *testing.T) string {
 // A database host that accepts connections but never answers fails doctor
 // and the commands that check the database before answering a session,
 // once connectTimeout has passed, with an error that says what timed out
-// and what to check.
+// and what to check. The three commands wait out connectTimeout at the
+// same time, in this test's one parallel slot: as parallel subtests they
+// held both of CI's two slots for 15 s, then one for 15 s more.
 func TestUnansweredConnectTimesOut(t *testing.T) {
 	t.Parallel()
 	host, port, err := net.SplitHostPort(silentDatabase(t))
@@ -109,10 +111,13 @@ func TestUnansweredConnectTimesOut(t *testing.T) {
 	shown := "host=127.0.0.1 port=" + port + " user=helix database=app"
 	within := connectTimeout + 15*time.Second
 
+	start := time.Now()
+	doctor := startBin(t, o, "doctor")
+	approve := startBin(t, o, "approve", "s-1", "call-1")
+	list := startBin(t, o, "sessions", "list")
+
 	t.Run("doctor", func(t *testing.T) {
-		t.Parallel()
-		start := time.Now()
-		r := runBin(t, o, "doctor")
+		r := doctor.result(t)
 		require.Less(t, time.Since(start), within)
 		require.Equal(t, 1, r.code, "%s", r)
 		require.Contains(t, r.stdout, "✗ database reachable   "+shown+"\n    connect to "+shown+": no answer after 15s: "+
@@ -120,17 +125,13 @@ func TestUnansweredConnectTimesOut(t *testing.T) {
 		require.Contains(t, r.stdout, "- migrations current   no database\n")
 	})
 	t.Run("approve", func(t *testing.T) {
-		t.Parallel()
-		start := time.Now()
-		r := runBin(t, o, "approve", "s-1", "call-1")
+		r := approve.result(t)
 		require.Less(t, time.Since(start), within)
 		require.Equal(t, 1, r.code, "%s", r)
 		require.True(t, strings.HasPrefix(r.stderr, "helix-dbos: connect to "+shown+": no answer after 15s: check that the host is reachable"), r.stderr)
 	})
 	t.Run("sessions list", func(t *testing.T) {
-		t.Parallel()
-		start := time.Now()
-		r := runBin(t, o, "sessions", "list")
+		r := list.result(t)
 		require.Less(t, time.Since(start), within)
 		require.Equal(t, 1, r.code, "%s", r)
 		require.Contains(t, r.stderr, "connect to "+shown+": no answer after 15s")

@@ -43,7 +43,8 @@ func Server(tb testing.TB) *pgprovision.Server {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		server, serverErr = pgprovision.Provision(ctx, pgprovision.Options{
-			Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+			InMemory: true, // a throwaway server: see pgprovision.Options.InMemory
+			Logf:     func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
 		})
 	})
 	if serverErr != nil {

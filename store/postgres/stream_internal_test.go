@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -68,6 +70,32 @@ func TestRetryableErrors(t *testing.T) {
 	require.True(t, retryableError(&pgconn.PgError{Code: "08006"}), "connection failure")
 	require.False(t, retryableError(&pgconn.PgError{Code: "23505"}), "a constraint violation is final")
 	require.True(t, retryableError(io.ErrUnexpectedEOF), "a network-level failure")
+	require.False(t, retryableError(&helix.StreamNotActiveError{StreamID: "x", Status: helix.StreamFailed}), "a stream's state is final")
+	require.False(t, retryableError(fmt.Errorf("end: %w", &helix.StreamFailedError{StreamID: "x", Message: "m"})), "wrapped too")
+}
+
+// TestEndingAFailedStreamAnswersAtOnce ends and fails streams that are no
+// longer active under a retry timeout far longer than the test's context:
+// the answer (ErrStreamNotActive, or the no-op of ending twice) comes from
+// the first attempt. Retried, it came when the retry timeout ran out (10 s
+// by default), and here it would be the context's deadline instead.
+func TestEndingAFailedStreamAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	st, err := New(pgtest.NewPool(t), WithRetryTimeout(time.Hour))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	for _, id := range []string{"failed", "ended"} {
+		_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: id, AgentType: "x"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, st.FailStream(ctx, "failed", "boom"))
+	require.ErrorIs(t, st.EndStream(ctx, "failed", nil), helix.ErrStreamNotActive)
+	require.NoError(t, st.FailStream(ctx, "failed", "again"), "failing twice is a no-op")
+	require.NoError(t, st.EndStream(ctx, "ended", nil))
+	require.NoError(t, st.EndStream(ctx, "ended", nil), "ending twice is a no-op")
+	require.NoError(t, ctx.Err())
 }
 
 // TestPackedRowsReadBackByteForByte appends chunks that pack into rows of

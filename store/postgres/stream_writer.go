@@ -260,6 +260,12 @@ func retryableError(err error) bool {
 	if errors.As(err, &nf) || errors.As(err, &tr) {
 		return false
 	}
+	// A stream's state answers the same on every attempt: EndStream on a
+	// failed stream retried its StreamNotActiveError for the whole retry
+	// timeout (10 s) before returning it.
+	if errors.Is(err, helix.ErrStreamNotActive) || errors.Is(err, helix.ErrStreamFailed) {
+		return false
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
