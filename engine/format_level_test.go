@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
@@ -265,6 +267,10 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 		{"3 to 4 after the model call", postgres.FormatLevelDerivedChunks, postgres.FormatLevelKeyedTables, helixtest.AfterModelCall(1)},
 		{"4 to 3 after the commit", postgres.FormatLevelKeyedTables, postgres.FormatLevelDerivedChunks, helixtest.AfterCommit(1)},
 		{"4 to 3 after the model call", postgres.FormatLevelKeyedTables, postgres.FormatLevelDerivedChunks, helixtest.AfterModelCall(1)},
+		{"4 to 5 after the commit", postgres.FormatLevelKeyedTables, postgres.FormatLevelCompactJournals, helixtest.AfterCommit(1)},
+		{"4 to 5 after the model call", postgres.FormatLevelKeyedTables, postgres.FormatLevelCompactJournals, helixtest.AfterModelCall(1)},
+		{"5 to 4 after the commit", postgres.FormatLevelCompactJournals, postgres.FormatLevelKeyedTables, helixtest.AfterCommit(1)},
+		{"5 to 4 after the model call", postgres.FormatLevelCompactJournals, postgres.FormatLevelKeyedTables, helixtest.AfterModelCall(1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -289,6 +295,17 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.all_messages WHERE session_id = $1 AND meta IS NOT NULL`,
 				h.SessionID).Scan(&modelRows))
 			require.Equal(t, map[bool]int{true: 1, false: 0}[tc.from >= postgres.FormatLevelModelMessages], modelRows)
+			// Step 1's commit, if it committed, carries its journal in the
+			// form of the first engine's level: compact from
+			// FormatLevelCompactJournals (a coded name, the short commit
+			// entry), the replay reads it either way.
+			var journals []string
+			require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()), `SELECT coalesce(array_agg(journal ORDER BY created_seq), '{}')
+				FROM helix.all_checkpoints WHERE session_id = $1 AND journal IS NOT NULL`, h.SessionID).Scan(&journals))
+			if tc.from >= postgres.FormatLevelCheckpointJournals && tc.crash.At == engine.ProbeAfterCommit {
+				require.Len(t, journals, 1)
+				requireJournalForm(t, journals[0], tc.from >= postgres.FormatLevelCompactJournals)
+			}
 			if stop != nil {
 				stop()
 			}
@@ -307,6 +324,17 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()),
 				`SELECT count(*) FROM helix.all_checkpoints WHERE session_id = $1`, h.SessionID).Scan(&checkpoints))
 			require.Equal(t, 2, checkpoints, "a checkpoint per step")
+			var last *string
+			require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()), `SELECT journal FROM helix.all_checkpoints
+				WHERE session_id = $1 ORDER BY created_seq DESC LIMIT 1`, h.SessionID).Scan(&last))
+			require.Equal(t, tc.to >= postgres.FormatLevelCheckpointJournals, last != nil, "the last checkpoint carries its step's records")
+			if last != nil {
+				requireJournalForm(t, *last, tc.to >= postgres.FormatLevelCompactJournals)
+			}
+			var commits int
+			require.NoError(t, pool.QueryRow(context.WithoutCancel(t.Context()), `SELECT count(*) FROM helix.step_journal_records
+				WHERE workflow_id = $1 AND name = $2 AND output::jsonb ? 'checkpointId'`, h.WorkflowID, steps.NameCommitStep).Scan(&commits))
+			require.Equal(t, 2, commits, "helix.step_journal_records shows both commits' records, whatever their form")
 			requireLayoutOf(t, pool, h.SessionID, tc.from >= postgres.FormatLevelKeyedTables)
 			requireStartsOnce(t, second.Stream(h.SessionID), 1, "n1")
 			second.RequireTranscriptOnce(h.SessionID)
@@ -330,4 +358,15 @@ func requireLayoutOf(t *testing.T, pool *pgxpool.Pool, id string, keyed bool) {
 		FROM helix.streams st WHERE st.stream_id = $1`, id).Scan(&streamKeyed, &text, &inKeyed))
 	require.Equal(t, keyed, streamKeyed, "stream %s keyed", id)
 	requireRowsIn(t, keyed, text, inKeyed, "stream "+id)
+}
+
+// requireJournalForm checks that a checkpoint's journal (migration 00025)
+// is compact (FormatLevelCompactJournals: the engine's names coded, a
+// commit whose output is its message count alone as the short entry) or
+// in the form before it.
+func requireJournalForm(t *testing.T, journal string, compact bool) {
+	t.Helper()
+	short := regexp.MustCompile(`,\[-?\d+,-?\d+\]\]$`).MatchString(journal)
+	require.Equal(t, compact, short, "the short commit entry: %s", journal)
+	require.Equal(t, !compact, strings.Contains(journal, `"helix.`), "names as strings: %s", journal)
 }

@@ -125,13 +125,14 @@ type journalRecord struct {
 // a walk of the run's own checkpoints, not the session's history), then
 // the model records its session's message rows hold for it
 // (helix.run_model_messages, migration 00028: id the row's seq, output its
-// message).
+// message). A checkpoint's row has its message count (migration 00033) as
+// n, which its short commit entry needs.
 const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.n, o.name, o.output, o.error, NULL::text, NULL::text
 FROM dbos.workflow_status w
 LEFT JOIN helix.step_journal o ON o.workflow_id = w.workflow_uuid AND o.id >= $2
 WHERE w.workflow_uuid = $1
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, c.journal, NULL, c.checkpoint_id, NULL FROM helix.run_journals($3, $4, $5) c
+SELECT NULL, NULL, NULL, c.message_count, NULL, c.journal, NULL, c.checkpoint_id, NULL FROM helix.run_journals($3, $4, $5) c
 UNION ALL
 SELECT NULL, NULL, m.seq, NULL, NULL, m.message, NULL, NULL, m.meta FROM helix.run_model_messages($3, $4, $5) m`
 
@@ -168,7 +169,10 @@ func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID 
 				}
 				recs = []journalRecord{rec}
 			case checkpoint != nil:
-				if recs, err = unpackCheckpoint(*checkpoint, *output); err != nil {
+				if n == nil {
+					return fmt.Errorf("workflow %s: checkpoint %s has no message count", wfID, *checkpoint)
+				}
+				if recs, err = unpackCheckpoint(*checkpoint, *output, int(*n)); err != nil {
 					return fmt.Errorf("workflow %s: %w", wfID, err)
 				}
 			case rowStatus != nil:
@@ -455,13 +459,14 @@ type rowQuerier interface {
 func (j *journal) committed(ctx context.Context, q rowQuerier, id int) (r journalRecord, done bool, err error) {
 	if len(j.carriedBy) > 0 {
 		var checkpoint, text string
-		err := q.QueryRow(ctx, carriedSQL, j.carriedBy, j.scope.sessionID).Scan(&checkpoint, &text)
+		var messageCount int
+		err := q.QueryRow(ctx, carriedSQL, j.carriedBy, j.scope.sessionID).Scan(&checkpoint, &text, &messageCount)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return r, false, err
 		default:
-			recs, err := unpackCheckpoint(checkpoint, text)
+			recs, err := unpackCheckpoint(checkpoint, text, messageCount)
 			if err != nil {
 				return r, false, fmt.Errorf("workflow %s: %w", j.wfID, err)
 			}
@@ -540,8 +545,12 @@ func unpackEntries(id int, entries [][]json.RawMessage) ([]journalRecord, error)
 // unpackCheckpoint returns the records checkpoint's journal text carries
 // (migration 00025: [segment, first ID, base time, entries as unpack's]),
 // the commit's record with its checkpoint ID, which it does not repeat,
-// back in its output.
-func unpackCheckpoint(checkpoint, text string) ([]journalRecord, error) {
+// back in its output. From FormatLevelCompactJournals (migration 00033) an
+// entry's name may be coded (journalStepNames) and the commit's record
+// may be the short entry [started, completed], which stands for
+// [helix.commit_step, started, completed, null, {"<o":messageCount}]:
+// messageCount is the checkpoint's message_count column.
+func unpackCheckpoint(checkpoint, text string, messageCount int) ([]journalRecord, error) {
 	var parts []json.RawMessage
 	if err := json.Unmarshal([]byte(text), &parts); err != nil {
 		return nil, fmt.Errorf("decode the records checkpoint %s carries: %w", checkpoint, err)
@@ -555,8 +564,27 @@ func unpackCheckpoint(checkpoint, text string) ([]journalRecord, error) {
 	}
 	entries := make([][]json.RawMessage, len(parts)-3)
 	for i, p := range parts[3:] {
-		if err := json.Unmarshal(p, &entries[i]); err != nil {
+		e := &entries[i]
+		if err := json.Unmarshal(p, e); err != nil {
 			return nil, fmt.Errorf("decode the record of step %d checkpoint %s carries: %w", first+i, checkpoint, err)
+		}
+		if len(*e) == 2 {
+			if i != len(entries)-1 {
+				return nil, fmt.Errorf("the record of step %d checkpoint %s carries is a short commit entry but not the last", first+i, checkpoint)
+			}
+			var times [2]int64
+			if json.Unmarshal((*e)[0], &times[0]) != nil || json.Unmarshal((*e)[1], &times[1]) != nil {
+				return nil, fmt.Errorf("the short commit entry of step %d checkpoint %s carries has times that are not integers", first+i, checkpoint)
+			}
+			*e = []json.RawMessage{shortCommitName, (*e)[0], (*e)[1], jsonNull, json.RawMessage(shortCommitOutput(messageCount))}
+			continue
+		}
+		if len(*e) > 0 {
+			name, err := expandStepName((*e)[0])
+			if err != nil {
+				return nil, fmt.Errorf("decode the name of step %d checkpoint %s carries: %w", first+i, checkpoint, err)
+			}
+			(*e)[0] = name
 		}
 	}
 	recs, err := unpackEntries(first, entries)
@@ -569,6 +597,13 @@ func unpackCheckpoint(checkpoint, text string) ([]journalRecord, error) {
 	}
 	return recs, nil
 }
+
+// shortCommitName and jsonNull are what a short commit entry's name and
+// error read as.
+var (
+	shortCommitName = json.RawMessage(`"` + steps.NameCommitStep + `"`)
+	jsonNull        = json.RawMessage(`null`)
+)
 
 // checkpointIDKey is the commit output's checkpoint ID key, coded as the
 // journal stores it.
@@ -595,7 +630,14 @@ func withCheckpointID(output, checkpoint string) string {
 // checkpoint carries the last run of consecutive IDs, which holds the
 // commit's, and lead returns the records before it, for
 // helix.step_journal.
-func (j *journal) checkpointRecords(recs []journalRecord) (text string, lead []journalRecord, err error) {
+//
+// compact (FormatLevelCompactJournals, migration 00033) codes the names of
+// journalStepNames as integers and writes the commit's record as the
+// short entry [started, completed] when it is the last, has no error and
+// its output is the message count alone, messageCount, which the
+// checkpoint's message_count column holds: readers rebuild it from there.
+// Without compact the text is what releases before the level write.
+func (j *journal) checkpointRecords(recs []journalRecord, compact bool, messageCount int) (text string, lead []journalRecord, err error) {
 	recs = slices.Clone(recs)
 	slices.SortFunc(recs, func(a, b journalRecord) int { return a.ID - b.ID })
 	k := len(recs) - 1
@@ -606,8 +648,13 @@ func (j *journal) checkpointRecords(recs []journalRecord) (text string, lead []j
 	base := recs[0].Started
 	var b strings.Builder
 	fmt.Fprintf(&b, "[%d,%d,%d", j.scope.segment, recs[0].ID, base)
-	for _, r := range recs {
-		name, err := json.Marshal(r.Name)
+	for i, r := range recs {
+		if compact && i == len(recs)-1 && r.Name == steps.NameCommitStep && r.Err == nil && r.Output != nil &&
+			*r.Output == shortCommitOutput(messageCount) {
+			fmt.Fprintf(&b, ",[%d,%d]", r.Started-base, r.Completed-base)
+			continue
+		}
+		name, err := codeStepName(r.Name, compact)
 		if err != nil {
 			return "", nil, fmt.Errorf("encode the name of step %d: %w", r.ID, err)
 		}
@@ -1003,7 +1050,8 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 				if err != nil {
 					return "", err
 				}
-				text, l, err := j.checkpointRecords(append(append(slices.Clone(j.pending), first...), rec))
+				compact := j.st.FormatLevel() >= postgres.FormatLevelCompactJournals
+				text, l, err := j.checkpointRecords(append(append(slices.Clone(j.pending), first...), rec), compact, co.MessageCount)
 				lead, carried = l, err == nil
 				return text, err
 			})

@@ -89,13 +89,13 @@ func TestCheckpointRecordsReadBack(t *testing.T) {
 		{ID: 12, Name: steps.NameRunTool, Err: s(`it "failed"`), Output: s(`null`), Started: at - 2, Completed: at + 8},
 		{ID: 14, Name: steps.NameCommitStep, Output: &commit, Started: at + 10, Completed: at + 11},
 	}
-	text, lead, err := j.checkpointRecords(recs)
+	text, lead, err := j.checkpointRecords(recs, false, 5)
 	require.NoError(t, err)
 	require.Equal(t, []journalRecord{recs[1]}, lead, "step 10 is not next to the others")
 	require.Equal(t, `[2,12,1699999999998,["helix.run_tool",0,10,"it \"failed\"",null],["helix.run_tool",6,11,null,{"ok":true}],`+
 		`["helix.commit_step",12,13,null,{"<o":5}]]`, text)
 
-	got, err := unpackCheckpoint("cp-1", text)
+	got, err := unpackCheckpoint("cp-1", text, 5)
 	require.NoError(t, err)
 	withID := codeOutput(`{"checkpointId":"cp-1","messageCount":5}`)
 	require.Equal(t, []journalRecord{
@@ -107,19 +107,60 @@ func TestCheckpointRecordsReadBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, steps.CommitOutput{CheckpointID: "cp-1", MessageCount: 5}, out)
 
-	text, lead, err = j.checkpointRecords(recs[3:])
+	text, lead, err = j.checkpointRecords(recs[3:], false, 5)
 	require.NoError(t, err)
 	require.Empty(t, lead)
 	require.Equal(t, `[2,14,1700000000010,["helix.commit_step",0,1,null,{"<o":5}]]`, text, "a commit alone")
+
+	// Compact (FormatLevelCompactJournals): the engine's names coded, the
+	// commit whose output is the checkpoint's message count alone as the
+	// short entry; they read back the same.
+	text, lead, err = j.checkpointRecords(recs, true, 5)
+	require.NoError(t, err)
+	require.Equal(t, []journalRecord{recs[1]}, lead)
+	require.Equal(t, `[2,12,1699999999998,[0,0,10,"it \"failed\"",null],[0,6,11,null,{"ok":true}],[12,13]]`, text)
+	compact, err := unpackCheckpoint("cp-1", text, 5)
+	require.NoError(t, err)
+	require.Equal(t, got, compact)
+	_, err = unpackCheckpoint("cp-1", `[2,12,0,[12,13],[0,0,10,null]]`, 5)
+	require.ErrorContains(t, err, "short commit entry but not the last")
+	_, err = unpackCheckpoint("cp-1", `[2,12,0,[999,0,10,null]]`, 5)
+	require.ErrorContains(t, err, "unknown step name code 999")
+
+	// Anything else keeps the long form: another message count, an error,
+	// more in the output, another name.
+	other := codeOutput(`{"messageCount":5,"interrupted":true}`)
+	for _, c := range []struct {
+		rec  journalRecord
+		want string
+	}{
+		{journalRecord{ID: 14, Name: steps.NameCommitStep, Output: &commit, Started: at, Completed: at + 1}, `[1,0,1,null,{"<o":5}]`},
+		{journalRecord{ID: 14, Name: steps.NameCommitStep, Output: &commit, Err: s("x"), Started: at, Completed: at + 1}, `[1,0,1,"x",{"<o":5}]`},
+		{journalRecord{ID: 14, Name: steps.NameCommitStep, Output: &other, Started: at, Completed: at + 1}, `[1,0,1,null,` + other + `]`},
+		{journalRecord{ID: 14, Name: "app.step", Output: &commit, Started: at, Completed: at + 1}, `["app.step",0,1,null,{"<o":5}]`},
+	} {
+		mc := 6
+		if c.rec.Output == &other || c.rec.Name == "app.step" || c.rec.Err != nil {
+			mc = 5
+		}
+		text, _, err := j.checkpointRecords([]journalRecord{c.rec}, true, mc)
+		require.NoError(t, err)
+		require.Equal(t, `[2,14,1700000000000,`+c.want+`]`, text)
+		back, err := unpackCheckpoint("cp", text, mc)
+		require.NoError(t, err)
+		require.Equal(t, c.rec.Name, back[0].Name)
+		require.Equal(t, c.rec.Err, back[0].Err)
+	}
 
 	for _, c := range []struct{ text, want string }{
 		{`{}`, "decode the records checkpoint cp carries"},
 		{`[0,1,2]`, "have 3 parts, want at least 4"},
 		{`[0,"x",2,["a",0,0,null]]`, "decode the first step"},
 		{`[0,1,2,"a"]`, "decode the record of step 1"},
-		{`[0,1,2,["a",0]]`, "record of step 1 has 2 fields"},
+		{`[0,1,2,["a",0,1]]`, "record of step 1 has 3 fields"},
+		{`[0,1,2,["a",0]]`, "short commit entry of step 1 checkpoint cp carries has times that are not integers"},
 	} {
-		_, err := unpackCheckpoint("cp", c.text)
+		_, err := unpackCheckpoint("cp", c.text, 0)
 		require.ErrorContains(t, err, c.want, c.text)
 	}
 	require.Equal(t, codeOutput(`{"checkpointId":"c"}`), withCheckpointID(`{}`, "c"))
@@ -132,8 +173,9 @@ func FuzzUnpackCheckpoint(f *testing.F) {
 	f.Add(`[0,7,1700000000000,["helix.run_tool",0,5,null,{"ok":true}],["helix.commit_step",6,7,null,{"<o":3}]]`)
 	f.Add(`[1,1,0,["helix.commit_step",0,0,null,{}]]`)
 	f.Add(`[0,1,2,[]]`)
+	f.Add(`[0,7,1700000000000,[0,0,5,null,{"ok":true}],[6,7]]`)
 	f.Fuzz(func(t *testing.T, text string) {
-		recs, err := unpackCheckpoint("cp", text)
+		recs, err := unpackCheckpoint("cp", text, 3)
 		if err != nil {
 			return
 		}

@@ -1,6 +1,13 @@
 package workflows
 
-import "strings"
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/helix-agents/helix-dbos/steps"
+)
 
 // Journal outputs are stored with their frequent keys coded (issue 15: a
 // step's records spelled "toolCallId", "messageCount" and their like in
@@ -48,4 +55,61 @@ func expandOutput(s string) string {
 		return s
 	}
 	return journalExpander.Replace(s)
+}
+
+// journalStepNames are the step names a checkpoint's journal
+// (checkpointRecords, migration 00025) stores as their index, a small JSON
+// integer, from FormatLevelCompactJournals: the names the engine writes
+// into checkpoint journals, the most frequent first. Any other name is
+// stored as its string, so the two never meet: an entry's name is a
+// string or a number.
+//
+// journalStepNames is part of the stored format: append only, never
+// reorder. Migration 00033's helix.journal_step_name expands the same
+// table in SQL, for helix.step_journal_records.
+var journalStepNames = []string{
+	steps.NameRunTool, steps.NameCommitStep, steps.NameCallModel, steps.NameFireHooks,
+	steps.NameBeginRun, steps.NameEndRun, steps.NameApprovalGate, steps.NameSuspendStep,
+	steps.NameResolveToolCall, steps.NameSaveSuspendedStep, steps.NameDispatchSubAgent,
+	steps.NameInterruptForChildren, steps.NameResumeChild, steps.NameSaveChildWait,
+	steps.NameCompanion, steps.NameCompanionCancel, steps.NameCompanionWaitEnded,
+	steps.NameDeliverCompletions, NameSegmentStatus,
+}
+
+// journalStepCodes maps journalStepNames to their stored form.
+var journalStepCodes = func() map[string]string {
+	m := make(map[string]string, len(journalStepNames))
+	for i, n := range journalStepNames {
+		m[n] = strconv.Itoa(i)
+	}
+	return m
+}()
+
+// codeStepName returns the JSON a checkpoint's journal stores name as:
+// its index in journalStepNames when coded, else its JSON string.
+func codeStepName(name string, coded bool) ([]byte, error) {
+	if c, ok := journalStepCodes[name]; ok && coded {
+		return []byte(c), nil
+	}
+	return json.Marshal(name)
+}
+
+// expandStepName returns the JSON string of a stored step name: a coded
+// one (a JSON integer) named back, a string as it is.
+func expandStepName(stored json.RawMessage) (json.RawMessage, error) {
+	if len(stored) == 0 || stored[0] < '0' || stored[0] > '9' {
+		return stored, nil
+	}
+	i, err := strconv.Atoi(string(stored))
+	if err != nil || i >= len(journalStepNames) {
+		return nil, fmt.Errorf("unknown step name code %s (written by a newer release? upgrade this one to read it)", stored)
+	}
+	return json.Marshal(journalStepNames[i])
+}
+
+// shortCommitOutput is the output of a commit record the short entry
+// stands for (checkpointRecords): the commit's message count alone,
+// coded as the journal stores it.
+func shortCommitOutput(messageCount int) string {
+	return `{"<o":` + strconv.Itoa(messageCount) + `}`
 }

@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"encoding/json"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,4 +71,59 @@ func TestJournalOutputExpandsInSQL(t *testing.T) {
 	var got string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT helix.journal_output($1)`, codeOutput(s)).Scan(&got))
 	require.Equal(t, s, got, "every key of the table")
+}
+
+// Migration 00033's helix.journal_step_name repeats the step name table,
+// and its helix.checkpoint_journal reads a compact checkpoint journal as
+// unpackCheckpoint does: every coded name, the short commit entry rebuilt
+// from the message count, the long forms as they are.
+func TestCompactCheckpointJournalsReadInSQL(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	for i, name := range journalStepNames {
+		var got string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT helix.journal_step_name($1::json)`, strconv.Itoa(i)).Scan(&got))
+		require.Equal(t, name, got, "code %d", i)
+	}
+	var unknown *string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT helix.journal_step_name($1::json)`,
+		strconv.Itoa(len(journalStepNames))).Scan(&unknown))
+	require.Nil(t, unknown, "a code past the table names nothing")
+
+	s := func(v string) *string { return &v }
+	const at = 1_700_000_000_000
+	j := &journal{scope: journalScope{segment: 1}}
+	var recs []journalRecord
+	for i, name := range append(slices.Clone(journalStepNames), "app.step") {
+		recs = append(recs, journalRecord{ID: 100 + i, Name: name, Output: s(`{"<a":` + strconv.Itoa(i) + `}`),
+			Started: at + int64(i), Completed: at + int64(2*i)})
+	}
+	// (helix.checkpoint_journal puts a checkpoint ID in every commit's
+	// output, unpackCheckpoint in the last's: a checkpoint carries one.)
+	recs[1].Output, recs[3].Err, recs[4].Output = nil, s(`it "failed"`), nil
+	for _, commit := range []string{codeOutput(`{"messageCount":7}`), codeOutput(`{"messageCount":7,"interrupted":true}`), `{}`} {
+		all := append(slices.Clone(recs), journalRecord{ID: 100 + len(recs), Name: steps.NameCommitStep, Output: &commit,
+			Started: at + 50, Completed: at + 60})
+		text, lead, err := j.checkpointRecords(all, true, 7)
+		require.NoError(t, err)
+		require.Empty(t, lead)
+		want, err := unpackCheckpoint("cp-9", text, 7)
+		require.NoError(t, err)
+		rows, err := pool.Query(t.Context(), `SELECT seg, id, name, output, error, started_at, completed_at
+			FROM helix.checkpoint_journal('cp-9', $1, 7) ORDER BY id`, text)
+		require.NoError(t, err)
+		var got []journalRecord
+		for rows.Next() {
+			var r journalRecord
+			var seg int
+			require.NoError(t, rows.Scan(&seg, &r.ID, &r.Name, &r.Output, &r.Err, &r.Started, &r.Completed))
+			require.Equal(t, 1, seg)
+			require.Equal(t, all[r.ID-100].Started, r.Started, "step %d", r.ID)
+			require.Equal(t, all[r.ID-100].Completed, r.Completed, "step %d", r.ID)
+			r.Started, r.Completed = 0, 0
+			got = append(got, r)
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, want, got, text)
+	}
 }

@@ -62,9 +62,18 @@ const (
 	// or chunks, and its replays would not find the records the
 	// checkpoints carry.
 	FormatLevelKeyedTables FormatLevel = 4
+	// FormatLevelCompactJournals (5) writes checkpoint journals (migration
+	// 00025) compact (migration 00033): the engine's step names as small
+	// integers (workflows' journalStepNames, helix.journal_step_name) and
+	// a commit's record whose output is its message count alone as the
+	// short entry [started, completed], rebuilt from the checkpoint's
+	// message_count. A release before it reads such a name as a number
+	// or fails on the short entry: its replay would not find the step's
+	// records and run its tools and commit again.
+	FormatLevelCompactJournals FormatLevel = 5
 	// FormatLevelNewest is the newest level this release reads and writes:
 	// the level its engines record.
-	FormatLevelNewest = FormatLevelKeyedTables
+	FormatLevelNewest = FormatLevelCompactJournals
 )
 
 // String names the level for logs and tools.
@@ -80,6 +89,8 @@ func (l FormatLevel) String() string {
 		return "3 (derived chunk rows of format 4)"
 	case FormatLevelKeyedTables:
 		return "4 (keyed tables, compact checkpoint IDs)"
+	case FormatLevelCompactJournals:
+		return "5 (compact checkpoint journals)"
 	}
 	return fmt.Sprintf("%d (newer than this release)", int(l))
 }

@@ -111,11 +111,12 @@ const maxCompactMillis = 999_999_999_999_999_999
 // CheckpointJournalSQL reads the journal (checkpoints.journal, migration
 // 00025) of the first checkpoint of IDs $1 (text[]) of session $2 that was
 // written with one, in either layout: a primary-key look-up per ID. Its
-// columns: the checkpoint's ID and its journal.
-var CheckpointJournalSQL = `SELECT checkpoint_id, journal FROM helix.checkpoints
+// columns: the checkpoint's ID, its journal and its message count (which
+// a journal's short commit entry stands on, FormatLevelCompactJournals).
+var CheckpointJournalSQL = `SELECT checkpoint_id, journal, message_count FROM helix.checkpoints
 	WHERE checkpoint_id = ANY($1) AND journal IS NOT NULL
 	UNION ALL
-	SELECT i.id, c.journal FROM unnest($1::text[]) AS i(id)
+	SELECT i.id, c.journal, c.message_count FROM unnest($1::text[]) AS i(id)
 		JOIN helix.sessions s ON s.session_id = $2
 		JOIN helix.checkpoints_k c ON ` + keyedIDMatchSQL("s", "i.id") + `
 	WHERE c.journal IS NOT NULL

@@ -160,18 +160,18 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		// tools and commits again.
 		if _, err := q.Exec(ctx, `WITH gonet AS (
 				DELETE FROM helix.checkpoints WHERE session_id = $1 AND message_count > $2
-				RETURNING checkpoint_id, session_id, run_id, step_count, usage, journal, created_at, created_seq
+				RETURNING checkpoint_id, session_id, run_id, step_count, usage, journal, message_count, created_at, created_seq
 			), gonek AS (
 				DELETE FROM helix.checkpoints_k c
 				WHERE c.session_key = (SELECT key FROM helix.sessions WHERE session_id = $1) AND c.message_count > $2
 				RETURNING helix.checkpoint_id_of($1, c.step_count, c.id_ms, c.id_rand) AS checkpoint_id, $1::text AS session_id,
-					c.run_id, c.step_count, c.usage, c.journal, c.created_at, c.created_seq
+					c.run_id, c.step_count, c.usage, c.journal, c.message_count, c.created_at, c.created_seq
 			), gone AS (
 				SELECT * FROM gonet UNION ALL SELECT * FROM gonek
 			), journal AS (
 				INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
 				SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, x.output, x.error, x.started_at, x.completed_at
-				FROM gone g JOIN helix.runs r ON r.run_id = g.run_id, helix.checkpoint_journal(g.checkpoint_id, g.journal) x
+				FROM gone g JOIN helix.runs r ON r.run_id = g.run_id, helix.checkpoint_journal(g.checkpoint_id, g.journal, g.message_count) x
 				WHERE g.journal IS NOT NULL
 			)
 			INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, input_tokens, output_tokens,
