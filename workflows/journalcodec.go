@@ -107,9 +107,13 @@ func expandStepName(stored json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(journalStepNames[i])
 }
 
+// messageCountKey is the commit output's message count key, coded as the
+// journal stores it.
+var messageCountKey = codeOutput(`"messageCount":`)
+
 // shortCommitOutput is the output of a commit record the short entry
 // stands for (checkpointRecords): the commit's message count alone,
 // coded as the journal stores it.
 func shortCommitOutput(messageCount int) string {
-	return `{"<o":` + strconv.Itoa(messageCount) + `}`
+	return "{" + messageCountKey + strconv.Itoa(messageCount) + "}"
 }

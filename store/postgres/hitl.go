@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,27 @@ func lockTree(ctx context.Context, q Querier, s *Store, sessionID string, ids []
 	}
 	sess, err = s.loadState(ctx, q, sessionID, true)
 	return sess, root, err
+}
+
+// lockRoot locks root session rootSessionID and returns it, its
+// CompletedClientToolCalls holding the entries of ids alone (as lockTree's
+// root).
+func lockRoot(ctx context.Context, q Querier, rootSessionID string, ids []string) (*store.SessionState, error) {
+	root, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionColumnsWith(completedOnly(2))+` FROM helix.sessions
+		WHERE session_id = $1 FOR UPDATE`, rootSessionID, ids))
+	if isNoRows(err) {
+		return nil, notFound("session", rootSessionID)
+	}
+	return root, err
+}
+
+// stepIDKeptSQL is the value to write to suspended_step_id (id, an SQL
+// expression) given the session's pending calls as written (pending, an
+// SQL expression): never NULL while calls are pending, for the wake-up
+// sweep's index of the sessions with a suspended step (migration 00032;
+// ” and NULL read the same).
+func stepIDKeptSQL(pending, id string) string {
+	return `CASE WHEN ` + pending + ` <> '{}' THEN COALESCE(` + id + `, '') ELSE ` + id + ` END`
 }
 
 // setPending writes a session's pending calls.
@@ -117,6 +139,7 @@ func (w *rowWrite) complete(root *store.SessionState, id string, at int64) {
 // exec writes w, held for the transaction's next statement when q holds
 // writes; nothing when w is empty.
 func (w *rowWrite) exec(ctx context.Context, q Querier, sessionID string) error {
+	sets, args := slices.Clip(w.sets), append([]any{sessionID}, w.args...)
 	if len(w.done) > 0 || len(w.dropped) > 0 {
 		done, err := jsonObject(w.done)
 		if err != nil {
@@ -126,16 +149,15 @@ func (w *rowWrite) exec(ctx context.Context, q Querier, sessionID string) error 
 		if dropped == nil {
 			dropped = []string{} // NULL would make the map NULL
 		}
-		w.args = append(w.args, dropped, done)
-		n := len(w.args) + 1
-		w.sets = append(w.sets, "completed_client_tool_calls = (completed_client_tool_calls - $"+strconv.Itoa(n-1)+
-			"::text[]) || $"+strconv.Itoa(n)+"::jsonb")
+		args = append(args, dropped, done)
+		sets = append(sets, "completed_client_tool_calls = (completed_client_tool_calls - $"+strconv.Itoa(len(args)-1)+
+			"::text[]) || $"+strconv.Itoa(len(args))+"::jsonb")
 	}
-	if len(w.sets) == 0 {
+	if len(sets) == 0 {
 		return nil
 	}
-	return execLater(ctx, q, `UPDATE helix.sessions SET `+strings.Join(w.sets, ", ")+`, version = version + 1, updated_at = now()
-		WHERE session_id = $1`, append([]any{sessionID}, w.args...)...)
+	return execLater(ctx, q, `UPDATE helix.sessions SET `+strings.Join(sets, ", ")+`, version = version + 1, updated_at = now()
+		WHERE session_id = $1`, args...)
 }
 
 // writesFor returns the write of sess and that of root: the same one when
@@ -294,9 +316,7 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 			return err
 		}
 		sw.set("suspended_step", rawOrNil(p.Record))
-		// Never NULL while calls are pending: the wake-up sweep's index
-		// holds the sessions with a suspended step (migration 00032).
-		sw.set("suspended_step_id", p.StepID)
+		sw.set("suspended_step_id", p.StepID) // '' rather than NULL: calls are pending (stepIDKeptSQL)
 		if err := execWrites(ctx, q, sess, root, sw, rw); err != nil {
 			return err
 		}
@@ -452,11 +472,7 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 	}
 	var res store.RecordedSubmission
 	err := s.tx(ctx, func(q Querier) error {
-		root, err := scanSession(q.QueryRow(ctx, `SELECT `+sessionColumnsWith(completedOnly(2))+` FROM helix.sessions
-			WHERE session_id = $1 FOR UPDATE`, rootSessionID, []string{sub.ToolCallID}))
-		if isNoRows(err) {
-			err = notFound("session", rootSessionID)
-		}
+		root, err := lockRoot(ctx, q, rootSessionID, []string{sub.ToolCallID})
 		if errors.Is(err, helix.ErrNotFound) {
 			return reject(helix.SubmissionUnknownToolCall, rootSessionID, "session %s does not exist", rootSessionID)
 		}
