@@ -86,8 +86,8 @@ type writtenAt struct {
 	// records counts its workflow's journal records (the view of both
 	// forms), journalRows those in helix.step_journal rows.
 	records, journalRows int
-	// pointer is the session row's checkpoint_id as stored ('' for "the
-	// newest", migration 00026), and touched whether the session's
+	// pointer is the session row's checkpoint_id as stored (an ID; ''
+	// for "the newest" from migration 00026 until 00034), and touched whether the session's
 	// updated_at is its last commit's time (the commit wrote it).
 	pointer string
 	touched bool
@@ -225,7 +225,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			require.Equal(t, 2, cur.checkpointJournals, "each commit's records are its checkpoint's")
 			require.True(t, cur.startsHeld, "the start chunks were held for the commit")
 			require.Less(t, cur.journalRows, cur.records, "the commits' records are not in helix.step_journal rows")
-			require.Empty(t, cur.pointer, "the commit points the session at its newest checkpoint with ''")
+			require.NotEmpty(t, cur.pointer, "the commit points the session at its checkpoint by ID (migration 00034)")
 			require.False(t, cur.touched, "the commits left the session's updated_at to checkpointed_at")
 			require.Equal(t, 1, cur.modelRows, "step 1's model call's record is its assistant row")
 			for _, s := range []string{h.SessionID, h2.SessionID} {

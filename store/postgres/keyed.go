@@ -68,9 +68,12 @@ func keyedIDMatchSQL(s, id string) string {
 // sessionCheckpointSQL is a lateral subquery of the checkpoint session row
 // s (alias) points at, in either layout (no row: none, or a pointer to a
 // checkpoint that is gone), as columns id, stream_sequence, run_id,
-// step_count, created_at. A step commit's pointer, the empty string, is
-// the session's newest checkpoint (migration 00026): the newest by
-// created_seq of each table, one backward index step each.
+// step_count, created_at. A pointer to a keyed checkpoint is one probe of
+// its primary key. The empty string, which a step commit wrote from
+// migration 00026 until 00034 (and a release before 00034 still writes),
+// is the session's newest checkpoint: the newest by created_seq of each
+// table (of checkpoints_k, a scan of the session's rows since 00034 dropped
+// its created_seq index).
 var sessionCheckpointSQL = `SELECT x.id, x.stream_sequence, x.run_id, x.step_count, x.created_at FROM (
 		(SELECT c.checkpoint_id AS id, c.stream_sequence, c.run_id, c.step_count, c.created_at, c.created_seq
 		 FROM helix.checkpoints c WHERE s.checkpoint_id = '' AND c.session_id = s.session_id ORDER BY c.created_seq DESC LIMIT 1)

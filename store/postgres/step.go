@@ -81,11 +81,10 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 // their steps, $20 their run IDs, $21 end the stream, $22 notify channel,
 // $23 the run status is final, $24 the rows' chunk counts, $25 the number
 // of chunks, $26 the checkpoint's journal (store.StepCommit.Journal; NULL
-// for none), $27 the narrow row updates of migration 00026 (the session
-// pointed at its newest checkpoint with ”, its and the stream's updated_at
-// left to checkpointed_at and the chunks), from
-// FormatLevelCheckpointJournals: a release before the levels reads those
-// columns as they are; $28 and $29 the checkpoint ID's time and random
+// for none), $27 the narrow row updates of migration 00026 (the session's
+// and the stream's updated_at left to checkpointed_at and the chunks),
+// from FormatLevelCheckpointJournals: a release before the levels reads
+// those columns as they are; $28 and $29 the checkpoint ID's time and random
 // part. The messages and the checkpoint go to the session's layout, the
 // chunks to the stream's (keyed.go): the statement reads both keys from
 // the rows it updates.
@@ -121,7 +120,7 @@ const commitStepSQL = `WITH sess AS (
 			interrupt_context = CASE WHEN $7 = 'interrupt' THEN $9::jsonb ELSE interrupt_context END,
 			interrupt_requested = CASE WHEN $7 = 'continue' THEN interrupt_requested ELSE false END,
 			interrupt_reason = CASE WHEN $7 = 'continue' THEN interrupt_reason END,
-			checkpoint_id = CASE WHEN $27 THEN '' ELSE $10 END, checkpointed_at = now(), checkpoint_source = 'step',
+			checkpoint_id = $10, checkpointed_at = now(), checkpoint_source = 'step',
 			version = version + 1, updated_at = CASE WHEN $27 THEN updated_at ELSE now() END
 		WHERE session_id = $1
 			AND ($17::int < 0 OR (status = 'active' AND NOT interrupt_requested AND message_count = $17::int))

@@ -122,12 +122,13 @@ func TestStepMovesLastChange(t *testing.T) {
 }
 
 // TestStepCheckpointPointer: a step's commit points its session at its
-// checkpoint without writing the ID into the session row (migration 00026:
-// the row holds the empty string, "the newest"), and every reader still sees the ID:
-// the session (LoadState's CheckpointID), the next step (ReadStep), the
-// latest checkpoint, a running run's progress (GetRun) and a truncation of
+// checkpoint by ID (migration 00034; from 00026 it wrote the empty string,
+// "the newest", which a release before 00034 still writes and which still
+// reads as the newest), and every reader sees the ID: the session
+// (LoadState's CheckpointID), the next step (ReadStep), the latest
+// checkpoint, a running run's progress (GetRun) and a truncation of
 // messages that deletes checkpoints (which moves the pointer to the newest
-// left, or none). Other writers of the pointer still write IDs.
+// left, or none).
 func TestStepCheckpointPointer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -186,9 +187,15 @@ func TestStepCheckpointPointer(t *testing.T) {
 		return res.CheckpointID
 	}
 	first := commit(1)
-	require.Equal(t, "", *rawPointer(), "the commit writes no ID into the session row")
+	require.Equal(t, first, *rawPointer(), "the commit writes its checkpoint's ID into the session row")
 	seen(first, true)
 	second := commit(2)
+	require.Equal(t, second, *rawPointer())
+	seen(second, true)
+	// A release before 00034 points at its commit's checkpoint with '':
+	// the newest, read by a scan of the session's checkpoints.
+	_, err = st.Pool().Exec(ctx, `UPDATE helix.sessions SET checkpoint_id = '' WHERE session_id = $1`, sid)
+	require.NoError(t, err)
 	seen(second, true)
 
 	// A checkpoint saved by hand points the session at its ID; the next
