@@ -28,7 +28,8 @@
 --
 -- The index is dropped concurrently (no lock that holds off the steps'
 -- inserts); see 00030 for the advisory lock that keeps other migrating
--- processes out of its way.
+-- processes out of its way. A drop that fails part way leaves the index
+-- invalid, and the migration drops it at its next run.
 
 -- helix.earlier_turn_checkpoint returns the created_seq and message count
 -- of the newest checkpoint of session sess (key sess_key; NULL: none)
@@ -112,7 +113,10 @@ DROP INDEX CONCURRENTLY IF EXISTS helix.checkpoints_k_session_idx;
 
 -- +goose Down
 -- Works: the index and the walks of 00029 and 00033 again. Sessions whose
--- row holds their checkpoint's ID keep it (00026's readers read it).
+-- row holds their checkpoint's ID keep it (00026's readers read it). If
+-- the build fails part way, Postgres leaves an invalid index of that name,
+-- which IF NOT EXISTS would then keep: drop it (DROP INDEX CONCURRENTLY
+-- helix.checkpoints_k_session_idx) and run the Down again.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS checkpoints_k_session_idx ON helix.checkpoints_k (session_key, created_seq);
 
 -- +goose StatementBegin
