@@ -87,8 +87,9 @@ type writtenAt struct {
 	// forms), journalRows those in helix.step_journal rows.
 	records, journalRows int
 	// pointer is the session row's checkpoint_id as stored (an ID; ''
-	// for "the newest" from migration 00026 until 00034), and touched whether the session's
-	// updated_at is its last commit's time (the commit wrote it).
+	// for "the newest" from migration 00026 until 00034), and touched
+	// whether the session's updated_at is its last commit's time (the
+	// commit wrote it).
 	pointer string
 	touched bool
 	// modelRows counts the session's message rows that hold a model call's
