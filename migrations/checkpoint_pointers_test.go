@@ -73,17 +73,7 @@ func TestCheckpointPointers(t *testing.T) {
 
 	col := func(q string, args ...any) []string {
 		t.Helper()
-		rows, err := db.QueryContext(ctx, q, args...)
-		require.NoError(t, err)
-		defer rows.Close()
-		out := []string{}
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out = append(out, s)
-		}
-		require.NoError(t, rows.Err())
-		return out
+		return column(t, db, q, args...)
 	}
 	indexed := func() bool {
 		return col(`SELECT COALESCE(to_regclass('helix.checkpoints_k_session_idx')::text, '')`)[0] != ""

@@ -48,17 +48,7 @@ func TestKeyedTables(t *testing.T) {
 
 	col := func(q string, args ...any) []string {
 		t.Helper()
-		rows, err := db.QueryContext(ctx, q, args...)
-		require.NoError(t, err)
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out = append(out, s)
-		}
-		require.NoError(t, rows.Err())
-		return out
+		return column(t, db, q, args...)
 	}
 	require.Equal(t, []string{"cpv1-k-s1-t1700000000001-b1", "cpv1-k-s2-t1700000000002-c2", "custom-k"},
 		col(`SELECT checkpoint_id FROM helix.all_checkpoints WHERE session_id = 'k' ORDER BY created_seq`))

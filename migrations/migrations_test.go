@@ -23,6 +23,23 @@ func open(t *testing.T, url string) *sql.DB {
 	return db
 }
 
+// column returns query q's first column, as text, row by row (nil for no
+// row).
+func column(t *testing.T, db *sql.DB, q string, args ...any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), q, args...)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
 func TestConcurrentUpAppliesOnce(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewEmptyURL(t)
