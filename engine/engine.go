@@ -187,9 +187,14 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if e.launched {
 		return nil
 	}
-	if !e.cfg.SkipMigrations {
+	{
 		db := stdlib.OpenDBFromPool(e.pool)
-		_, err := migrations.Up(ctx, db)
+		var err error
+		if e.cfg.SkipMigrations {
+			err = migrations.CheckSchema(ctx, db)
+		} else {
+			_, err = migrations.Up(ctx, db)
+		}
 		_ = db.Close()
 		if err != nil {
 			return fmt.Errorf("engine: %w", err)

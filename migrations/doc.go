@@ -2,7 +2,7 @@
 // embedded in the binary and a Go API to apply them.
 //
 // Everything lives in the Postgres schema "helix" (never in DBOS's "dbos"
-// schema), including goose's own version table, helix.goose_db_version.
+// schema), including goose's own version table, helix.schema_migrations.
 //
 //	db := stdlib.OpenDBFromPool(pool) // or sql.Open("pgx", url)
 //	if err := migrations.Up(ctx, db); err != nil { ... }

@@ -19,7 +19,21 @@ var embedded embed.FS
 const Schema = "helix"
 
 // VersionTable is goose's version table, kept inside [Schema].
-const VersionTable = Schema + ".goose_db_version"
+const VersionTable = Schema + ".schema_migrations"
+
+// PreReleaseVersionTable is the version table of the pre-release
+// migrations (00001 to 00034, replaced by one baseline before the first
+// release). A database that has it holds a schema this release does not
+// read: [Up] and [Status] refuse it with [ErrPreReleaseSchema] instead of
+// half-understanding it.
+const PreReleaseVersionTable = Schema + ".goose_db_version"
+
+// ErrPreReleaseSchema reports a database migrated by a pre-release
+// helix-dbos (it has [PreReleaseVersionTable]).
+var ErrPreReleaseSchema = errors.New("the helix schema was created by a pre-release helix-dbos " +
+	"(it has " + PreReleaseVersionTable + "), whose storage layout this release does not read: " +
+	"use a new database, or drop the old data (DROP SCHEMA helix CASCADE; and DBOS's schema dbos, " +
+	"whose workflows belong to it) and run the migrations again")
 
 // lockID is the advisory lock key serializing migration runs ("helixmig").
 const lockID int64 = 0x68656c69786d6967
@@ -136,6 +150,9 @@ func withLock(ctx context.Context, db *sql.DB, fn func(*goose.Provider) error) e
 		if _, err := conn.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+Schema); err != nil {
 			return fmt.Errorf("create schema %s: %w", Schema, err)
 		}
+		if err := refusePreRelease(ctx, conn); err != nil {
+			return err
+		}
 		p, err := goose.NewProvider(goose.DialectPostgres, db, FS(),
 			goose.WithTableName(VersionTable),
 			goose.WithDisableGlobalRegistry(true),
@@ -145,6 +162,36 @@ func withLock(ctx context.Context, db *sql.DB, fn func(*goose.Provider) error) e
 		}
 		return fn(p)
 	})
+}
+
+// CheckSchema returns [ErrPreReleaseSchema] when db holds a helix schema
+// created by a pre-release helix-dbos, nil otherwise (no helix schema, or
+// one of this release's migrations). The engine calls it at Launch when it
+// does not run the migrations itself.
+func CheckSchema(ctx context.Context, db *sql.DB) error {
+	if db == nil {
+		return errors.New("migrations: check schema: db is nil")
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: check schema: connect: %w", err)
+	}
+	defer conn.Close()
+	if err := refusePreRelease(ctx, conn); err != nil {
+		return fmt.Errorf("migrations: check schema: %w", err)
+	}
+	return nil
+}
+
+func refusePreRelease(ctx context.Context, conn *sql.Conn) error {
+	var preRelease bool
+	if err := conn.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", PreReleaseVersionTable).Scan(&preRelease); err != nil {
+		return fmt.Errorf("look for %s: %w", PreReleaseVersionTable, err)
+	}
+	if preRelease {
+		return ErrPreReleaseSchema
+	}
+	return nil
 }
 
 // DBOSLockID is the advisory lock key under which the engine initializes

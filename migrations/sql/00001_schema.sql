@@ -1,0 +1,837 @@
+-- +goose Up
+-- The helix schema: every table, function and view helix-dbos keeps next to
+-- DBOS's own "dbos" schema. migrations.Up creates the schema itself before
+-- goose runs, so that goose's version table (helix.schema_migrations) can
+-- live inside it. docs/storage.md describes each table, which statement
+-- writes it and which reads it.
+--
+-- The layout in one sentence: a session and its stream get an integer key
+-- from helix.session_keys when they are created; the three tables every
+-- step appends to (messages, checkpoints, stream_chunks) are keyed by it,
+-- not by the 36-byte IDs, and a checkpoint's ID
+-- (cpv1-{session}-s{step}-t{ms}-{rand}) is rendered from its columns.
+
+CREATE SEQUENCE helix.session_keys;
+
+-- sessions: one row per session (conversation). Stored with fillfactor 80:
+-- a running session's updates are heap-only (no index names a column a
+-- step changes).
+CREATE TABLE helix.sessions (
+    session_id                  text        PRIMARY KEY,
+    agent_type                  text        NOT NULL,
+    stream_id                   text        NOT NULL,
+    parent_session_id           text,
+    root_session_id             text        NOT NULL,
+    status                      text        NOT NULL DEFAULT 'active'
+        CHECK (status IN ('active', 'completed', 'failed', 'interrupted', 'paused')),
+    step_count                  integer     NOT NULL DEFAULT 0,
+    message_count               integer     NOT NULL DEFAULT 0,
+    custom_state                jsonb       NOT NULL DEFAULT '{}',
+    output                      jsonb,
+    error                       text,
+    failure_reason              text,
+    interrupt_context           jsonb,
+    pending_client_tool_calls   jsonb       NOT NULL DEFAULT '{}',
+    suspended_awaiting_children jsonb       NOT NULL DEFAULT '{}',
+    suspended_step_id           text,
+    completed_client_tool_calls jsonb       NOT NULL DEFAULT '{}',
+    client_tool_call_ownership  jsonb       NOT NULL DEFAULT '{}',
+    interrupt_requested         boolean     NOT NULL DEFAULT false,
+    interrupt_reason            text,
+    mode                        text        CHECK (mode IN ('standard', 'persistent')),
+    version                     bigint      NOT NULL DEFAULT 1,
+    resume_count                integer     NOT NULL DEFAULT 0,
+    checkpoint_id               text,
+    checkpointed_at             timestamptz,
+    checkpoint_source           text,
+    metadata                    jsonb       NOT NULL DEFAULT '{}',
+    tags                        text[]      NOT NULL DEFAULT '{}',
+    user_id                     text,
+    tracing_context             jsonb,
+    expires_at                  timestamptz,
+    created_at                  timestamptz NOT NULL DEFAULT now(),
+    updated_at                  timestamptz NOT NULL DEFAULT now(),
+    -- json, not jsonb: the tool results it holds keep their exact text when
+    -- another execution finishes the step.
+    suspended_step              json,
+    key                         bigint      NOT NULL DEFAULT nextval('helix.session_keys') UNIQUE
+) WITH (fillfactor = 80);
+
+COMMENT ON COLUMN helix.sessions.checkpoint_id IS
+    'the ID of the session''s most recently written checkpoint (every writer of a checkpoint moves it in the same transaction)';
+COMMENT ON COLUMN helix.sessions.updated_at IS
+    'last change but a step commit; the session''s last change (API updatedAt, retention''s last activity) is greatest(updated_at, checkpointed_at), a step commit writing only checkpointed_at';
+COMMENT ON COLUMN helix.sessions.key IS
+    'the session''s key in helix.messages and helix.checkpoints';
+
+CREATE INDEX sessions_parent_idx ON helix.sessions (parent_session_id) WHERE parent_session_id IS NOT NULL;
+CREATE INDEX sessions_root_idx ON helix.sessions (root_session_id);
+CREATE INDEX sessions_user_idx ON helix.sessions (user_id) WHERE user_id IS NOT NULL;
+CREATE INDEX sessions_expires_idx ON helix.sessions (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX sessions_status_created_idx ON helix.sessions (status, created_at);
+-- The engine's wake-up sweep reads the sessions with a suspended step every
+-- second; the predicate names no column an answer changes.
+CREATE INDEX sessions_suspended_idx ON helix.sessions (session_id) WHERE suspended_step_id IS NOT NULL;
+-- The inspector's listings of root sessions.
+CREATE INDEX sessions_id_prefix_idx ON helix.sessions (session_id text_pattern_ops);
+CREATE INDEX sessions_roots_created_idx ON helix.sessions (created_at, session_id) WHERE parent_session_id IS NULL;
+CREATE INDEX sessions_roots_agent_created_idx ON helix.sessions (agent_type, created_at, session_id) WHERE parent_session_id IS NULL;
+CREATE INDEX sessions_roots_user_created_idx ON helix.sessions (user_id, created_at, session_id) WHERE parent_session_id IS NULL;
+
+-- +goose StatementBegin
+-- mode is write-once. An AFTER trigger limited to the column: a BEFORE
+-- UPDATE row trigger makes Postgres lock the row before every update.
+CREATE FUNCTION helix.sessions_mode_write_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.mode IS NOT NULL AND NEW.mode IS DISTINCT FROM OLD.mode THEN
+        RAISE EXCEPTION 'helix: session % mode is write-once (is %, refused %)', OLD.session_id, OLD.mode, NEW.mode
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER sessions_mode_write_once AFTER UPDATE OF mode ON helix.sessions
+    FOR EACH ROW WHEN (OLD.mode IS DISTINCT FROM NEW.mode) EXECUTE FUNCTION helix.sessions_mode_write_once();
+
+-- messages: the append-only conversation log; seq is the 0-based index.
+-- Rows at seq >= sessions.message_count are pending model records, not
+-- messages: a model call's record written as the step's assistant row
+-- before the step's commit counts it; every reader stops at the count.
+-- meta holds what the record adds to the message (docs/storage.md). No
+-- foreign key (it would lock the session's row once more per step): the
+-- statement trigger on sessions deletes a session's rows, and every
+-- statement that appends locks or updates the session's row first.
+CREATE TABLE helix.messages (
+    session_key bigint      NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    seq         integer     NOT NULL,
+    message     jsonb       NOT NULL,
+    meta        json,
+    PRIMARY KEY (session_key, seq)
+);
+
+-- runs: one row per Execute / Resume / Retry (and companion consultation).
+CREATE TABLE helix.runs (
+    run_id              text        PRIMARY KEY,
+    session_id          text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    turn                integer     NOT NULL,
+    status              text        NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'interrupted',
+        'suspended_client_tool', 'suspended_awaiting_children', 'suspended_step_partial')),
+    step_count          integer     NOT NULL DEFAULT 0,
+    start_sequence      bigint      NOT NULL DEFAULT 0,
+    workflow_id         text,
+    previous_run_id     text,
+    error               text,
+    started_at          timestamptz NOT NULL DEFAULT now(),
+    completed_at        timestamptz,
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    error_code          text,
+    queue               text,
+    queue_partition_key text,
+    queue_priority      integer,
+    answered_at         timestamptz,
+    UNIQUE (session_id, turn)
+);
+CREATE INDEX runs_workflow_idx ON helix.runs (workflow_id) WHERE workflow_id IS NOT NULL;
+
+-- +goose StatementBegin
+-- A run's status change wakes the engines waiting on it (LISTEN helix_run_status).
+CREATE FUNCTION helix.notify_run_status() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('helix_run_status', NEW.run_id);
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER runs_status_notify AFTER UPDATE OF status ON helix.runs
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION helix.notify_run_status();
+
+-- checkpoints: a step's snapshot, keyed by its session's key and the parts
+-- of its ID (rendered by helix.checkpoint_id_of, parsed by
+-- helix.checkpoint_id_parts). created_seq orders a session's checkpoints
+-- (no index: readers read the session's rows by the key prefix). usage: the
+-- usage records of the step that wrote it, compact; journal: the step
+-- journal's records its commit carries (docs/storage.md).
+CREATE SEQUENCE helix.checkpoint_seq;
+CREATE TABLE helix.checkpoints (
+    session_key     bigint      NOT NULL,
+    id_ms           bigint      NOT NULL,
+    created_seq     bigint      NOT NULL DEFAULT nextval('helix.checkpoint_seq'),
+    stream_sequence bigint,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    step_count      integer     NOT NULL,
+    message_count   integer     NOT NULL,
+    id_rand         text        NOT NULL,
+    run_id          text,
+    status          text        NOT NULL,
+    custom_state    jsonb       NOT NULL,
+    output          jsonb,
+    usage           json,
+    journal         text,
+    PRIMARY KEY (session_key, step_count, id_ms, id_rand)
+);
+
+-- +goose StatementBegin
+-- helix.checkpoint_id_of renders a checkpoint's ID from its columns.
+CREATE FUNCTION helix.checkpoint_id_of(sid text, step integer, ms bigint, rand text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT 'cpv1-' || sid || '-s' || step::text || '-t' || ms::text || '-' || rand
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.checkpoint_id_parts returns {step, ms, rand} of a checkpoint ID of
+-- session sid, NULL for an ID that is not one of its.
+CREATE FUNCTION helix.checkpoint_id_parts(id text, sid text) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN left(id, length(sid) + 5) = 'cpv1-' || sid
+        THEN regexp_match(substr(id, length(sid) + 6), '^-s(0|[1-9][0-9]{0,8})-t(0|[1-9][0-9]{0,17})-([0-9A-Za-z]+)$') END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- Deleted sessions take their messages and checkpoints with them.
+CREATE FUNCTION helix.delete_session_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM helix.messages m USING gone g WHERE m.session_key = g.key;
+    DELETE FROM helix.checkpoints c USING gone g WHERE c.session_key = g.key;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER sessions_delete_rows AFTER DELETE ON helix.sessions
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION helix.delete_session_rows();
+
+-- sub_session_refs: a parent's sub-agents and companions.
+CREATE TABLE helix.sub_session_refs (
+    session_id           text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    sub_session_id       text        NOT NULL,
+    agent_type           text        NOT NULL,
+    parent_tool_call_id  text        NOT NULL,
+    status               text        NOT NULL DEFAULT 'running'
+        CHECK (status IN ('running', 'completed', 'failed', 'interrupted', 'terminated', 'paused_awaiting_client')),
+    mode                 text        NOT NULL DEFAULT 'ephemeral' CHECK (mode IN ('ephemeral', 'persistent')),
+    name                 text,
+    completion_delivered boolean     NOT NULL DEFAULT false,
+    started_at           timestamptz NOT NULL DEFAULT now(),
+    completed_at         timestamptz,
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    created_seq          bigserial   NOT NULL,
+    PRIMARY KEY (session_id, sub_session_id)
+);
+
+-- inbox: messages sent to a running companion (message_id: the sending tool call).
+CREATE TABLE helix.inbox (
+    session_id  text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    message_id  text        NOT NULL,
+    message     jsonb       NOT NULL,
+    seq         bigserial   NOT NULL,
+    consumed_at timestamptz,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, message_id)
+);
+CREATE INDEX inbox_unconsumed_idx ON helix.inbox (session_id, seq) WHERE consumed_at IS NULL;
+
+-- staging: custom-state patches of a step's parallel tools (the store's
+-- Staging contract).
+CREATE TABLE helix.staging (
+    session_id text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    step_id    text        NOT NULL,
+    change_id  text        NOT NULL,
+    patches    jsonb       NOT NULL,
+    staged_seq bigserial   NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, step_id, change_id)
+);
+
+-- streams: one per root session (its sub-agents write into it).
+CREATE TABLE helix.streams (
+    stream_id        text        PRIMARY KEY,
+    owner_session_id text        REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    status           text        NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'ended', 'failed')),
+    latest_seq       bigint      NOT NULL DEFAULT 0,
+    truncation_epoch integer     NOT NULL DEFAULT 0,
+    final_output     jsonb,
+    error            text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    key              bigint      NOT NULL DEFAULT nextval('helix.session_keys') UNIQUE
+);
+COMMENT ON COLUMN helix.streams.updated_at IS
+    'last change but an append; the stream''s last change (API updatedAt) is greatest(updated_at, created_at of its newest stream_chunks row), an append writing only its chunks and latest_seq';
+COMMENT ON COLUMN helix.streams.key IS 'the stream''s key in helix.stream_chunks';
+CREATE INDEX streams_owner_idx ON helix.streams (owner_session_id) WHERE owner_session_id IS NOT NULL;
+
+-- stream_chunks: a row holds the n chunks one statement appended to a
+-- stream for one run, step and attempt, seq being the last one's; chunk is
+-- a marker row, a coded row or a chunk's JSON (store/postgres's chunk
+-- codec): read chunks through the store. No foreign key, like messages.
+CREATE TABLE helix.stream_chunks (
+    stream_key bigint      NOT NULL,
+    seq        bigint      NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    step       integer     NOT NULL DEFAULT 0,
+    attempt    integer     NOT NULL DEFAULT 0,
+    n          integer     NOT NULL DEFAULT 1 CHECK (n >= 1),
+    run_id     text,
+    chunk      json        NOT NULL,
+    PRIMARY KEY (stream_key, seq)
+);
+
+-- +goose StatementBegin
+-- Deleted streams take their chunk rows with them.
+CREATE FUNCTION helix.delete_stream_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM helix.stream_chunks c USING gone g WHERE c.stream_key = g.key;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER streams_delete_rows AFTER DELETE ON helix.streams
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION helix.delete_stream_rows();
+
+-- stream_truncations: one row per cleanup that removed chunks.
+CREATE TABLE helix.stream_truncations (
+    stream_id   text        NOT NULL REFERENCES helix.streams (stream_id) ON DELETE CASCADE,
+    epoch       integer     NOT NULL,
+    at_step     integer     NOT NULL,
+    min_seq     bigint      NOT NULL,
+    max_seq     bigint      NOT NULL,
+    at_sequence bigint      NOT NULL,
+    removed     integer     NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (stream_id, epoch)
+);
+
+-- stream_write_batches: idempotency tokens of batched chunk writes (pruned after an hour).
+CREATE TABLE helix.stream_write_batches (
+    batch_id   uuid        PRIMARY KEY,
+    streams    text[]      NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- usage: usage records written outside a step's commit (a commit's are in
+-- its checkpoint row); key makes a replayed record idempotent, id orders a
+-- session's rows.
+CREATE TABLE helix.usage (
+    id                 bigserial   NOT NULL,
+    session_id         text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    run_id             text,
+    step               integer,
+    source_type        text        NOT NULL,
+    source_name        text,
+    input_tokens       integer     NOT NULL DEFAULT 0,
+    output_tokens      integer     NOT NULL DEFAULT 0,
+    cached_tokens      integer     NOT NULL DEFAULT 0,
+    cache_write_tokens integer     NOT NULL DEFAULT 0,
+    value              double precision,
+    duration_ms        bigint,
+    success            boolean     NOT NULL DEFAULT true,
+    key                text        NOT NULL,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (session_id, key)
+);
+
+-- +goose StatementBegin
+-- helix.checkpoint_usage expands a checkpoint's compact usage records.
+CREATE FUNCTION helix.checkpoint_usage(sid text, rid text, step integer, recs json, created timestamptz)
+RETURNS TABLE (session_id text, run_id text, step integer, source_type text, source_name text,
+    input_tokens integer, output_tokens integer, cached_tokens integer, cache_write_tokens integer,
+    value double precision, duration_ms bigint, success boolean, key text, created_at timestamptz, ord bigint)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT sid, x.r, x.p, u->>'t', u->>'n',
+        COALESCE((u->>'i')::int, 0), COALESCE((u->>'o')::int, 0), COALESCE((u->>'c')::int, 0),
+        COALESCE((u->>'w')::int, 0), (u->>'v')::float8, (u->>'d')::bigint, (u->>'e') IS NULL,
+        COALESCE(u->>'K', replace(u->>'k', '~', ':' || COALESCE(x.r, '') || ':' || x.p)), created, e.ord
+    FROM json_array_elements(recs) WITH ORDINALITY AS e(u, ord),
+        LATERAL (SELECT COALESCE(u->>'r', rid) AS r, COALESCE((u->>'p')::int, step) AS p) AS x
+$$;
+-- +goose StatementEnd
+
+-- usage_records: every usage record, usage's rows and the checkpoints'
+-- records (a checkpoint's record whose key usage holds is left out).
+CREATE VIEW helix.usage_records AS
+    SELECT u.session_id, u.run_id, u.step, u.source_type, u.source_name, u.input_tokens, u.output_tokens,
+        u.cached_tokens, u.cache_write_tokens, u.value, u.duration_ms, u.success, u.key, u.created_at,
+        u.id AS seq_a, 0::bigint AS seq_b
+    FROM helix.usage u
+    UNION ALL
+    SELECT u.session_id, u.run_id, u.step, u.source_type, u.source_name, u.input_tokens, u.output_tokens,
+        u.cached_tokens, u.cache_write_tokens, u.value, u.duration_ms, u.success, u.key, u.created_at,
+        c.created_seq AS seq_a, u.ord AS seq_b
+    FROM helix.checkpoints c
+    JOIN helix.sessions s ON s.key = c.session_key,
+    LATERAL helix.checkpoint_usage(s.session_id, c.run_id, c.step_count, c.usage, c.created_at) u
+    WHERE c.usage IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM helix.usage x WHERE x.session_id = u.session_id AND x.key = u.key);
+
+-- step_journal: the engine's step journal rows (workflows/journal.go): a
+-- row per helix.record_steps call, covering the records id … id + n - 1
+-- (with n > 1, output is a JSON array of [name, started, completed, error,
+-- output]); outputs are stored with their frequent keys coded
+-- (helix.journal_output).
+CREATE TABLE helix.step_journal (
+    workflow_id  text    NOT NULL,
+    id           integer NOT NULL,
+    name         text    NOT NULL,
+    output       text,
+    error        text,
+    started_at   bigint,
+    completed_at bigint,
+    n            integer NOT NULL DEFAULT 1,
+    PRIMARY KEY (workflow_id, id)
+);
+
+-- +goose StatementBegin
+-- helix.check_journal_owner fails with HX409 when the DBOS workflow wf is
+-- no longer owned by the execution owner (it was taken over).
+CREATE FUNCTION helix.check_journal_owner(wf text, owner text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    current_owner text;
+BEGIN
+    SELECT owner_xid INTO current_owner FROM dbos.workflow_status WHERE workflow_uuid = wf FOR NO KEY UPDATE;
+    IF current_owner IS NULL OR current_owner <> owner THEN
+        RAISE EXCEPTION 'workflow % is no longer owned by this execution', wf USING ERRCODE = 'HX409';
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.record_steps records steps of workflow wf for the execution owner
+-- (HX409 once it no longer owns it): consecutive IDs share one row.
+CREATE FUNCTION helix.record_steps(wf text, owner text, ids integer[], names text[], outputs text[], errs text[],
+    started bigint[], completed bigint[]) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    k integer := cardinality(ids);
+    base bigint := coalesce(started[1], 0);
+    packed text := '';
+BEGIN
+    PERFORM helix.check_journal_owner(wf, owner);
+    IF k = 1 THEN
+        INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
+        VALUES (wf, ids[1], names[1], outputs[1], errs[1], started[1], completed[1]);
+        RETURN;
+    END IF;
+    IF array_position(names, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'a step recorded for workflow % has no name', wf USING ERRCODE = 'not_null_violation';
+    END IF;
+    FOR i IN 1 .. k LOOP
+        EXIT WHEN ids[i] IS DISTINCT FROM ids[1] + i - 1;
+        packed := packed || ',[' || to_json(names[i])::text
+            || ',' || coalesce((started[i] - base)::text, 'null') || ',' || coalesce((completed[i] - base)::text, 'null')
+            || ',' || coalesce(to_json(errs[i])::text, 'null') || coalesce(',' || outputs[i]::json::text, '') || ']';
+        IF i = k THEN
+            INSERT INTO helix.step_journal (workflow_id, id, n, name, output, error, started_at, completed_at)
+            VALUES (wf, ids[1], k, '', '[' || substr(packed, 2) || ']', NULL, started[1], completed[k]);
+            RETURN;
+        END IF;
+    END LOOP;
+    -- A run's row starts at its first ID only: a record given twice would
+    -- overlap rows rather than fail on the primary key.
+    IF (SELECT count(DISTINCT x) FROM unnest(ids) AS x) < k THEN
+        RAISE EXCEPTION 'a step of workflow % is recorded twice', wf USING ERRCODE = 'unique_violation';
+    END IF;
+    INSERT INTO helix.step_journal (workflow_id, id, n, name, output, error, started_at, completed_at)
+    SELECT wf, min(r.id), count(*),
+           CASE count(*) WHEN 1 THEN min(r.name) ELSE '' END,
+           CASE count(*) WHEN 1 THEN min(r.output)
+               ELSE '[' || string_agg('[' || to_json(r.name)::text
+                   || ',' || coalesce((r.s - r.base)::text, 'null') || ',' || coalesce((r.c - r.base)::text, 'null')
+                   || ',' || coalesce(to_json(r.err)::text, 'null') || coalesce(',' || r.output::json::text, '') || ']',
+                   ',' ORDER BY r.id) || ']' END,
+           CASE count(*) WHEN 1 THEN min(r.err) END,
+           (array_agg(r.s ORDER BY r.id))[1], (array_agg(r.c ORDER BY r.id DESC))[1]
+    FROM (SELECT g.*, coalesce(first_value(g.s) OVER (PARTITION BY g.run ORDER BY g.id), 0) AS base
+          FROM (SELECT u.*, u.id - row_number() OVER (ORDER BY u.id) AS run
+                FROM unnest(ids, names, outputs, errs, started, completed) AS u(id, name, output, err, s, c)) g) r
+    GROUP BY r.run;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.journal_output decodes a stored output's coded keys ("<a": …).
+-- The table is workflows/journalcodec.go's: append only, never reorder.
+CREATE FUNCTION helix.journal_output(stored text) RETURNS text LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+DECLARE
+    keys constant text[] := ARRAY[
+        'result', 'type', 'content', 'toolCalls', 'id', 'name', 'arguments', 'stopReason',
+        'usage', 'inputTokens', 'outputTokens', 'cachedTokens', 'cacheWriteTokens', 'durationMs', 'messageCount', 'toolCallId',
+        'toolName', 'error', 'errorCode', 'checkpointId', 'failure', 'output', 'model', 'thinking',
+        'patches', 'recorded', 'denied', 'finishWith', 'interrupted', 'continued', 'inbox', 'role'];
+    codes constant text := 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789';
+    out text := stored;
+BEGIN
+    IF position('"<' IN stored) = 0 THEN
+        RETURN stored;
+    END IF;
+    FOR i IN 1 .. cardinality(keys) LOOP
+        out := replace(out, '"<' || substr(codes, i, 1) || '":', '"' || keys[i] || '":');
+    END LOOP;
+    RETURN out;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.journal_step_name names a checkpoint journal entry's step: an
+-- engine step name is stored as its index in this table (workflows'
+-- journalStepNames: append only, never reorder), any other as a string.
+CREATE FUNCTION helix.journal_step_name(n json) RETURNS text LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE json_typeof(n)
+        WHEN 'number' THEN (ARRAY['helix.run_tool', 'helix.commit_step', 'helix.call_model', 'helix.fire_hooks',
+            'helix.begin_run', 'helix.end_run', 'helix.approval_gate', 'helix.suspend_step',
+            'helix.resolve_tool_call', 'helix.save_suspended_step', 'helix.dispatch_subagent',
+            'helix.interrupt_for_children', 'helix.resume_child', 'helix.save_child_wait',
+            'helix.companion', 'helix.companion_cancel', 'helix.companion_wait_ended',
+            'helix.deliver_completions', 'helix.segment_status'])[(n::text)::integer + 1]
+        ELSE n #>> '{}' END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.journal_workflow is the DBOS workflow ID of a run's segment.
+CREATE FUNCTION helix.journal_workflow(run_wf text, seg integer) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE seg WHEN 0 THEN run_wf ELSE run_wf || '-seg-' || seg END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.checkpoint_journal expands a checkpoint's journal
+-- [seg, first ID, base time, entry …] into records; an entry is [name,
+-- started, completed, error(, output)] or, for a commit whose output is
+-- the message count alone, [started, completed] (mc: the checkpoint's
+-- message_count). A commit's output gets the checkpoint's ID back.
+CREATE FUNCTION helix.checkpoint_journal(cp text, j text, mc integer)
+RETURNS TABLE (seg integer, id integer, name text, output text, error text, started_at bigint, completed_at bigint)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (j::json->>0)::integer, (j::json->>1)::integer + e.i::integer - 4, x.name,
+           CASE WHEN x.name = 'helix.commit_step' AND json_array_length(x.r) = 5
+                     AND json_typeof(x.r->4) = 'object'
+                THEN '{"<t":' || to_json(cp)::text
+                     || CASE WHEN (x.r->4)::text = '{}' THEN '}' ELSE ',' || substr((x.r->4)::text, 2) END
+                WHEN json_array_length(x.r) = 5 THEN (x.r->4)::text END,
+           x.r->>3, (j::json->>2)::bigint + (x.r->>1)::bigint, (j::json->>2)::bigint + (x.r->>2)::bigint
+    FROM json_array_elements(j::json) WITH ORDINALITY AS e(r, i),
+        LATERAL (SELECT CASE WHEN json_typeof(e.r) <> 'array' THEN e.r WHEN json_array_length(e.r) = 2
+                    THEN ('["helix.commit_step",' || (e.r->0)::text || ',' || (e.r->1)::text || ',null,'
+                          || COALESCE('{"<o":' || mc || '}', 'null') || ']')::json
+                    ELSE e.r END AS r) s,
+        LATERAL (SELECT helix.journal_step_name(s.r->0) AS name, s.r) x
+    WHERE e.i > 3
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.message_record renders the model call's record a pending or
+-- committed assistant row holds (messages.meta) as the step's output.
+CREATE FUNCTION helix.message_record(seq integer, message jsonb, meta json) RETURNS text LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT replace(json_build_object(
+        'result', (SELECT json_object_agg(f.k, f.v ORDER BY f.o) FROM (VALUES
+            (1, 'type', CASE WHEN coalesce(json_typeof(meta->6), 'null') = 'null' THEN '"tool_calls"'::json ELSE meta->6 END),
+            (2, 'content', (message->'content')::json),
+            (3, 'thinking', (message->'thinking')::json),
+            (4, 'toolCalls', (message->'toolCalls')::json),
+            (5, 'output', meta->13),
+            (6, 'error', meta->14),
+            (7, 'errorCode', meta->15),
+            (8, 'stopReason', meta->7),
+            (9, 'usage', json_build_object(
+                'inputTokens', coalesce((meta->>8)::integer, 0), 'outputTokens', coalesce((meta->>9)::integer, 0),
+                'cachedTokens', coalesce((meta->>10)::integer, 0), 'cacheWriteTokens', coalesce((meta->>11)::integer, 0))),
+            (10, 'model', meta->12)) AS f(o, k, v)
+            WHERE f.v IS NOT NULL AND json_typeof(f.v) <> 'null'),
+        'durationMs', coalesce((meta->>5)::bigint, 0),
+        'messageCount', seq)::text, '"<', '"\u003c')
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.message_journal is the step journal record of a model call's row.
+CREATE FUNCTION helix.message_journal(sess text, at_seq integer, message jsonb, meta json)
+RETURNS TABLE (workflow_id text, id integer, name text, output text, error text, started_at bigint, completed_at bigint)
+LANGUAGE sql STABLE STRICT AS $$
+    SELECT helix.journal_workflow(r.workflow_id, (meta->>1)::integer), 1000000 + (meta->>2)::integer,
+           'helix.call_model', helix.message_record(at_seq, message, meta), NULL::text,
+           (meta->>3)::bigint, (meta->>3)::bigint + (meta->>4)::bigint
+    FROM helix.runs r WHERE r.session_id = sess AND r.turn = (meta->>0)::integer AND r.workflow_id IS NOT NULL
+$$;
+-- +goose StatementEnd
+
+-- step_journal_row_records: step_journal's rows, one row per record.
+CREATE VIEW helix.step_journal_row_records AS
+    SELECT j.workflow_id, j.id, j.name, helix.journal_output(j.output) AS output, j.error, j.started_at, j.completed_at
+    FROM helix.step_journal j WHERE j.n = 1
+    UNION ALL
+    SELECT j.workflow_id, j.id + e.i::integer - 1, e.r->>0,
+        helix.journal_output(CASE json_array_length(e.r) WHEN 5 THEN (e.r->4)::text END),
+        e.r->>3, COALESCE(j.started_at, 0) + (e.r->>1)::bigint, COALESCE(j.started_at, 0) + (e.r->>2)::bigint
+    FROM helix.step_journal j, LATERAL json_array_elements(j.output::json) WITH ORDINALITY AS e(r, i)
+    WHERE j.n > 1;
+
+-- step_journal_records: every step journal record, one row each, from the
+-- three places a record lives: step_journal's rows, the checkpoints'
+-- journals and the model calls' message rows.
+CREATE VIEW helix.step_journal_records AS
+    SELECT * FROM helix.step_journal_row_records
+    UNION ALL
+    SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, helix.journal_output(x.output), x.error,
+        x.started_at, x.completed_at
+    FROM helix.checkpoints c
+    JOIN helix.sessions s ON s.key = c.session_key
+    JOIN helix.runs r ON r.run_id = c.run_id,
+    LATERAL helix.checkpoint_journal(helix.checkpoint_id_of(s.session_id, c.step_count, c.id_ms, c.id_rand),
+        c.journal, c.message_count) x
+    WHERE c.journal IS NOT NULL
+    UNION ALL
+    SELECT x.workflow_id, x.id, x.name, x.output, x.error, x.started_at, x.completed_at
+    FROM helix.messages m
+    JOIN helix.sessions s ON s.key = m.session_key,
+    LATERAL helix.message_journal(s.session_id, m.seq, m.message, m.meta) x
+    WHERE m.meta IS NOT NULL;
+
+-- +goose StatementBegin
+-- helix.evict_pending_messages moves the pending model rows of session
+-- sess at seq >= from_seq (but the one at from_seq holding keep) to
+-- step_journal, before a writer takes their seqs. It looks first, so the
+-- common case (nothing pending) plans no delete.
+CREATE FUNCTION helix.evict_pending_messages(sess text, from_seq integer, keep jsonb DEFAULT NULL) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+    sess_key bigint;
+BEGIN
+    SELECT s.key INTO sess_key FROM helix.sessions s WHERE s.session_id = sess;
+    PERFORM FROM helix.messages m WHERE m.session_key = sess_key AND m.seq >= from_seq
+        AND NOT (keep IS NOT NULL AND m.seq = from_seq AND m.message = keep) LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    WITH gone AS (
+        DELETE FROM helix.messages m
+        WHERE m.session_key = sess_key AND m.seq >= from_seq
+          AND NOT (keep IS NOT NULL AND m.seq = from_seq AND m.message = keep)
+        RETURNING m.seq, m.message, m.meta
+    ), moved AS (
+        INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
+        SELECT x.* FROM gone g, helix.message_journal(sess, g.seq, g.message, g.meta) x
+        ON CONFLICT (workflow_id, id) DO NOTHING
+    )
+    SELECT count(*) INTO n FROM gone;
+    RETURN n;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.record_model_message writes a model call's record as the step's
+-- assistant row at at_seq when the session's count is still at_seq and no
+-- row is there (returning the row's tool calls), the other records through
+-- helix.record_steps; otherwise every record through helix.record_steps.
+CREATE FUNCTION helix.record_model_message(wf text, owner text, ids integer[], names text[], outputs text[],
+    errs text[], started bigint[], completed bigint[], sess text, at_seq integer, row_message jsonb, row_meta json)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    k integer := cardinality(ids);
+    calls text;
+    sess_key bigint;
+BEGIN
+    SELECT s.key INTO sess_key FROM helix.sessions s WHERE s.session_id = sess AND s.message_count = at_seq FOR NO KEY UPDATE;
+    IF FOUND THEN
+        PERFORM FROM helix.messages m WHERE m.session_key = sess_key AND m.seq = at_seq;
+        IF NOT FOUND THEN
+            PERFORM helix.check_journal_owner(wf, owner);
+            INSERT INTO helix.messages AS m (session_key, seq, message, meta) VALUES (sess_key, at_seq, row_message, row_meta)
+            RETURNING coalesce((m.message->'toolCalls')::text, 'null') INTO calls;
+            IF k > 1 THEN
+                PERFORM helix.record_steps(wf, owner, ids[1:k-1], names[1:k-1], outputs[1:k-1], errs[1:k-1],
+                                           started[1:k-1], completed[1:k-1]);
+            END IF;
+            RETURN calls;
+        END IF;
+    END IF;
+    PERFORM helix.record_steps(wf, owner, ids, names, outputs, errs, started, completed);
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.earlier_turn_checkpoint is the newest checkpoint of the session's
+-- earlier turns (before own_turn): where a run's own records start.
+CREATE FUNCTION helix.earlier_turn_checkpoint(sess text, sess_key bigint, own_turn integer)
+RETURNS TABLE (created_seq bigint, message_count integer) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    earlier text[] := ARRAY(SELECT r.run_id FROM helix.runs r WHERE r.session_id = sess AND r.turn < own_turn);
+BEGIN
+    IF cardinality(earlier) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT cp.created_seq, cp.message_count FROM helix.checkpoints cp
+        JOIN unnest(earlier) AS e(run_id) ON e.run_id = cp.run_id
+        WHERE cp.session_key = sess_key
+        ORDER BY cp.created_seq DESC LIMIT 1;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.run_journals returns the journals of run's segment seg, newest first.
+CREATE FUNCTION helix.run_journals(sess text, run text, seg integer)
+RETURNS TABLE (checkpoint_id text, journal text, message_count integer) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    own_turn integer;
+    sess_key bigint;
+    bound bigint;
+BEGIN
+    SELECT r.turn INTO own_turn FROM helix.runs r WHERE r.run_id = run;
+    IF own_turn IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT s.key INTO sess_key FROM helix.sessions s WHERE s.session_id = sess;
+    SELECT e.created_seq INTO bound FROM helix.earlier_turn_checkpoint(sess, sess_key, own_turn) e;
+    RETURN QUERY SELECT helix.checkpoint_id_of(sess, cp.step_count, cp.id_ms, cp.id_rand), cp.journal, cp.message_count
+        FROM helix.checkpoints cp
+        WHERE cp.session_key = sess_key AND cp.run_id = run AND cp.created_seq > COALESCE(bound, 0)
+          AND split_part(substr(cp.journal, 2), ',', 1) = seg::text
+        ORDER BY cp.created_seq DESC;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.run_model_messages returns the model-call rows of run's segment seg.
+CREATE FUNCTION helix.run_model_messages(sess text, run text, seg integer)
+RETURNS TABLE (seq integer, message text, meta text) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    own_turn integer;
+    bound integer;
+    sess_key bigint;
+BEGIN
+    SELECT r.turn INTO own_turn FROM helix.runs r WHERE r.run_id = run;
+    IF own_turn IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT s.key INTO sess_key FROM helix.sessions s WHERE s.session_id = sess;
+    SELECT e.message_count INTO bound FROM helix.earlier_turn_checkpoint(sess, sess_key, own_turn) e;
+    RETURN QUERY SELECT m.seq, m.message::text, m.meta::text FROM helix.messages m
+        WHERE m.session_key = sess_key AND m.seq >= COALESCE(bound, 0) AND m.meta IS NOT NULL
+          AND (m.meta->>0)::integer = own_turn AND (m.meta->>1)::integer = seg
+        ORDER BY m.seq;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.refuse_step_commit fails a held step commit whose assumptions no
+-- longer hold (store/postgres's commitStepSQL) with HX412.
+CREATE FUNCTION helix.refuse_step_commit(session text) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the commit of a step of session % assumed a state that no longer holds (an interrupt, another writer, an ended session or stream): it wrote nothing', session
+        USING ERRCODE = 'HX412', HINT = 'the engine commits the step again under the session''s locks';
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.send_tool_message sends a DBOS message to workflow dest inside the
+-- caller's transaction (HX404: no such workflow; HX410: cancelled).
+CREATE FUNCTION helix.send_tool_message(dest text, msg_topic text, msg text, msg_uuid text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    wf_status text;
+BEGIN
+    SELECT status INTO wf_status FROM dbos.workflow_status WHERE workflow_uuid = dest;
+    IF wf_status IS NULL THEN
+        RAISE EXCEPTION 'workflow % does not exist (deleted from DBOS''s tables?): no run can take a message sent to it', dest
+            USING ERRCODE = 'HX404';
+    END IF;
+    IF wf_status = 'CANCELLED' THEN
+        RAISE EXCEPTION 'workflow % was cancelled: nothing will take a message sent to it', dest USING ERRCODE = 'HX410';
+    END IF;
+    INSERT INTO dbos.notifications (destination_uuid, topic, message, serialization, message_uuid, created_at_epoch_ms)
+    VALUES (dest, msg_topic, msg, 'DBOS_JSON', msg_uuid, (EXTRACT(EPOCH FROM now()) * 1000)::bigint)
+    ON CONFLICT (message_uuid) DO NOTHING;
+END
+$$;
+-- +goose StatementEnd
+
+-- executors: every launched engine's liveness record (docs/storage.md).
+-- format_level: the storage format level the engine reads; a process that
+-- claims the row (started_at changes) writes it in its next statement, and
+-- the trigger clears it meanwhile.
+CREATE TABLE helix.executors (
+    executor_id         text        PRIMARY KEY,
+    application_version text        NOT NULL,
+    hostname            text,
+    pid                 integer,
+    started_at          timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at        timestamptz NOT NULL DEFAULT now(),
+    app_name            text,
+    pid_namespace       text,
+    lease_ms            bigint      NOT NULL DEFAULT 30000,
+    stopped_at          timestamptz,
+    taken_over_by       text,
+    taken_over_at       timestamptz,
+    recovered_at        timestamptz,
+    recovered_workflows integer,
+    recovery_error      text,
+    format_level        smallint
+);
+
+-- +goose StatementBegin
+CREATE FUNCTION helix.executors_format_level_reset() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.format_level := NULL;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+CREATE TRIGGER executors_format_level_reset BEFORE UPDATE ON helix.executors
+    FOR EACH ROW WHEN (NEW.started_at IS DISTINCT FROM OLD.started_at) EXECUTE FUNCTION helix.executors_format_level_reset();
+
+-- +goose Down
+DROP TABLE helix.executors;
+DROP FUNCTION helix.executors_format_level_reset();
+DROP FUNCTION helix.send_tool_message(text, text, text, text);
+DROP FUNCTION helix.refuse_step_commit(text);
+DROP FUNCTION helix.run_model_messages(text, text, integer);
+DROP FUNCTION helix.run_journals(text, text, integer);
+DROP FUNCTION helix.earlier_turn_checkpoint(text, bigint, integer);
+DROP FUNCTION helix.record_model_message(text, text, integer[], text[], text[], text[], bigint[], bigint[], text, integer, jsonb, json);
+DROP FUNCTION helix.evict_pending_messages(text, integer, jsonb);
+DROP VIEW helix.step_journal_records;
+DROP VIEW helix.step_journal_row_records;
+DROP FUNCTION helix.message_journal(text, integer, jsonb, json);
+DROP FUNCTION helix.message_record(integer, jsonb, json);
+DROP FUNCTION helix.checkpoint_journal(text, text, integer);
+DROP FUNCTION helix.journal_workflow(text, integer);
+DROP FUNCTION helix.journal_step_name(json);
+DROP FUNCTION helix.journal_output(text);
+DROP FUNCTION helix.record_steps(text, text, integer[], text[], text[], text[], bigint[], bigint[]);
+DROP FUNCTION helix.check_journal_owner(text, text);
+DROP TABLE helix.step_journal;
+DROP VIEW helix.usage_records;
+DROP FUNCTION helix.checkpoint_usage(text, text, integer, json, timestamptz);
+DROP TABLE helix.usage;
+DROP TABLE helix.stream_write_batches;
+DROP TABLE helix.stream_truncations;
+DROP TABLE helix.stream_chunks;
+DROP TABLE helix.streams;
+DROP FUNCTION helix.delete_stream_rows();
+DROP TABLE helix.staging;
+DROP TABLE helix.inbox;
+DROP TABLE helix.sub_session_refs;
+DROP TABLE helix.checkpoints;
+DROP SEQUENCE helix.checkpoint_seq;
+DROP FUNCTION helix.checkpoint_id_parts(text, text);
+DROP FUNCTION helix.checkpoint_id_of(text, integer, bigint, text);
+DROP TABLE helix.runs;
+DROP FUNCTION helix.notify_run_status();
+DROP TABLE helix.messages;
+DROP TABLE helix.sessions;
+DROP FUNCTION helix.delete_session_rows();
+DROP FUNCTION helix.sessions_mode_write_once();
+DROP SEQUENCE helix.session_keys;
