@@ -89,7 +89,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		dpool.Close()
 		return fail(fmt.Errorf("engine: client: connect DBOS: %w (has an engine launched on this database?)", err))
 	}
-	gate := postgres.NewFormatGate(postgres.FormatLevelBase)
+	gate := postgres.NewFormatGate(postgres.FormatLevelBaseline)
 	st, err := postgres.New(pool, postgres.WithLogger(log), postgres.WithFormatGate(gate))
 	if err != nil {
 		_ = dbos.Shutdown(dc, clientShutdownTimeout)

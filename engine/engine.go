@@ -105,8 +105,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		storeOpts = append(storeOpts, postgres.WithClock(cfg.Clock.Now))
 	}
 	// The engine's format gate comes last: what the store writes follows
-	// the cluster, from FormatLevelBase until Launch reads it.
-	formats := postgres.NewFormatGate(postgres.FormatLevelBase)
+	// the cluster, from FormatLevelBaseline until Launch reads it.
+	formats := postgres.NewFormatGate(postgres.FormatLevelBaseline)
 	st, err := postgres.New(pool, append(append(storeOpts, cfg.StoreOptions...), postgres.WithFormatGate(formats))...)
 	if err != nil {
 		return fail(err)
@@ -209,7 +209,7 @@ func (e *Engine) Launch(ctx context.Context) error {
 		return fmt.Errorf("engine: record executor %s in helix.executors: %w", e.cfg.ExecutorID, err)
 	}
 	// The cluster's format level before anything runs here (DBOS's
-	// recovery included): until then the engine writes FormatLevelBase.
+	// recovery included): until then the engine writes FormatLevelBaseline.
 	fm := &formats{pool: e.pool, id: e.cfg.ExecutorID, ns: hb.ns, gate: e.formats, log: &e.log}
 	if _, err := fm.survey(ctx); err != nil {
 		return fmt.Errorf("engine: read the storage format level of the cluster: %w", err)

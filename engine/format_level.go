@@ -17,12 +17,12 @@ import (
 // sweep's notion), run on this machine ($1, a non-empty
 // process.Namespace: their process may be gone, which the sweep takes over
 // at once), or are this engine ($2), with the storage format level each
-// recorded (migration 00027; NULL, an engine of a release before the
-// levels, is 0). Executors of every application count: they share the
+// recorded (NULL, a row claimed whose level is not written yet, is
+// postgres.FormatLevelBaseline). Executors of every application count: they share the
 // stream and journal tables.
 const surveySQL = `
 SELECT executor_id, COALESCE(pid, 0), $1 <> '' AND pid_namespace IS NOT DISTINCT FROM $1 AND pid IS NOT NULL,
-	heartbeat_at > now() - lease_ms * interval '1 millisecond', COALESCE(format_level, 0)
+	heartbeat_at > now() - lease_ms * interval '1 millisecond', COALESCE(format_level, 1)
 FROM helix.executors
 WHERE stopped_at IS NULL AND taken_over_by IS NULL
   AND (heartbeat_at > now() - lease_ms * interval '1 millisecond' OR executor_id = $2 OR ($1 <> '' AND pid_namespace = $1))`
@@ -32,7 +32,7 @@ WHERE stopped_at IS NULL AND taken_over_by IS NULL
 // refreshed by each takeover sweep (or, with the takeover disabled, a loop
 // of the same interval), from the read that finds this machine's dead
 // executors: no read per step. Until the first read the gate is at
-// FormatLevelBase. A Client keeps its gate the same way, with no executor
+// FormatLevelBaseline. A Client keeps its gate the same way, with no executor
 // of its own (id empty): the level of the live executors, the newest when
 // none is alive.
 type formats struct {
@@ -91,14 +91,14 @@ func (f *formats) survey(ctx context.Context) (dead []string, err error) {
 }
 
 // recordFormatLevelSQL records the level this engine reads on its row, in
-// the statement after a claim or a rejoin (migration 00027 clears it at
-// both, so a process of an earlier release that takes the row over reads
-// as level 0).
+// the statement after a claim or a rejoin (a trigger clears it at both, so
+// a process that takes the row over reads as the baseline until it writes
+// its own).
 const recordFormatLevelSQL = `UPDATE helix.executors SET format_level = $4 WHERE executor_id = $1 AND hostname = $2 AND pid = $3`
 
 // FormatLevel returns the storage format level this engine writes at: the
 // lowest level a live executor of the cluster reads (its own included),
-// FormatLevelBase until Launch read it. New formats (postgres.FormatLevel)
+// FormatLevelBaseline until Launch read it. New formats (postgres.FormatLevel)
 // start once the last engine of an older release is gone.
 func (e *Engine) FormatLevel() postgres.FormatLevel { return e.formats.Level() }
 

@@ -625,19 +625,17 @@ func withCheckpointID(output, checkpoint string) string {
 
 // checkpointRecords renders recs (the pending records, the deferred ones
 // and a commit's, whose output leaves its checkpoint ID out) as the
-// checkpoint's journal (migration 00025). Records are keyed by ID, so
-// they are sorted first (parallel tools are recorded as they end); the
-// checkpoint carries the last run of consecutive IDs, which holds the
-// commit's, and lead returns the records before it, for
-// helix.step_journal.
+// checkpoint's journal. Records are keyed by ID, so they are sorted first
+// (parallel tools are recorded as they end); the checkpoint carries the
+// last run of consecutive IDs, which holds the commit's, and lead returns
+// the records before it, for helix.step_journal.
 //
-// compact (FormatLevelCompactJournals, migration 00033) codes the names of
-// journalStepNames as integers and writes the commit's record as the
-// short entry [started, completed] when it is the last, has no error and
-// its output is the message count alone, messageCount, which the
-// checkpoint's message_count column holds: readers rebuild it from there.
-// Without compact the text is what releases before the level write.
-func (j *journal) checkpointRecords(recs []journalRecord, compact bool, messageCount int) (text string, lead []journalRecord, err error) {
+// The journal is compact: the names of journalStepNames are coded as
+// integers, and the commit's record is the short entry [started,
+// completed] when it is the last, has no error and its output is the
+// message count alone, messageCount, which the checkpoint's message_count
+// column holds: readers rebuild it from there.
+func (j *journal) checkpointRecords(recs []journalRecord, messageCount int) (text string, lead []journalRecord, err error) {
 	recs = slices.Clone(recs)
 	slices.SortFunc(recs, func(a, b journalRecord) int { return a.ID - b.ID })
 	k := len(recs) - 1
@@ -649,12 +647,12 @@ func (j *journal) checkpointRecords(recs []journalRecord, compact bool, messageC
 	var b strings.Builder
 	fmt.Fprintf(&b, "[%d,%d,%d", j.scope.segment, recs[0].ID, base)
 	for i, r := range recs {
-		if compact && i == len(recs)-1 && r.Name == steps.NameCommitStep && r.Err == nil && r.Output != nil &&
+		if i == len(recs)-1 && r.Name == steps.NameCommitStep && r.Err == nil && r.Output != nil &&
 			*r.Output == shortCommitOutput(messageCount) {
 			fmt.Fprintf(&b, ",[%d,%d]", r.Started-base, r.Completed-base)
 			continue
 		}
-		name, err := codeStepName(r.Name, compact)
+		name, err := codeStepName(r.Name)
 		if err != nil {
 			return "", nil, fmt.Errorf("encode the name of step %d: %w", r.ID, err)
 		}
@@ -1001,10 +999,6 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	var out R
 	var stepErr error
 	retried, locked := false, false
-	// A commit's checkpoint carries the records only once every live
-	// engine's replay reads them there (the cluster's format level, read
-	// once for the step's attempts); a replay reads both forms.
-	carry := j.st.FormatLevel() >= postgres.FormatLevelCheckpointJournals
 	j.carriedBy = nil
 	defer func() { j.carriedBy = nil }()
 	attempt := func(c context.Context) error {
@@ -1038,24 +1032,21 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if locked {
 			body = postgres.LockedCommit(ctx)
 		}
-		// A commit's checkpoint carries the records (migration 00025):
-		// those that wait, the deferred steps' and the commit's own.
+		// A commit's checkpoint carries the records: those that wait, the
+		// deferred steps' and the commit's own.
 		var lead []journalRecord
 		carried := false
-		if carry {
-			body = steps.WithCommitRecord(body, func(co steps.CommitOutput) (string, error) {
-				j.carriedBy = append(j.carriedBy, co.CheckpointID)
-				co.CheckpointID = ""
-				rec, err := encode(id, name, co, nil, started)
-				if err != nil {
-					return "", err
-				}
-				compact := j.st.FormatLevel() >= postgres.FormatLevelCompactJournals
-				text, l, err := j.checkpointRecords(append(append(slices.Clone(j.pending), first...), rec), compact, co.MessageCount)
-				lead, carried = l, err == nil
-				return text, err
-			})
-		}
+		body = steps.WithCommitRecord(body, func(co steps.CommitOutput) (string, error) {
+			j.carriedBy = append(j.carriedBy, co.CheckpointID)
+			co.CheckpointID = ""
+			rec, err := encode(id, name, co, nil, started)
+			if err != nil {
+				return "", err
+			}
+			text, l, err := j.checkpointRecords(append(append(slices.Clone(j.pending), first...), rec), co.MessageCount)
+			lead, carried = l, err == nil
+			return text, err
+		})
 		o, ferr := fn(stepContext{j.traced(body)}, pgxTx{tx})
 		if ferr != nil {
 			if transient(ferr) || postgres.CommitRefused(ferr) {

@@ -86,9 +86,10 @@ var journalStepCodes = func() map[string]string {
 }()
 
 // codeStepName returns the JSON a checkpoint's journal stores name as:
-// its index in journalStepNames when coded, else its JSON string.
-func codeStepName(name string, coded bool) ([]byte, error) {
-	if c, ok := journalStepCodes[name]; ok && coded {
+// its index in journalStepNames, else (a name of the application's) its
+// JSON string.
+func codeStepName(name string) ([]byte, error) {
+	if c, ok := journalStepCodes[name]; ok {
 		return []byte(c), nil
 	}
 	return json.Marshal(name)

@@ -286,16 +286,14 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	// (holdsStarts).
 	var closing, held []helix.Chunk
 	// row is the model record written as the step's assistant message
-	// row, when it was (FormatLevelModelMessages).
+	// row, when it was.
 	var row *modelRow
 	m, err := runStepWith(t.ctx, t.j, steps.NameCallModel, recordNow,
 		fenced(t, t.env.CallModel(steps.ModelInput{Run: t.run, Step: step, MessageCount: t.messageCount}, &closing)),
 		stepWrites[steps.ModelOutput]{
 			with: func(m steps.ModelOutput) streamAppend {
-				if t.holdsStarts(m) && t.j.st.FormatLevel() >= postgres.FormatLevelCheckpointJournals {
-					// Held only once every live engine's replay rebuilds
-					// them (the cluster's format level); the replay below
-					// restores them whichever this execution did.
+				if t.holdsStarts(m) {
+					// The replay below restores them.
 					held = closing
 					return streamAppend{}
 				}
@@ -303,11 +301,6 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 			},
 			later: t.nothingRunsBeforeTheNextWrite,
 			row: func(m steps.ModelOutput, rec journalRecord) (*modelRow, error) {
-				// The record is the assistant row only once every live
-				// engine's replay reads it there (the cluster's level).
-				if t.j.st.FormatLevel() < postgres.FormatLevelModelMessages {
-					return nil, nil
-				}
 				r, ok, err := newModelRow(t.j.scope.turn, t.j.scope.segment, rec, m)
 				if ok {
 					row = r
@@ -422,11 +415,9 @@ func (t *turn) nothingRunsBeforeTheNextWrite(m steps.ModelOutput) bool {
 // (which write the held chunks first) reaches the stream before the
 // commit. Sub-agents and companions write into the stream, client tools
 // and approvals suspend the step: those steps write them with the record.
-// It depends on the step alone, not on the cluster's format level, which
-// decides whether a new execution holds them (FormatLevelCheckpointJournals):
-// a replay of such a step restores them (RestoreStarts, which writes them
-// only when the stream holds nothing of the step) whichever the lost
-// execution did.
+// It depends on the step alone: a replay of such a step restores them
+// (RestoreStarts, which writes them only when the stream holds nothing of
+// the step).
 func (t *turn) holdsStarts(m steps.ModelOutput) bool {
 	if m.Failure != nil || t.def == nil || t.nothingRunsBeforeTheNextWrite(m) {
 		return false

@@ -10,9 +10,6 @@ import (
 	"github.com/helix-agents/helix-dbos/store"
 )
 
-const checkpointColumns = `checkpoint_id, session_id, COALESCE(run_id, ''), step_count, message_count, stream_sequence,
-	status, custom_state, output, created_at`
-
 func scanCheckpoint(row Row) (*store.Checkpoint, error) {
 	var c store.Checkpoint
 	var status string
@@ -30,7 +27,8 @@ func scanCheckpoint(row Row) (*store.Checkpoint, error) {
 
 // insertCheckpoint writes a checkpoint of st (already updated to point at
 // id) with the given parameters, defaulting to st's current values. A
-// checkpoint with the same ID is returned as stored.
+// checkpoint with the same ID is returned as stored. id must be one of
+// the session's own checkpoint IDs (checkpointIDParts).
 func insertCheckpoint(ctx context.Context, q Querier, st *store.SessionState, id string, p store.CheckpointParams) (*store.Checkpoint, error) {
 	if p.StepCount < 0 {
 		return nil, fmt.Errorf("checkpoint step count must be >= 0, got %d", p.StepCount)
@@ -57,57 +55,35 @@ func insertCheckpoint(ctx context.Context, q Querier, st *store.SessionState, id
 	if len(output) > 0 && !json.Valid(output) {
 		return nil, fmt.Errorf("checkpoint output is not valid JSON")
 	}
-	// A keyed session's own cpv1 IDs go to helix.checkpoints_k (keyed.go),
-	// any other ID to helix.checkpoints; the statement reads the key.
-	parts, compact := compactID(st.SessionID, id)
-	if !compact {
-		if cp, err := getCheckpoint(ctx, q, id); err == nil && cp.SessionID != st.SessionID {
-			return nil, fmt.Errorf("checkpoint ID %s already belongs to session %s", id, cp.SessionID)
-		}
+	parts, err := checkpointIDParts(st.SessionID, id)
+	if err != nil {
+		return nil, err
 	}
-	cp, err := scanCheckpoint(q.QueryRow(ctx, `WITH k AS (
-			SELECT key FROM helix.sessions WHERE session_id = $2 AND $10::bool
-		), t AS (
-			INSERT INTO helix.checkpoints
-			(checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence, status, custom_state, output)
-			SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE NOT EXISTS (SELECT 1 FROM k WHERE key IS NOT NULL)
-			ON CONFLICT (checkpoint_id) DO NOTHING RETURNING `+checkpointColumns+`
-		), c AS (
-			INSERT INTO helix.checkpoints_k AS c
+	cp, err := scanCheckpoint(q.QueryRow(ctx, `INSERT INTO helix.checkpoints AS c
 			(session_key, step_count, id_ms, id_rand, run_id, message_count, stream_sequence, status, custom_state, output)
-			SELECT k.key, $4, $11, $12, $3, $5, $6, $7, $8, $9 FROM k WHERE k.key IS NOT NULL
-			ON CONFLICT DO NOTHING RETURNING `+keyedCheckpointColumns("$2")+`
-		)
-		SELECT * FROM t UNION ALL SELECT * FROM c`,
-		id, st.SessionID, nullIfEmpty(p.RunID), p.StepCount, messageCount, p.StreamSequence, string(status),
-		[]byte(custom), rawOrNil(output), compact, parts.Timestamp, parts.Random))
+			SELECT s.key, $3, $9, $10, $2, $4, $5, $6, $7, $8 FROM helix.sessions s WHERE s.session_id = $1
+			ON CONFLICT DO NOTHING RETURNING `+checkpointColumnsOf("$1")+``,
+		st.SessionID, nullIfEmpty(p.RunID), p.StepCount, messageCount, p.StreamSequence, string(status),
+		[]byte(custom), rawOrNil(output), parts.Timestamp, parts.Random))
 	if isNoRows(err) {
 		cp, err = getCheckpoint(ctx, q, id)
-		if err == nil && cp.SessionID != st.SessionID {
-			return nil, fmt.Errorf("checkpoint ID %s already belongs to session %s", id, cp.SessionID)
-		}
 	}
 	return cp, err
 }
 
-// getCheckpointSQL looks checkpoint ID $1 up in both layouts: by text in
-// helix.checkpoints, and, when it parses as a cpv1 ID of session $2 (NULL:
-// it does not parse), by its parts in the session's helix.checkpoints_k
-// rows (a primary-key look-up). An ID that names another session, or a
+// getCheckpointSQL looks checkpoint ID $1 of session $2 up by its parts
+// (a primary-key look-up). An ID that names another session, or a
 // session that is gone, finds nothing.
-var getCheckpointSQL = `SELECT ` + checkpointColumns + ` FROM helix.checkpoints WHERE checkpoint_id = $1
-	UNION ALL
-	SELECT ` + keyedCheckpointColumns("s.session_id") + `
-	FROM helix.sessions s JOIN helix.checkpoints_k c ON ` + keyedIDMatchSQL("s", "$1") + `
-	WHERE s.session_id = $2
-	LIMIT 1`
+var getCheckpointSQL = `SELECT ` + checkpointColumnsOf("s.session_id") + `
+	FROM helix.sessions s JOIN helix.checkpoints c ON ` + checkpointIDMatchSQL("s", "$1") + `
+	WHERE s.session_id = $2`
 
 func getCheckpoint(ctx context.Context, q Querier, id string) (*store.Checkpoint, error) {
-	var sid *string
-	if p, err := helix.ParseCheckpointID(id); err == nil {
-		sid = &p.SessionID
+	p, err := helix.ParseCheckpointID(id)
+	if err != nil {
+		return nil, notFound("checkpoint", id)
 	}
-	cp, err := scanCheckpoint(q.QueryRow(ctx, getCheckpointSQL, id, sid))
+	cp, err := scanCheckpoint(q.QueryRow(ctx, getCheckpointSQL, id, p.SessionID))
 	if isNoRows(err) {
 		return nil, notFound("checkpoint", id)
 	}
@@ -140,14 +116,15 @@ func (s *Store) GetCheckpoint(ctx context.Context, checkpointID string) (*store.
 	return cp, wrap(err, "get checkpoint %s", checkpointID)
 }
 
-// GetLatestCheckpoint implements store.Checkpoints: the session's pointer
-// first, then (a step's commit's pointer, the empty string, is the newest;
-// legacy or dangling pointer) the newest by write order.
+// GetLatestCheckpoint implements store.Checkpoints: the checkpoint the
+// session's pointer names, else (a dangling pointer) the newest by write
+// order.
 func (s *Store) GetLatestCheckpoint(ctx context.Context, sessionID string) (*store.Checkpoint, error) {
-	cp, err := scanCheckpoint(s.q.QueryRow(ctx, `SELECT `+checkpointColumns+` FROM helix.all_checkpoints
-		WHERE session_id = $1
-		ORDER BY (checkpoint_id = (SELECT checkpoint_id FROM helix.sessions WHERE session_id = $1)) DESC NULLS LAST,
-			created_seq DESC
+	cp, err := scanCheckpoint(s.q.QueryRow(ctx, `SELECT `+checkpointColumnsOf("s.session_id")+`
+		FROM helix.sessions s JOIN helix.checkpoints c ON c.session_key = s.key
+		WHERE s.session_id = $1
+		ORDER BY (helix.checkpoint_id_of(s.session_id, c.step_count, c.id_ms, c.id_rand) = s.checkpoint_id) DESC NULLS LAST,
+			c.created_seq DESC
 		LIMIT 1`, sessionID))
 	if isNoRows(err) {
 		var exists bool
@@ -173,11 +150,13 @@ func (s *Store) ListCheckpoints(ctx context.Context, sessionID string, opts *sto
 	}
 	limit := pageLimit(o.Limit, store.DefaultCheckpointPageSize)
 	page := &store.CheckpointPage{Items: []store.Checkpoint{}}
-	if err := s.q.QueryRow(ctx, `SELECT count(*) FROM helix.all_checkpoints WHERE session_id = $1`, sessionID).Scan(&page.Total); err != nil {
+	if err := s.q.QueryRow(ctx, `SELECT count(*) FROM helix.sessions s JOIN helix.checkpoints c ON c.session_key = s.key
+		WHERE s.session_id = $1`, sessionID).Scan(&page.Total); err != nil {
 		return nil, wrap(err, "list checkpoints of %s", sessionID)
 	}
-	rows, err := s.q.Query(ctx, `SELECT `+checkpointColumns+` FROM helix.all_checkpoints WHERE session_id = $1
-		ORDER BY created_seq LIMIT $2 OFFSET $3`, sessionID, limit, o.Offset)
+	rows, err := s.q.Query(ctx, `SELECT `+checkpointColumnsOf("s.session_id")+`
+		FROM helix.sessions s JOIN helix.checkpoints c ON c.session_key = s.key WHERE s.session_id = $1
+		ORDER BY c.created_seq LIMIT $2 OFFSET $3`, sessionID, limit, o.Offset)
 	if err != nil {
 		return nil, wrap(err, "list checkpoints of %s", sessionID)
 	}

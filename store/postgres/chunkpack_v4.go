@@ -66,19 +66,16 @@ func isMarker(body []byte) bool { return bytes.HasPrefix(body, []byte("["+v4Vers
 // other row, and for a marker whose checkpoint is gone. A lateral
 // subquery; its columns: checkpoint_id, session_id, message_count,
 // agent_type, usage (text), messages (text[], in order). The checkpoint
-// and the messages are read in the layout of their session, which may not
-// be the stream's (a sub-agent's steps in its parent's stream).
+// and the messages are the session's of the row's run, which may not own
+// the stream (a sub-agent's steps in its parent's stream).
 var markerSourcesSQL = `SELECT cp.checkpoint_id, se.session_id, cp.message_count, se.agent_type, cp.usage::text AS usage,
 			ARRAY(SELECT m.message::text FROM ` + sessionMessagesSQL("se", "seq >= cp.message_count - (c.chunk->>1)::int AND seq < cp.message_count", "") + ` m
 				ORDER BY m.seq) AS messages
 		FROM helix.runs r
 		JOIN helix.sessions se ON se.session_id = r.session_id
 		JOIN LATERAL (
-			SELECT k.checkpoint_id, k.message_count, k.usage FROM helix.checkpoints k
-			WHERE k.checkpoint_id = 'cpv1-' || r.session_id || '-s' || c.step || '-t' || (c.chunk->>2) || '-' || (c.chunk->>3)
-			UNION ALL
-			SELECT helix.checkpoint_id_of(se.session_id, k.step_count, k.id_ms, k.id_rand), k.message_count, k.usage
-			FROM helix.checkpoints_k k
+			SELECT helix.checkpoint_id_of(se.session_id, k.step_count, k.id_ms, k.id_rand) AS checkpoint_id, k.message_count, k.usage
+			FROM helix.checkpoints k
 			WHERE k.session_key = se.key AND k.step_count = c.step AND k.id_ms::text = (c.chunk->>2) AND k.id_rand = (c.chunk->>3)
 		) cp ON true
 		WHERE left(c.chunk::text, 3) = '[` + v4Version + `,' AND r.run_id = c.run_id`
@@ -624,7 +621,7 @@ var literalMarkersSQL = `SELECT s.stream_id, c.seq, c.n, COALESCE(c.run_id, ''),
 	FROM helix.sessions s
 	JOIN helix.streams st ON st.stream_id = s.stream_id
 	JOIN LATERAL ` + streamChunksSQL("st", `seq > COALESCE((SELECT max(k.stream_sequence)
-		FROM helix.all_checkpoints k WHERE k.session_id = s.session_id AND k.message_count <= $2), 0)`, "") + ` c ON true
+		FROM helix.checkpoints k WHERE k.session_key = s.key AND k.message_count <= $2), 0)`, "") + ` c ON true
 	JOIN LATERAL (` + markerSourcesSQL + `) src ON true
 	WHERE s.session_id = $1 AND src.session_id = $1 AND src.message_count > $2
 	ORDER BY c.seq`
@@ -670,25 +667,17 @@ func literalMarkers(ctx context.Context, q Querier, sessionID string, count int)
 	if err := rows.Err(); err != nil || len(gone) == 0 {
 		return err
 	}
-	_, err = q.Exec(ctx, `WITH st AS (SELECT t.stream_id, t.key FROM helix.sessions s JOIN helix.streams t ON t.stream_id = s.stream_id
-			WHERE s.session_id = $1),
-		del AS (DELETE FROM helix.stream_chunks c USING st WHERE c.stream_id = st.stream_id AND c.seq = ANY($2::bigint[])),
-		delk AS (DELETE FROM helix.stream_chunks_k c USING st WHERE c.stream_key = st.key AND c.seq = ANY($2::bigint[]))
-		SELECT 1`, sessionID, gone)
+	_, err = q.Exec(ctx, `DELETE FROM helix.stream_chunks c USING helix.sessions s JOIN helix.streams t ON t.stream_id = s.stream_id
+		WHERE s.session_id = $1 AND c.stream_key = t.key AND c.seq = ANY($2::bigint[])`, sessionID, gone)
 	if err != nil {
 		return fmt.Errorf("remove the marker rows of the checkpoints truncated: %w", err)
 	}
-	_, err = q.Exec(ctx, `WITH u AS (
-			SELECT t.stream_id, t.key, u.* FROM helix.sessions s JOIN helix.streams t ON t.stream_id = s.stream_id,
-				unnest($2::bigint[], $3::int[], $4::text[], $5::int[], $6::int[], $7::json[], $8::timestamptz[])
-				AS u(seq, n, r, s, a, c, t)
-			WHERE s.session_id = $1
-		), ins AS (
-			INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, attempt, chunk, created_at)
-			SELECT u.stream_id, u.seq, u.n, NULLIF(u.r, ''), u.s, u.a, u.c, u.t FROM u WHERE u.key IS NULL
-		)
-		INSERT INTO helix.stream_chunks_k (stream_key, seq, n, run_id, step, attempt, chunk, created_at)
-		SELECT u.key, u.seq, u.n, NULLIF(u.r, ''), u.s, u.a, u.c, u.t FROM u WHERE u.key IS NOT NULL`,
+	_, err = q.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_key, seq, n, run_id, step, attempt, chunk, created_at)
+		SELECT t.key, u.seq, u.n, NULLIF(u.r, ''), u.s, u.a, u.c, u.t
+		FROM helix.sessions s JOIN helix.streams t ON t.stream_id = s.stream_id,
+			unnest($2::bigint[], $3::int[], $4::text[], $5::int[], $6::int[], $7::json[], $8::timestamptz[])
+			AS u(seq, n, r, s, a, c, t)
+		WHERE s.session_id = $1`,
 		sessionID, lit.seqs, lit.counts, lit.runIDs, lit.steps, lit.attempts, lit.bodies, lit.created)
 	if err != nil {
 		return fmt.Errorf("write the truncated checkpoints' chunks as rows of format 3: %w", err)

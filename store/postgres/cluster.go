@@ -52,7 +52,7 @@ type Executor struct {
 	StoppedAt   *time.Time `json:"stoppedAt,omitempty"`
 	TakenOverBy string     `json:"takenOverBy,omitempty"`
 	// FormatLevel is the storage format level the executor reads
-	// (FormatLevelBase for an engine of a release before the levels): an
+	// (FormatLevelBaseline while a row just claimed has none written): an
 	// alive executor below FormatLevelNewest holds every engine at its
 	// level.
 	FormatLevel FormatLevel `json:"formatLevel"`
@@ -166,7 +166,7 @@ const clusterExecutorsSQL = `WITH owned AS (
 	SELECT x.executor_id, x.application_version, coalesce(x.hostname, ''), coalesce(x.pid, 0), x.started_at, x.heartbeat_at,
 		x.heartbeat_at + x.lease_ms * interval '1 millisecond' AS lease_expires_at,
 		x.stopped_at IS NULL AND x.taken_over_by IS NULL AND now() < x.heartbeat_at + x.lease_ms * interval '1 millisecond' AS alive,
-		x.stopped_at, coalesce(x.taken_over_by, ''), coalesce(x.format_level, 0), coalesce(o.sessions, 0), coalesce(o.visible, '{}')
+		x.stopped_at, coalesce(x.taken_over_by, ''), coalesce(x.format_level, 1), coalesce(o.sessions, 0), coalesce(o.visible, '{}')
 	FROM helix.executors x LEFT JOIN owned o ON o.executor_id = x.executor_id
 	ORDER BY alive DESC, x.executor_id COLLATE "C"`
 

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,29 +49,22 @@ const (
 // deleted in this order (owned rows before their owners, so the counts are
 // exact and the cascades and triggers of migrations 00001 and 00021 find
 // nothing left): where matches $1, the IDs of the kind key.
-// The keyed tables (migration 00029) count under the table they stand
-// for: DeleteStats.Rows["helix.messages"] is a tree's messages in both
-// layouts.
 var deleteTables = []struct {
 	table, where string
 	key          int
-	countAs      string // the table the rows count under; "": table
 }{
-	{"helix.messages", "session_id = ANY($1)", bySession, ""},
-	{"helix.messages_k", "session_key IN (SELECT key FROM helix.sessions WHERE session_id = ANY($1))", bySession, "helix.messages"},
-	{"helix.checkpoints", "session_id = ANY($1)", bySession, ""},
-	{"helix.checkpoints_k", "session_key IN (SELECT key FROM helix.sessions WHERE session_id = ANY($1))", bySession, "helix.checkpoints"},
-	{"helix.inbox", "session_id = ANY($1)", bySession, ""},
-	{"helix.staging", "session_id = ANY($1)", bySession, ""},
-	{"helix.usage", "session_id = ANY($1)", bySession, ""},
-	{"helix.sub_session_refs", "session_id = ANY($1) OR sub_session_id = ANY($1)", bySession, ""},
-	{"helix.runs", "session_id = ANY($1)", bySession, ""},
-	{"helix.stream_chunks", "stream_id = ANY($1)", byStream, ""},
-	{"helix.stream_chunks_k", "stream_key IN (SELECT key FROM helix.streams WHERE stream_id = ANY($1))", byStream, "helix.stream_chunks"},
-	{"helix.stream_truncations", "stream_id = ANY($1)", byStream, ""},
-	{"helix.streams", "stream_id = ANY($1)", byStream, ""},
-	{"helix.sessions", "session_id = ANY($1)", bySession, ""},
-	{"helix.step_journal", "workflow_id = ANY($1)", byWorkflow, ""},
+	{"helix.messages", "session_key IN (SELECT key FROM helix.sessions WHERE session_id = ANY($1))", bySession},
+	{"helix.checkpoints", "session_key IN (SELECT key FROM helix.sessions WHERE session_id = ANY($1))", bySession},
+	{"helix.inbox", "session_id = ANY($1)", bySession},
+	{"helix.staging", "session_id = ANY($1)", bySession},
+	{"helix.usage", "session_id = ANY($1)", bySession},
+	{"helix.sub_session_refs", "session_id = ANY($1) OR sub_session_id = ANY($1)", bySession},
+	{"helix.runs", "session_id = ANY($1)", bySession},
+	{"helix.stream_chunks", "stream_key IN (SELECT key FROM helix.streams WHERE stream_id = ANY($1))", byStream},
+	{"helix.stream_truncations", "stream_id = ANY($1)", byStream},
+	{"helix.streams", "stream_id = ANY($1)", byStream},
+	{"helix.sessions", "session_id = ANY($1)", bySession},
+	{"helix.step_journal", "workflow_id = ANY($1)", byWorkflow},
 }
 
 // dbosTables are DBOS's tables keyed by workflow ID, its children before
@@ -306,7 +298,7 @@ func deleteRows(ctx context.Context, q Querier, sessions []string, dbos bool, st
 		if err != nil {
 			return fmt.Errorf("delete from %s: %w", d.table, err)
 		}
-		count(cmp.Or(d.countAs, d.table), n)
+		count(d.table, n)
 	}
 	stats.Sessions = stats.Rows["helix.sessions"]
 	// A write-batch token names the streams it wrote: the tree's are taken

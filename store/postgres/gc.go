@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -151,21 +150,20 @@ func (s *Store) measure(ctx context.Context, rootIDs []string, z *TreeSize) erro
 		return err
 	}
 	z.Workflows += len(workflows)
-	countAs := func(name, table, where string, arg any) error {
+	count := func(table, where string, arg any) error {
 		var n, b int64
 		err := q.QueryRow(ctx, `SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0)::bigint FROM `+table+` t WHERE `+where, arg).Scan(&n, &b)
 		if err != nil {
 			return fmt.Errorf("measure %s: %w", table, err)
 		}
 		if n > 0 {
-			z.Rows[name] += n
-			z.Bytes[name] += b
+			z.Rows[table] += n
+			z.Bytes[table] += b
 		}
 		return nil
 	}
-	count := func(table, where string, arg any) error { return countAs(table, table, where, arg) }
 	for _, d := range deleteTables {
-		if err := countAs(cmp.Or(d.countAs, d.table), d.table, d.where, [][]string{sessions, streams, workflows}[d.key]); err != nil {
+		if err := count(d.table, d.where, [][]string{sessions, streams, workflows}[d.key]); err != nil {
 			return err
 		}
 	}

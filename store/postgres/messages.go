@@ -25,16 +25,13 @@ func encodeMessages(msgs []helix.Message) ([]string, error) {
 	return out, nil
 }
 
-// insertMessagesSQL writes messages $3 of session $1 from seq $2, in the
-// session's layout (keyed.go), for a caller that holds the session's row
-// lock and has read its message count: the pending model records at the
-// messages' places move away first (migration 00028).
+// insertMessagesSQL writes messages $3 of session $1 from seq $2, for a
+// caller that holds the session's row lock and has read its message count:
+// the pending model records at the messages' places move away first.
 const insertMessagesSQL = `WITH ev AS (SELECT helix.evict_pending_messages($1, $2) AS n),
-		k AS (SELECT key FROM helix.sessions, ev WHERE session_id = $1),
-		t AS (INSERT INTO helix.messages (session_id, seq, message)
-			SELECT $1, $2 + u.ord - 1, u.m FROM k, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord) WHERE k.key IS NULL)
-	INSERT INTO helix.messages_k (session_key, seq, message)
-	SELECT k.key, $2 + u.ord - 1, u.m FROM k, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord) WHERE k.key IS NOT NULL`
+		k AS (SELECT key FROM helix.sessions, ev WHERE session_id = $1)
+	INSERT INTO helix.messages (session_key, seq, message)
+	SELECT k.key, $2 + u.ord - 1, u.m FROM k, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)`
 
 // AppendMessages implements store.Messages.
 func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs []helix.Message) (int, error) {
@@ -44,21 +41,16 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs []hel
 	}
 	var count int
 	// The session's row is updated (locked) first, then the pending model
-	// records at the new messages' places are moved away (migration
-	// 00028), then the messages go in.
+	// records at the new messages' places are moved away, then the
+	// messages go in.
 	err = s.q.QueryRow(ctx, `WITH s AS (
 			UPDATE helix.sessions SET message_count = message_count + $2, version = version + 1, updated_at = now()
 			WHERE session_id = $1 RETURNING message_count, key
 		), ev AS (
 			SELECT helix.evict_pending_messages($1, s.message_count - $2) AS n FROM s
 		), ins AS (
-			INSERT INTO helix.messages (session_id, seq, message)
-			SELECT $1, s.message_count - $2 + u.ord - 1, u.m FROM s, ev, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
-			WHERE s.key IS NULL
-		), insk AS (
-			INSERT INTO helix.messages_k (session_key, seq, message)
+			INSERT INTO helix.messages (session_key, seq, message)
 			SELECT s.key, s.message_count - $2 + u.ord - 1, u.m FROM s, ev, unnest($3::jsonb[]) WITH ORDINALITY AS u(m, ord)
-			WHERE s.key IS NOT NULL
 		)
 		SELECT message_count FROM s`, sessionID, len(enc), enc).Scan(&count)
 	if isNoRows(err) {
@@ -81,7 +73,6 @@ func (s *Store) GetMessages(ctx context.Context, sessionID string, opts *store.G
 		FROM helix.sessions s
 		LEFT JOIN LATERAL (
 			SELECT x.message FROM `+sessionMessagesSQL("s", "seq >= $2 AND seq < s.message_count", "ORDER BY seq LIMIT $3")+` x
-			ORDER BY x.seq LIMIT $3
 		) m ON true
 		WHERE s.session_id = $1`, sessionID, o.Offset, limit)
 	if err != nil {
@@ -145,29 +136,24 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 		if err := literalMarkers(ctx, q, sessionID, count); err != nil {
 			return err
 		}
-		// The rows removed, pending model records included (migration
-		// 00028), move the model records they hold to helix.step_journal:
-		// their workflows may replay. (Both layouts: 00029.)
+		// The rows removed, pending model records included, move the model
+		// records they hold to helix.step_journal: their workflows may
+		// replay.
 		if _, err := q.Exec(ctx, `SELECT helix.evict_pending_messages($1, $2)`, sessionID, count); err != nil {
 			return err
 		}
 		// Checkpoints that reference removed messages are no longer valid
 		// restore points. The usage they hold stays (the tokens were
 		// spent): it moves to helix.usage. So do the step journal's
-		// records they carry (migration 00025), to helix.step_journal: the
+		// records they carry, to helix.step_journal: the
 		// workflow that wrote them may not have ended (a crash after its
 		// last commit), and its recovery replays them rather than run its
 		// tools and commits again.
-		if _, err := q.Exec(ctx, `WITH gonet AS (
-				DELETE FROM helix.checkpoints WHERE session_id = $1 AND message_count > $2
-				RETURNING checkpoint_id, session_id, run_id, step_count, usage, journal, message_count, created_at, created_seq
-			), gonek AS (
-				DELETE FROM helix.checkpoints_k c
+		if _, err := q.Exec(ctx, `WITH gone AS (
+				DELETE FROM helix.checkpoints c
 				WHERE c.session_key = (SELECT key FROM helix.sessions WHERE session_id = $1) AND c.message_count > $2
 				RETURNING helix.checkpoint_id_of($1, c.step_count, c.id_ms, c.id_rand) AS checkpoint_id, $1::text AS session_id,
 					c.run_id, c.step_count, c.usage, c.journal, c.message_count, c.created_at, c.created_seq
-			), gone AS (
-				SELECT * FROM gonet UNION ALL SELECT * FROM gonek
 			), journal AS (
 				INSERT INTO helix.step_journal (workflow_id, id, name, output, error, started_at, completed_at)
 				SELECT helix.journal_workflow(r.workflow_id, x.seg), x.id, x.name, x.output, x.error, x.started_at, x.completed_at
@@ -184,7 +170,7 @@ func (s *Store) TruncateMessages(ctx context.Context, sessionID string, count in
 			ON CONFLICT (session_id, key) DO NOTHING`, sessionID, count); err != nil {
 			return err
 		}
-		_, err = q.Exec(ctx, `UPDATE helix.sessions s SET checkpoint_id = helix.session_checkpoint_id(s.session_id, '')
+		_, err = q.Exec(ctx, `UPDATE helix.sessions s SET checkpoint_id = (`+newestCheckpointIDSQL+`)
 			WHERE s.session_id = $1 AND s.checkpoint_id IS NOT NULL
 			  AND NOT EXISTS (`+sessionCheckpointSQL+`)`, sessionID)
 		return err

@@ -35,7 +35,7 @@ func sessionColumnsWith(completed string) string {
 	status, step_count, message_count, custom_state, output, COALESCE(error, ''), COALESCE(failure_reason, ''),
 	interrupt_context, pending_client_tool_calls, suspended_awaiting_children, COALESCE(suspended_step_id, ''),
 	suspended_step, ` + completed + `, client_tool_call_ownership, interrupt_requested, COALESCE(interrupt_reason, ''),
-	COALESCE(mode, ''), version, resume_count, COALESCE(helix.session_checkpoint_id(session_id, checkpoint_id), ''), checkpointed_at, COALESCE(checkpoint_source, ''),
+	COALESCE(mode, ''), version, resume_count, COALESCE(checkpoint_id, ''), checkpointed_at, COALESCE(checkpoint_source, ''),
 	COALESCE(user_id, ''), tags, metadata, tracing_context, expires_at, created_at, GREATEST(updated_at, checkpointed_at)`
 }
 

@@ -58,7 +58,6 @@ func (s *Store) CreateSession(ctx context.Context, p store.CreateSessionParams) 
 		return nil, fmt.Errorf("store: create session %s: tracing context: %w", p.SessionID, err)
 	}
 	var created *store.SessionState
-	keyed := s.FormatLevel() >= FormatLevelKeyedTables
 	err = s.tx(ctx, func(q Querier) error {
 		var parentRoot, parentStream string
 		if p.ParentSessionID != "" {
@@ -75,12 +74,12 @@ func (s *Store) CreateSession(ctx context.Context, p store.CreateSessionParams) 
 		streamID := cmp.Or(p.StreamID, parentStream, p.SessionID)
 		row := q.QueryRow(ctx, `INSERT INTO helix.sessions
 			(session_id, agent_type, stream_id, parent_session_id, root_session_id, custom_state, mode,
-			 user_id, tags, metadata, tracing_context, expires_at, key)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9::text[], '{}'), $10, $11, $12, `+newKeySQL(13)+`)
+			 user_id, tags, metadata, tracing_context, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, COALESCE($9::text[], '{}'), $10, $11, $12)
 			ON CONFLICT (session_id) DO NOTHING
 			RETURNING `+sessionColumns,
 			p.SessionID, p.AgentType, streamID, nullIfEmpty(p.ParentSessionID), root, []byte(custom),
-			nullIfEmpty(string(p.Mode)), nullIfEmpty(p.UserID), p.Tags, metadata, tracing, timeOrNil(p.ExpiresAt), keyed)
+			nullIfEmpty(string(p.Mode)), nullIfEmpty(p.UserID), p.Tags, metadata, tracing, timeOrNil(p.ExpiresAt))
 		st, err := scanSession(row)
 		if isNoRows(err) {
 			return &helix.SessionExistsError{SessionID: p.SessionID}
@@ -89,10 +88,10 @@ func (s *Store) CreateSession(ctx context.Context, p store.CreateSessionParams) 
 			return err
 		}
 		if streamID == p.SessionID {
-			if _, err := q.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id, key) VALUES ($1, $1, `+newKeySQL(2)+`)
+			if _, err := q.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id) VALUES ($1, $1)
 				ON CONFLICT (stream_id) DO UPDATE
 				SET owner_session_id = COALESCE(helix.streams.owner_session_id, EXCLUDED.owner_session_id)`,
-				p.SessionID, keyed); err != nil {
+				p.SessionID); err != nil {
 				return fmt.Errorf("register stream: %w", err)
 			}
 		}
@@ -477,13 +476,12 @@ func (s *Store) CloneSession(ctx context.Context, p store.CloneParams) (*store.S
 		if err != nil {
 			return err
 		}
-		keyed := s.FormatLevel() >= FormatLevelKeyedTables
 		st, err := scanSession(q.QueryRow(ctx, `INSERT INTO helix.sessions
-			(session_id, agent_type, stream_id, root_session_id, custom_state, message_count, user_id, tags, metadata, key)
-			VALUES ($1, $2, $1, $1, $3, $4, $5, COALESCE($6::text[], '{}'), $7, `+newKeySQL(8)+`)
+			(session_id, agent_type, stream_id, root_session_id, custom_state, message_count, user_id, tags, metadata)
+			VALUES ($1, $2, $1, $1, $3, $4, $5, COALESCE($6::text[], '{}'), $7)
 			ON CONFLICT (session_id) DO NOTHING RETURNING `+sessionColumns,
 			p.ToSessionID, cmp.Or(p.AgentType, src.AgentType), []byte(custom), messageCount,
-			nullIfEmpty(src.UserID), src.Tags, metadata, keyed))
+			nullIfEmpty(src.UserID), src.Tags, metadata))
 		if isNoRows(err) {
 			return &helix.SessionExistsError{SessionID: p.ToSessionID}
 		}
@@ -492,15 +490,13 @@ func (s *Store) CloneSession(ctx context.Context, p store.CloneParams) (*store.S
 		}
 		if _, err := q.Exec(ctx, `WITH d AS (SELECT key FROM helix.sessions WHERE session_id = $1),
 				m AS (SELECT x.seq, x.message FROM helix.sessions s, LATERAL `+sessionMessagesSQL("s", "seq < $3", "")+` x
-					WHERE s.session_id = $2),
-				t AS (INSERT INTO helix.messages (session_id, seq, message)
-					SELECT $1, m.seq, m.message FROM m, d WHERE d.key IS NULL)
-			INSERT INTO helix.messages_k (session_key, seq, message) SELECT d.key, m.seq, m.message FROM m, d WHERE d.key IS NOT NULL`,
+					WHERE s.session_id = $2)
+			INSERT INTO helix.messages (session_key, seq, message) SELECT d.key, m.seq, m.message FROM m, d`,
 			p.ToSessionID, src.SessionID, messageCount); err != nil {
 			return fmt.Errorf("copy messages: %w", err)
 		}
-		if _, err := q.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id, key) VALUES ($1, $1, `+newKeySQL(2)+`)
-			ON CONFLICT (stream_id) DO NOTHING`, p.ToSessionID, keyed); err != nil {
+		if _, err := q.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id) VALUES ($1, $1)
+			ON CONFLICT (stream_id) DO NOTHING`, p.ToSessionID); err != nil {
 			return fmt.Errorf("register stream: %w", err)
 		}
 		created = st

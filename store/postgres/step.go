@@ -25,10 +25,9 @@ var _ store.StepStore = (*Store)(nil)
 // that plan even as a generic prepared plan, so its cost does not grow with
 // the stream.
 var readStepSQL = `SELECT s.status, s.step_count, s.message_count, s.custom_state,
-		COALESCE(NULLIF(s.checkpoint_id, ''), cp.id, ''),
+		COALESCE(s.checkpoint_id, ''),
 		COALESCE(cp.stream_sequence, 0), GREATEST($3, COALESCE(cp.stream_sequence, 0)),
-		COALESCE((SELECT c.step > $4 FROM ` + streamChunksSQL("st", "seq > GREATEST($3, COALESCE(cp.stream_sequence, 0)) AND run_id = $2", "ORDER BY seq DESC LIMIT 1") + ` c
-			ORDER BY c.seq DESC LIMIT 1), false)
+		COALESCE((SELECT c.step > $4 FROM ` + streamChunksSQL("st", "seq > GREATEST($3, COALESCE(cp.stream_sequence, 0)) AND run_id = $2", "ORDER BY seq DESC LIMIT 1") + ` c), false)
 	FROM helix.sessions s LEFT JOIN LATERAL (` + sessionCheckpointSQL + `) cp ON true
 		LEFT JOIN helix.streams st ON st.stream_id = s.stream_id
 	WHERE s.session_id = $1`
@@ -75,28 +74,29 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 // new custom state (NULL: unchanged), $7 mode ('continue', 'complete' or
 // 'interrupt'), $8 output, $9 interrupt context, $10 checkpoint ID, $11
 // checkpoint status, $12 how many of the chunks precede the checkpoint, $13
-// the usage records (encodeUsage; NULL for none), $14 run status, $15 run error, $16 stream, $17 the
-// expected message count (negative: the caller decided under lockStepSQL's
-// locks, nothing to check), $18 chunk rows (packed, chunkpack.go), $19
-// their steps, $20 their run IDs, $21 end the stream, $22 notify channel,
-// $23 the run status is final, $24 the rows' chunk counts, $25 the number
-// of chunks, $26 the checkpoint's journal (store.StepCommit.Journal; NULL
-// for none), $27 the narrow row updates of migration 00026 (the session's
-// and the stream's updated_at left to checkpointed_at and the chunks),
-// from FormatLevelCheckpointJournals: a release before the levels reads
-// those columns as they are; $28 and $29 the checkpoint ID's time and random
-// part. The messages and the checkpoint go to the session's layout, the
-// chunks to the stream's (keyed.go): the statement reads both keys from
-// the rows it updates.
+// the usage records (encodeUsage; NULL for none), $14 run status, $15 run
+// error, $16 stream, $17 the expected message count (negative: the caller
+// decided under lockStepSQL's locks, nothing to check), $18 chunk rows
+// (packed by the chunk codec), $19 their steps, $20 their run IDs, $21 end
+// the stream, $22 notify channel, $23 the run status is final, $24 the
+// rows' chunk counts, $25 the number of chunks, $26 the checkpoint's
+// journal (store.StepCommit.Journal; NULL for none), $27 and $28 the
+// checkpoint ID's time and random part (the row's key; layout.go). The
+// session's key and the stream's come from the rows the statement updates.
+//
+// The row updates are narrow: a step leaves the session's updated_at (its
+// last change is greatest(updated_at, checkpointed_at)) and the stream's
+// (the newest chunk row's created_at) alone, so that their heap-only
+// updates log fewer bytes.
 //
 // The messages go in at $4 after the rows there that are not the step's
-// own move away (evict, migration 00028: pending model records of other
-// executions, their records to helix.step_journal). The step's assistant
-// message (the first of $5) keeps the row at $4 that holds it already (the
-// model call's record, written as that row from FormatLevelModelMessages):
-// own writes it only when no row is there. The session's row is locked by
-// then (sess), and evict reads with a snapshot of its own, so no pending
-// row it does not see can be written before the commit.
+// own move away (evict: pending model records of other executions, their
+// records to helix.step_journal). The step's assistant message (the first
+// of $5) keeps the row at $4 that holds it already (the model call's
+// record, written as that row): own writes it only when no row is there.
+// The session's row is locked by then (sess), and evict reads with a
+// snapshot of its own, so no pending row it does not see can be written
+// before the commit.
 //
 // The run's row is written only when its status changes, it ends, or it
 // records an error: a running run's step count and last update are read
@@ -106,8 +106,8 @@ const lockStepSQL = `SELECT s.status, s.message_count, CASE WHEN $2 THEN s.custo
 // With $17 >= 0 the statement writes only when what the caller assumed
 // holds (the session and stream active, no interrupt requested, $17
 // messages, the run exists); otherwise it writes nothing and fails with
-// SQLSTATE HX412 (helix.refuse_step_commit, migration 00016), and the
-// caller commits the step the long way (CommitRefused).
+// SQLSTATE HX412 (helix.refuse_step_commit), and the caller commits the
+// step the long way (CommitRefused).
 const commitStepSQL = `WITH sess AS (
 		UPDATE helix.sessions SET
 			status = CASE $7 WHEN 'complete' THEN 'completed' WHEN 'interrupt' THEN 'interrupted' ELSE status END,
@@ -121,7 +121,7 @@ const commitStepSQL = `WITH sess AS (
 			interrupt_requested = CASE WHEN $7 = 'continue' THEN interrupt_requested ELSE false END,
 			interrupt_reason = CASE WHEN $7 = 'continue' THEN interrupt_reason END,
 			checkpoint_id = $10, checkpointed_at = now(), checkpoint_source = 'step',
-			version = version + 1, updated_at = CASE WHEN $27 THEN updated_at ELSE now() END
+			version = version + 1
 		WHERE session_id = $1
 			AND ($17::int < 0 OR (status = 'active' AND NOT interrupt_requested AND message_count = $17::int))
 		RETURNING version, custom_state, output, key
@@ -130,39 +130,25 @@ const commitStepSQL = `WITH sess AS (
 			status = CASE WHEN $21 THEN 'ended' ELSE status END,
 			final_output = CASE WHEN $21 THEN $8::jsonb ELSE final_output END,
 			error = CASE WHEN $21 THEN NULL ELSE error END,
-			updated_at = CASE WHEN $21 OR $25::int = 0 OR NOT $27 THEN now() ELSE updated_at END
+			updated_at = CASE WHEN $21 OR $25::int = 0 THEN now() ELSE updated_at END
 		WHERE stream_id = $16 AND ($17::int < 0 OR status = 'active') AND EXISTS (SELECT 1 FROM sess)
 		RETURNING latest_seq - $25::int AS latest_seq, key
 	), evict AS (
 		SELECT helix.evict_pending_messages($1, $4::int, ($5::jsonb[])[1]) AS n FROM ok
 	), own AS (
-		INSERT INTO helix.messages (session_id, seq, message)
-		SELECT $1, $4::int, ($5::jsonb[])[1] FROM evict, sess WHERE cardinality($5::jsonb[]) > 0 AND sess.key IS NULL
-		ON CONFLICT (session_id, seq) DO NOTHING
-	), ownk AS (
-		INSERT INTO helix.messages_k (session_key, seq, message)
-		SELECT sess.key, $4::int, ($5::jsonb[])[1] FROM evict, sess WHERE cardinality($5::jsonb[]) > 0 AND sess.key IS NOT NULL
+		INSERT INTO helix.messages (session_key, seq, message)
+		SELECT sess.key, $4::int, ($5::jsonb[])[1] FROM evict, sess WHERE cardinality($5::jsonb[]) > 0
 		ON CONFLICT (session_key, seq) DO NOTHING
 	), msgs AS (
-		INSERT INTO helix.messages (session_id, seq, message)
-		SELECT $1, $4::int + u.ord - 1, u.m FROM evict, sess, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
-		WHERE u.ord > 1 AND sess.key IS NULL
-	), msgsk AS (
-		INSERT INTO helix.messages_k (session_key, seq, message)
+		INSERT INTO helix.messages (session_key, seq, message)
 		SELECT sess.key, $4::int + u.ord - 1, u.m FROM evict, sess, unnest($5::jsonb[]) WITH ORDINALITY AS u(m, ord)
-		WHERE u.ord > 1 AND sess.key IS NOT NULL
+		WHERE u.ord > 1
 	), cp AS (
-		INSERT INTO helix.checkpoints (checkpoint_id, session_id, run_id, step_count, message_count, stream_sequence,
+		INSERT INTO helix.checkpoints (session_key, step_count, id_ms, id_rand, run_id, message_count, stream_sequence,
 			status, custom_state, output, usage, journal)
-		SELECT $10, $1, $2, $3::int, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11, sess.custom_state,
-			CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END, $13::json, $26::text
-		FROM sess, ok WHERE sess.key IS NULL OR $28::bigint IS NULL
-	), cpk AS (
-		INSERT INTO helix.checkpoints_k (session_key, step_count, id_ms, id_rand, run_id, message_count, stream_sequence,
-			status, custom_state, output, usage, journal)
-		SELECT sess.key, $3::int, $28::bigint, $29::text, $2, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11,
+		SELECT sess.key, $3::int, $27::bigint, $28::text, $2, $4::int + cardinality($5::jsonb[]), ok.latest_seq + $12::bigint, $11,
 			sess.custom_state, CASE WHEN $7 = 'complete' THEN $8::jsonb ELSE sess.output END, $13::json, $26::text
-		FROM sess, ok WHERE sess.key IS NOT NULL AND $28::bigint IS NOT NULL
+		FROM sess, ok
 	), run AS (
 		SELECT status FROM helix.runs WHERE run_id = $2
 	), runupd AS (
@@ -171,15 +157,9 @@ const commitStepSQL = `WITH sess AS (
 			updated_at = now()
 		WHERE run_id = $2 AND (status <> $14 OR $23 OR $15::text IS NOT NULL) AND EXISTS (SELECT 1 FROM ok)
 	), chunks AS (
-		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk)
-		SELECT $16::text, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
-		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
-		WHERE ok.key IS NULL
-	), chunksk AS (
-		INSERT INTO helix.stream_chunks_k (stream_key, seq, n, run_id, step, chunk)
+		INSERT INTO helix.stream_chunks (stream_key, seq, n, run_id, step, chunk)
 		SELECT ok.key, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
 		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
-		WHERE ok.key IS NOT NULL
 	), note AS (
 		SELECT pg_notify($22, $16) FROM ok
 	)
@@ -380,14 +360,9 @@ type stepWrite struct {
 	chunks        int
 	channel       string
 	journal       *string
-	// narrow makes the commit's row updates those of migration 00026
-	// (commitStepSQL's $27).
-	narrow bool
-	// idMillis and idRandom are checkpointID's parts a keyed session's
-	// row stores (commitStepSQL's $28 and $29).
-	// (nil idMillis: the ID is not compact, a step count above
-	// maxCompactStep; the checkpoint goes to helix.checkpoints).
-	idMillis *int64
+	// idMillis and idRandom are checkpointID's parts its row stores
+	// (commitStepSQL's $27 and $28).
+	idMillis int64
 	idRandom string
 }
 
@@ -395,20 +370,20 @@ type stepWrite struct {
 // it and msgs its own (inbox messages included): it fills res's
 // checkpoint ID and message count, and its sequences from latest (the
 // stream's latest sequence before the commit), renders the chunks,
-// closing ones included (res's StepClosing decided; from
-// FormatLevelDerivedChunks as marker rows where they render back from
-// msgs, usage and the checkpoint, see chunkpack_v4.go), and the
+// closing ones included (res's StepClosing decided; as marker rows where
+// they render back from msgs, usage and the checkpoint: the chunk codec),
+// and the
 // checkpoint's journal (c.Journal, given res).
 func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs []string, usage []byte, latest int64, mode string, res *store.StepCommitResult) (*stepWrite, error) {
 	res.CheckpointID = helix.GenerateCheckpointID(c.SessionID, c.Step)
 	res.MessageCount = count + len(msgs)
-	parts, _ := compactID(c.SessionID, res.CheckpointID)
+	parts, err := checkpointIDParts(c.SessionID, res.CheckpointID)
+	if err != nil {
+		return nil, err
+	}
 	w := &stepWrite{count: count, msgs: msgs, mode: mode, reason: res.InterruptReason, checkpointID: res.CheckpointID,
 		streamID: streamID, cpStatus: helix.SessionActive, runStatus: helix.RunRunning, channel: s.shared.opts.notifyChannel,
-		idRandom: parts.Random}
-	if parts.Random != "" {
-		w.idMillis = &parts.Timestamp
-	}
+		idMillis: parts.Timestamp, idRandom: parts.Random}
 	chunks := newChunkBatch(streamID, latest)
 	if err := chunks.add(c.RunID, c.Chunks...); err != nil {
 		return nil, err
@@ -436,16 +411,15 @@ func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs [
 			return nil, err
 		}
 	}
-	level := s.FormatLevel()
 	var marker *markerWrite
-	if level >= FormatLevelDerivedChunks && c.AgentType != "" {
+	if c.AgentType != "" {
 		marker = markerFor(c, res.CheckpointID, msgs, usage)
 	}
-	packed, err := chunks.pack(level, marker)
+	packed, err := chunks.pack(marker)
 	if err != nil {
 		return nil, err
 	}
-	w.packed, w.chunks, w.narrow = packed, len(chunks.chunks), level >= FormatLevelCheckpointJournals
+	w.packed, w.chunks = packed, len(chunks.chunks)
 	if c.Journal != nil {
 		j, err := c.Journal(*res)
 		if err != nil {
@@ -465,7 +439,7 @@ func (w *stepWrite) args(c store.StepCommit, usage []byte, expect int) []any {
 	return []any{c.SessionID, c.RunID, c.Step, w.count, w.msgs, w.next, w.mode, w.output, w.interruptCtx,
 		w.checkpointID, string(w.cpStatus), w.beforeCheckpt, usage, string(w.runStatus), runErr,
 		w.streamID, expect, w.packed.bodies, w.packed.steps, w.packed.runIDs, w.end, w.channel, w.runStatus.Final(),
-		w.packed.counts, w.chunks, w.journal, w.narrow, w.idMillis, w.idRandom}
+		w.packed.counts, w.chunks, w.journal, w.idMillis, w.idRandom}
 }
 
 // takeInbox marks a session's unread inbox messages read and returns them
@@ -563,10 +537,10 @@ type packedChunks struct {
 	counts []int32
 }
 
-// pack packs the batch's chunks at level; the rows of marker's run and
-// step become marker rows where they can (nil marker: none).
-func (b *chunkBatch) pack(level FormatLevel, marker *markerWrite) (packedChunks, error) {
-	rows, err := packChunksWith(b.chunks, level, marker)
+// pack packs the batch's chunks; the rows of marker's run and step become
+// marker rows where they can (nil marker: none).
+func (b *chunkBatch) pack(marker *markerWrite) (packedChunks, error) {
+	rows, err := packChunksWith(b.chunks, FormatLevelNewest, marker)
 	if err != nil {
 		return packedChunks{}, err
 	}
@@ -578,8 +552,7 @@ func (b *chunkBatch) pack(level FormatLevel, marker *markerWrite) (packedChunks,
 	return p, nil
 }
 
-// encodeUsage renders a step's usage records as checkpoints.usage
-// (migration 00019): a JSON array of records with one-letter fields, and
+// encodeUsage renders a step's usage records as checkpoints.usage: a JSON array of records with one-letter fields, and
 // without what the checkpoint row says already (its run and step, and
 // them in the key, written "~"). NULL (nil) when there are none.
 func encodeUsage(runID string, step int, rows []store.UsageRecord) ([]byte, error) {

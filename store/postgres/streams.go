@@ -24,9 +24,8 @@ import (
 // written = false. When $6 is not NULL the batch token is recorded (with the
 // streams written) so a retry after a lost acknowledgement can tell whether
 // the batch already committed. One NOTIFY per statement wakes readers.
-// With $10 (FormatLevelCheckpointJournals) an append leaves the stream's
-// updated_at alone (streamUpdatedAtSQL); a release before the levels reads
-// the column as the last change, so below that level it is written.
+// An append leaves the stream's updated_at alone (streamUpdatedAtSQL: the
+// newest chunk row's created_at is the stream's last change).
 const insertChunksSQL = `WITH input AS (
 		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
 			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
@@ -36,8 +35,7 @@ const insertChunksSQL = `WITH input AS (
 		SELECT s.stream_id, s.status, s.latest_seq FROM helix.streams s JOIN counts c USING (stream_id)
 		ORDER BY s.stream_id FOR UPDATE OF s
 	), upd AS (
-		UPDATE helix.streams s SET latest_seq = s.latest_seq + c.n,
-			updated_at = CASE WHEN $10 THEN s.updated_at ELSE now() END
+		UPDATE helix.streams s SET latest_seq = s.latest_seq + c.n
 		FROM counts c, locked l
 		WHERE s.stream_id = c.stream_id AND l.stream_id = c.stream_id AND l.status = 'active'
 		RETURNING s.stream_id, s.latest_seq - c.n AS base, s.latest_seq AS latest, s.key
@@ -46,11 +44,8 @@ const insertChunksSQL = `WITH input AS (
 			NULLIF(i.run_id, '') AS run_id, i.step, i.attempt, i.chunk
 		FROM input i JOIN upd u USING (stream_id)
 	), ins AS (
-		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, attempt, chunk)
-		SELECT stream_id, seq, n, run_id, step, attempt, chunk FROM newrows WHERE key IS NULL
-	), insk AS (
-		INSERT INTO helix.stream_chunks_k (stream_key, seq, n, run_id, step, attempt, chunk)
-		SELECT key, seq, n, run_id, step, attempt, chunk FROM newrows WHERE key IS NOT NULL
+		INSERT INTO helix.stream_chunks (stream_key, seq, n, run_id, step, attempt, chunk)
+		SELECT key, seq, n, run_id, step, attempt, chunk FROM newrows
 	), batch AS (
 		INSERT INTO helix.stream_write_batches (batch_id, streams)
 		SELECT $6, COALESCE((SELECT array_agg(stream_id) FROM upd), '{}') WHERE $6::uuid IS NOT NULL
@@ -72,18 +67,13 @@ const insertStreamChunksSQL = `WITH input AS (
 		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
 			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
 	), upd AS (
-		UPDATE helix.streams SET latest_seq = latest_seq + (SELECT sum(n) FROM input),
-			updated_at = CASE WHEN $10 THEN updated_at ELSE now() END
+		UPDATE helix.streams SET latest_seq = latest_seq + (SELECT sum(n) FROM input)
 		WHERE stream_id = ($1::text[])[1] AND status = 'active'
 		RETURNING latest_seq - (SELECT sum(n) FROM input) AS base, latest_seq AS latest, key
 	), ins AS (
-		INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, attempt, chunk)
-		SELECT i.stream_id, u.base + sum(i.n) OVER (ORDER BY i.ord), i.n, NULLIF(i.run_id, ''), i.step, i.attempt, i.chunk
-		FROM input i, upd u WHERE u.key IS NULL
-	), insk AS (
-		INSERT INTO helix.stream_chunks_k (stream_key, seq, n, run_id, step, attempt, chunk)
+		INSERT INTO helix.stream_chunks (stream_key, seq, n, run_id, step, attempt, chunk)
 		SELECT u.key, u.base + sum(i.n) OVER (ORDER BY i.ord), i.n, NULLIF(i.run_id, ''), i.step, i.attempt, i.chunk
-		FROM input i, upd u WHERE u.key IS NOT NULL
+		FROM input i, upd u
 	), batch AS (
 		INSERT INTO helix.stream_write_batches (batch_id, streams)
 		SELECT $6, CASE WHEN EXISTS (SELECT 1 FROM upd) THEN ARRAY[($1::text[])[1]] ELSE '{}' END
@@ -153,8 +143,7 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 // appends them (insertStreamChunksSQL for one stream, else insertChunksSQL)
 // and its arguments.
 func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string, []any, error) {
-	level := s.FormatLevel()
-	packed, err := packChunks(chunks, level)
+	packed, err := packChunks(chunks, FormatLevelNewest)
 	if err != nil {
 		return "", nil, err
 	}
@@ -179,8 +168,7 @@ func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string
 	if len(distinct) == 1 {
 		sql = insertStreamChunksSQL
 	}
-	return sql, []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts,
-		level >= FormatLevelCheckpointJournals}, nil
+	return sql, []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts}, nil
 }
 
 // scanChunkWrites reads insertChunksSQL's per-stream outcomes.
@@ -247,8 +235,8 @@ func (s *Store) CreateStream(ctx context.Context, streamID string, opts *store.C
 	if opts != nil && opts.OwnerSessionID != "" {
 		owner = opts.OwnerSessionID
 	}
-	_, err := s.shared.pool.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id, key) VALUES ($1, $2, `+newKeySQL(3)+`)
-		ON CONFLICT (stream_id) DO NOTHING`, streamID, owner, s.FormatLevel() >= FormatLevelKeyedTables)
+	_, err := s.shared.pool.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id) VALUES ($1, $2)
+		ON CONFLICT (stream_id) DO NOTHING`, streamID, owner)
 	if pgCode(err) == codeForeignKeyViolation {
 		err = notFound("owner session", fmt.Sprint(owner))
 	}
@@ -388,9 +376,8 @@ func (s *Store) EndStream(ctx context.Context, streamID string, finalOutput json
 			latest_seq = $3, updated_at = now() WHERE stream_id = $1`, streamID, rawOrNil(finalOutput), seq); err != nil {
 			return err
 		}
-		if _, err := q.Exec(ctx, `WITH st AS (SELECT key FROM helix.streams WHERE stream_id = $1),
-				t AS (INSERT INTO helix.stream_chunks (stream_id, seq, step, chunk) SELECT $1, $2, 0, $3 FROM st WHERE st.key IS NULL)
-			INSERT INTO helix.stream_chunks_k (stream_key, seq, step, chunk) SELECT st.key, $2, 0, $3 FROM st WHERE st.key IS NOT NULL`,
+		if _, err := q.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_key, seq, step, chunk)
+			SELECT key, $2, 0, $3 FROM helix.streams WHERE stream_id = $1`,
 			streamID, seq, end); err != nil {
 			return err
 		}
@@ -470,18 +457,15 @@ func (s *Store) ResetStream(ctx context.Context, streamID string) error {
 }
 
 // truncate deletes the chunk rows of stream $1 (args[0]) that meet cond
-// (on the columns of a chunk row; args are its parameters), in the
-// stream's layout, and, when it removed chunks, records a truncation epoch
+// (on the columns of a chunk row; args are its parameters), and, when it removed chunks, records a truncation epoch
 // and wakes readers. A row goes whole: the chunks a row packs share their
 // run and step, which is what every delete selects on.
 func (s *Store) truncate(ctx context.Context, q Querier, streamID string, step int, res *store.CleanupResult, cond string, args ...any) error {
 	var minSeq, maxSeq *int64
-	err := q.QueryRow(ctx, `WITH dt AS (
-			DELETE FROM helix.stream_chunks WHERE stream_id = $1 AND `+cond+` RETURNING seq, n
-		), dk AS (
-			DELETE FROM helix.stream_chunks_k WHERE stream_key = (SELECT key FROM helix.streams WHERE stream_id = $1) AND `+cond+`
+	err := q.QueryRow(ctx, `WITH d AS (
+			DELETE FROM helix.stream_chunks WHERE stream_key = (SELECT key FROM helix.streams WHERE stream_id = $1) AND `+cond+`
 			RETURNING seq, n
-		), d AS (SELECT * FROM dt UNION ALL SELECT * FROM dk)
+		)
 		SELECT COALESCE(sum(n), 0), min(seq - n + 1), max(seq) FROM d`, args...).
 		Scan(&res.Removed, &minSeq, &maxSeq)
 	if err != nil || res.Removed == 0 {
@@ -523,10 +507,8 @@ func (s *Store) streamTx(ctx context.Context, fn func(q Querier) error) error {
 // truncation, which deletes chunks) writes updated_at = now(). An append's
 // heap-only update of the stream row then changes latest_seq only, and
 // its WAL record logs 8 bytes of the row instead of 28 (latest_seq to
-// updated_at; migration 00026). The newest chunk is one backward step of
-// the primary key.
-var streamUpdatedAtSQL = `GREATEST(s.updated_at, (SELECT c.created_at FROM ` + streamChunksSQL("s", "true", "ORDER BY seq DESC LIMIT 1") + ` c
-			ORDER BY c.seq DESC LIMIT 1))`
+// updated_at). The newest chunk is one backward step of the primary key.
+var streamUpdatedAtSQL = `GREATEST(s.updated_at, (SELECT c.created_at FROM ` + streamChunksSQL("s", "true", "ORDER BY seq DESC LIMIT 1") + ` c))`
 
 // GetStreamInfo implements store.StreamStore.
 func (s *Store) GetStreamInfo(ctx context.Context, streamID string) (*store.StreamInfo, error) {
@@ -584,7 +566,7 @@ func (s *Store) fetch(ctx context.Context, streamID string, after int64, limit i
 			src.*
 		FROM helix.streams st
 		LEFT JOIN LATERAL (
-			SELECT * FROM `+streamChunksSQL("st", "seq > $2", "ORDER BY seq LIMIT $3")+` x ORDER BY seq LIMIT $3
+			SELECT * FROM `+streamChunksSQL("st", "seq > $2", "ORDER BY seq LIMIT $3")+` x
 		) c ON true
 		LEFT JOIN LATERAL (`+markerSourcesSQL+`) src ON true
 		WHERE st.stream_id = $1`, streamID, after, limit)
