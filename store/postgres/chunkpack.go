@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
-	"strings"
 
 	helix "github.com/helix-agents/helix-dbos"
 )
@@ -16,21 +14,23 @@ import (
 // Stream chunks are stored packed (migration 00014): the chunks one
 // statement appends to one stream for one run, step and attempt share a row
 // of helix.stream_chunks, whose seq is the sequence of its last chunk and n
-// its number of chunks (the first is seq - n + 1). A row of one chunk holds
-// that chunk's JSON, as rows did before packing, or the chunk coded. A row of several holds a
-// JSON array: first the fields every one of its chunks has with the same
-// value (agentId, agentType, step, often runId, stepId and timestamp), then
-// each chunk without them. A step's six lifecycle chunks take two rows
-// instead of six, and a stretch of token deltas one row instead of one per
-// delta; readers see the same chunks, byte for byte (see unpackRow). Rows
-// written now, of one chunk or several, code their keys and derived values
-// and leave out what the row or the chunk before gives (see Coded rows
-// below, and format 3 in chunkpack_v3.go): [3, common, chunk, ...]; rows of
-// the earlier formats (format 2, [2, ...]; packed before coding; a chunk
-// as it is) still read.
+// its number of chunks (the first is seq - n + 1). A step's six lifecycle
+// chunks take two rows instead of six, and a stretch of token deltas one row
+// instead of one per delta; readers see the same chunks, byte for byte (see
+// unpackRow). A row's body is one of:
 //
-// SQL cannot look inside a coded row (its chunks have no "type" key): read
-// chunks through the store.
+//   - a marker row, [4, k, ms, "random", common, chunk, ...] (format 4,
+//     chunkpack_v4.go): a step commit's row, rendered on read from the
+//     checkpoint, messages and session the same commit writes;
+//   - a coded row, [3, common, chunk, ...] (format 3, see Coded rows below
+//     and chunkpack_v3.go): keys and derived values coded, and what the
+//     row's columns or the chunk before give left out;
+//   - a chunk's JSON as it is, alone in its row: what no coded row holds
+//     byte for byte (see appendRows).
+//
+// The leading number tells the formats apart (a chunk's JSON is an
+// object). SQL cannot look inside a coded row (its chunks have no "type"
+// key): read chunks through the store.
 
 // chunkRow is one row of helix.stream_chunks, ready to insert.
 type chunkRow struct {
@@ -43,17 +43,15 @@ type chunkRow struct {
 }
 
 // packChunks groups consecutive chunks of the same stream, run, step and
-// attempt into rows, keeping their order, in the formats of level (rows of
-// format 3 from FormatLevelCheckpointJournals, else of format 2: see
-// appendRows).
-func packChunks(chunks []encodedChunk, level FormatLevel) ([]chunkRow, error) {
-	return packChunksWith(chunks, level, nil)
+// attempt into rows, keeping their order (see appendRows).
+func packChunks(chunks []encodedChunk) ([]chunkRow, error) {
+	return packChunksWith(chunks, nil)
 }
 
 // packChunksWith is packChunks whose rows of marker's run and step are
 // marker rows (format 4, chunkpack_v4.go) where one renders back and is
 // shorter (marker nil: none).
-func packChunksWith(chunks []encodedChunk, level FormatLevel, marker *markerWrite) ([]chunkRow, error) {
+func packChunksWith(chunks []encodedChunk, marker *markerWrite) ([]chunkRow, error) {
 	var rows []chunkRow
 	for i := 0; i < len(chunks); {
 		j := i + 1
@@ -61,10 +59,7 @@ func packChunksWith(chunks []encodedChunk, level FormatLevel, marker *markerWrit
 			j++
 		}
 		n := len(rows)
-		var err error
-		if rows, err = appendRows(rows, chunks[i:j], level); err != nil {
-			return nil, err
-		}
+		rows = appendRows(rows, chunks[i:j])
 		if marker != nil && len(rows) == n+1 {
 			if body, ok := packMarker(chunks[i:j], marker, rows[n].body); ok {
 				rows[n].body = body
@@ -81,37 +76,20 @@ func sameRow(a, b encodedChunk) bool {
 
 // appendRows appends the rows of chunks of one row's run, step and attempt:
 // one coded row (packCoded, format 3; for a single chunk only when shorter
-// than the chunk), else for several one row of the earlier format (packV1)
-// when it reads back byte for byte, else (a chunk with a one-character key
-// and a "~" one, say, or one with replaced UTF-8) a row per chunk as it is,
-// which always reads back. Below FormatLevelCheckpointJournals (a live
-// engine of a release that reads format 2 at most) rows are written as
-// that release wrote them: a chunk alone as it is, several in one row of
-// format 2, else as above.
-func appendRows(rows []chunkRow, chunks []encodedChunk, level FormatLevel) ([]chunkRow, error) {
+// than the chunk) when it reads back byte for byte, else (a chunk with a
+// one-character key or a key twice, say, or one with replaced UTF-8) a row
+// per chunk as it is, which always reads back.
+func appendRows(rows []chunkRow, chunks []encodedChunk) []chunkRow {
 	row := func(c encodedChunk, n int, body string) chunkRow {
 		return chunkRow{streamID: c.streamID, runID: c.runID, step: c.step, attempt: c.attempt, n: n, body: body}
 	}
-	if slices.ContainsFunc(chunks, replacedUTF8) || (level < FormatLevelCheckpointJournals && len(chunks) == 1) {
-		return appendSingles(rows, chunks, row), nil
+	if slices.ContainsFunc(chunks, replacedUTF8) {
+		return appendSingles(rows, chunks, row)
 	}
-	version, several := v3Version, len(chunks) > 1
-	if level < FormatLevelCheckpointJournals {
-		version = v2Version
+	if body, ok := packCoded(chunks); ok && (len(chunks) > 1 || len(body) < len(chunks[0].raw)) {
+		return append(rows, row(chunks[0], len(chunks), body))
 	}
-	if body, ok := packCoded(chunks, version); ok && (several || len(body) < len(chunks[0].raw)) {
-		return append(rows, row(chunks[0], len(chunks), body)), nil
-	}
-	if len(chunks) > 1 {
-		body, err := packV1(chunks)
-		if err != nil {
-			return nil, err
-		}
-		if readsBack(body, chunks) {
-			return append(rows, row(chunks[0], len(chunks), body)), nil
-		}
-	}
-	return appendSingles(rows, chunks, row), nil
+	return appendSingles(rows, chunks, row)
 }
 
 // appendSingles appends a row per chunk, each as it is.
@@ -132,212 +110,28 @@ func appendSingles(rows []chunkRow, chunks []encodedChunk, row func(encodedChunk
 // what packing does.)
 func replacedUTF8(c encodedChunk) bool { return bytes.Contains(c.raw, []byte(`\ufffd`)) }
 
-// readsBack reports whether readers get chunks back from body, byte for
-// byte.
-func readsBack(body string, chunks []encodedChunk) bool {
-	_, raws, err := unpackRow([]byte(body), len(chunks), chunks[0].streamID, chunks[0].runID, chunks[0].step)
-	return err == nil && slices.EqualFunc(raws, chunks, func(raw []byte, c encodedChunk) bool { return bytes.Equal(raw, c.raw) })
-}
-
-// packV1 renders two or more chunks as [common fields, chunk without them,
-// ...], compacted (compactRow): the format before coded rows, written now
-// only for chunks packCoded cannot code. A field is left out only where its
-// exact bytes come back (from the row's run and step, or from the first
-// element), and readers render every chunk through its type, as
-// encodeChunk did; appendRows still checks it reads back.
-func packV1(chunks []encodedChunk) (string, error) {
-	fields := make([]map[string]json.RawMessage, len(chunks))
-	for i, c := range chunks {
-		if err := json.Unmarshal(c.raw, &fields[i]); err != nil {
-			return "", fmt.Errorf("pack chunk: %w", err)
-		}
-	}
-	common := map[string]json.RawMessage{}
-	for k, v := range fields[0] {
-		if k == "type" {
-			continue // kept in each chunk: readers and SQL look for it there
-		}
-		shared := true
-		for _, f := range fields[1:] {
-			if w, ok := f[k]; !ok || !bytes.Equal(v, w) {
-				shared = false
-				break
-			}
-		}
-		if shared {
-			common[k] = v
-		}
-	}
-	for _, f := range fields {
-		for k := range common {
-			delete(f, k)
-		}
-	}
-	compact, err := compactRow(common, fields, chunks[0].runID, chunks[0].step)
-	if err != nil || compact != "" {
-		return compact, err
-	}
-	return renderRow(common, fields)
-}
-
-func renderRow(common map[string]json.RawMessage, fields []map[string]json.RawMessage) (string, error) {
-	parts := make([]any, 0, len(fields)+1)
-	parts = append(parts, common)
-	for _, f := range fields {
-		parts = append(parts, f)
-	}
-	b, err := json.Marshal(parts)
-	if err != nil {
-		return "", fmt.Errorf("pack chunks: %w", err)
-	}
-	return string(b), nil
-}
-
-// compactKey is the reserved key of a packed row's compaction: in the
-// common object, the [key, value] pairs some of the chunks share; in a
-// chunk, what it takes back: "r" its runId (the row's run), "s" its stepId
-// (the row's run and step), a digit a shared pair. No chunk field is "~".
-const compactKey = "~"
-
-// A pair of key and value is stored once when two or more chunks of a row
-// have it and it is at least minSharedPair bytes long; a row stores at most
-// maxSharedPairs (the flags name them by one digit).
-const (
-	minSharedPair  = 24
-	maxSharedPairs = 10
-)
-
-// rowStepID is the stepId a row's run and step give (steps.StepID's form).
-func rowStepID(runID string, step int) string { return fmt.Sprintf("%s:%d", runID, step) }
-
-// compactRow removes from each chunk (already without the common fields)
-// the fields the row's run and step give (runId, stepId) and those two or
-// more chunks share with the same value (a step's checkpointId), and
-// returns the row's body, or "" when there is nothing to remove.
-func compactRow(common map[string]json.RawMessage, fields []map[string]json.RawMessage, runID string, step int) (string, error) {
-	runJSON, err := json.Marshal(runID)
-	if err != nil {
-		return "", err
-	}
-	stepJSON, err := json.Marshal(rowStepID(runID, step))
-	if err != nil {
-		return "", err
-	}
-	// Pairs shared by at least two chunks and worth storing once, in a
-	// fixed order.
-	seen := map[[2]string]int{}
-	for _, f := range fields {
-		for k, v := range f {
-			if k != "type" && k != "runId" && k != "stepId" {
-				seen[[2]string{k, string(v)}]++
-			}
-		}
-	}
-	var shared [][2]string
-	for kv, n := range seen {
-		if n > 1 && len(kv[0])+len(kv[1]) >= minSharedPair {
-			shared = append(shared, kv)
-		}
-	}
-	slices.SortFunc(shared, func(a, b [2]string) int { return strings.Compare(a[0]+a[1], b[0]+b[1]) })
-	shared = shared[:min(len(shared), maxSharedPairs)]
-	removed := false
-	out := make([]map[string]json.RawMessage, len(fields))
-	for i, f := range fields {
-		g := maps.Clone(f)
-		var flags strings.Builder
-		if v, ok := g["runId"]; ok && runID != "" && bytes.Equal(v, runJSON) {
-			delete(g, "runId")
-			flags.WriteByte('r')
-		}
-		if v, ok := g["stepId"]; ok && runID != "" && bytes.Equal(v, stepJSON) {
-			delete(g, "stepId")
-			flags.WriteByte('s')
-		}
-		for j, kv := range shared {
-			if v, ok := g[kv[0]]; ok && string(v) == kv[1] {
-				delete(g, kv[0])
-				flags.WriteByte(byte('0' + j))
-			}
-		}
-		if flags.Len() > 0 {
-			removed = true
-			fl, err := json.Marshal(flags.String())
-			if err != nil {
-				return "", err
-			}
-			g[compactKey] = fl
-		}
-		out[i] = g
-	}
-	if !removed {
-		return "", nil
-	}
-	c := maps.Clone(common)
-	if len(shared) > 0 {
-		pairs := make([][2]json.RawMessage, len(shared))
-		for i, kv := range shared {
-			k, err := json.Marshal(kv[0])
-			if err != nil {
-				return "", err
-			}
-			pairs[i] = [2]json.RawMessage{k, json.RawMessage(kv[1])}
-		}
-		pv, err := json.Marshal(pairs)
-		if err != nil {
-			return "", err
-		}
-		c[compactKey] = pv
-	}
-	return renderRow(c, out)
-}
-
-// unpackRow returns the chunks of a row written with packChunks (coded, in
-// the earlier formats, or before packing), as the raw JSON they were
-// appended with: json.Marshal of the decoded chunk, which is how
-// encodeChunk wrote them. streamID, runID and step are the row's.
+// unpackRow returns the chunks of a row written with packChunks (coded, or
+// a chunk as it is), as the raw JSON they were appended with: json.Marshal
+// of the decoded chunk, which is how encodeChunk wrote them. streamID, runID
+// and step are the row's. A marker row needs its sources (unpackRowWith).
 func unpackRow(body []byte, n int, streamID, runID string, step int) ([]helix.Chunk, [][]byte, error) {
 	if isCoded(body) {
 		return unpackCoded(body, n, newCodedRow(streamID, runID, step))
 	}
-	if n <= 1 {
-		c, err := helix.UnmarshalChunk(body)
-		if err != nil {
-			return nil, nil, err
-		}
-		return []helix.Chunk{c}, [][]byte{body}, nil
+	if n != 1 || bytes.HasPrefix(body, []byte("[")) {
+		return nil, nil, fmt.Errorf("decode chunks: a row of %d chunks neither coded (format 3 or 4) nor a chunk's JSON", n)
 	}
-	var parts []json.RawMessage
-	if err := json.Unmarshal(body, &parts); err != nil {
-		return nil, nil, fmt.Errorf("decode packed chunks: %w", err)
-	}
-	if len(parts) != n+1 {
-		return nil, nil, fmt.Errorf("decode packed chunks: row says %d chunks, holds %d", n, len(parts)-1)
-	}
-	common, shared, err := splitCommon(parts[0])
+	c, err := helix.UnmarshalChunk(body)
 	if err != nil {
 		return nil, nil, err
 	}
-	chunks, raws := make([]helix.Chunk, 0, n), make([][]byte, 0, n)
-	for _, p := range parts[1:] {
-		p, err := expand(p, shared, runID, step)
-		if err != nil {
-			return nil, nil, err
-		}
-		c, raw, err := renderChunk(mergeObjects(p, common))
-		if err != nil {
-			return nil, nil, err
-		}
-		chunks, raws = append(chunks, c), append(raws, raw)
-	}
-	return chunks, raws, nil
+	return []helix.Chunk{c}, [][]byte{body}, nil
 }
 
-// isCoded reports whether a row's body is a coded row (format 2 or 3): a
-// chunk stored as it is is an object, a row of the first packed format an
-// array whose first element is one.
+// isCoded reports whether a row's body is a coded row (format 3) or a
+// marker row (format 4); any other body is a chunk as it is, an object.
 func isCoded(body []byte) bool {
-	return bytes.HasPrefix(body, []byte("["+v3Version+",")) || bytes.HasPrefix(body, []byte("["+v2Version+",")) || isMarker(body)
+	return bytes.HasPrefix(body, []byte("["+v3Version+",")) || isMarker(body)
 }
 
 // unpackCoded returns the chunks of a coded row (see Coded rows) and their
@@ -374,101 +168,26 @@ func renderChunk(fields []byte) (helix.Chunk, []byte, error) {
 	return c, raw, nil
 }
 
-// splitCommon returns a packed row's common fields without the shared
-// pairs of a compacted row, and those pairs.
-func splitCommon(raw json.RawMessage) (json.RawMessage, [][2]json.RawMessage, error) {
-	raw = bytes.TrimSpace(raw)
-	if !bytes.Contains(raw, []byte(`"~"`)) {
-		return raw, nil, nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, nil, fmt.Errorf("decode packed chunks: %w", err)
-	}
-	var shared [][2]json.RawMessage
-	if v, ok := m[compactKey]; ok {
-		if err := json.Unmarshal(v, &shared); err != nil {
-			return nil, nil, fmt.Errorf("decode packed chunks' shared fields: %w", err)
-		}
-		delete(m, compactKey)
-	}
-	b, err := json.Marshal(m)
-	return b, shared, err
-}
-
-// expand gives a compacted chunk back the fields its flags name.
-func expand(p json.RawMessage, shared [][2]json.RawMessage, runID string, step int) (json.RawMessage, error) {
-	if !bytes.Contains(p, []byte(`"~"`)) {
-		return p, nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(p, &m); err != nil {
-		return nil, fmt.Errorf("decode packed chunk: %w", err)
-	}
-	raw, ok := m[compactKey]
-	if !ok {
-		return p, nil // "~" was in a value
-	}
-	var flags string
-	if err := json.Unmarshal(raw, &flags); err != nil {
-		return nil, fmt.Errorf("decode packed chunk's flags: %w", err)
-	}
-	delete(m, compactKey)
-	for _, f := range flags {
-		var err error
-		switch {
-		case f == 'r':
-			m["runId"], err = json.Marshal(runID)
-		case f == 's':
-			m["stepId"], err = json.Marshal(rowStepID(runID, step))
-		case f >= '0' && int(f-'0') < len(shared):
-			var k string
-			if err = json.Unmarshal(shared[f-'0'][0], &k); err == nil {
-				m[k] = shared[f-'0'][1]
-			}
-		default:
-			err = fmt.Errorf("unknown flag %q", f)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decode packed chunk: %w", err)
-		}
-	}
-	return json.Marshal(m)
-}
-
-// mergeObjects joins two JSON objects without common keys into one.
-func mergeObjects(a, b []byte) []byte {
-	a, b = bytes.TrimSpace(a), bytes.TrimSpace(b)
-	if len(b) <= 2 {
-		return a
-	}
-	if len(a) <= 2 {
-		return b
-	}
-	out := slices.Grow(slices.Clip(a[:len(a)-1]), len(b))
-	out = append(out, ',')
-	return append(out, b[1:]...)
-}
-
-// # Coded rows (format 2)
+// # Coded rows
 //
-// A packed row written now is [2, common, chunk, ...]: the leading 2 tells
-// it from the rows above (whose first element is an object), and every
+// A coded row is [3, common, chunk, ...] (format 3; chunkpack_v3.go adds
+// what a chunk leaves out of what its row or the chunk before it give): the
+// leading 3 tells it from a chunk stored as it is (an object), and every
 // object's top-level keys and some values are coded:
 //
 //   - a key of v2Keys is stored as its one-character code, any other key as
 //     it is; chunks with a one-character key of their own are not coded
-//     (appendRows writes them in the earlier format), so a one-character
-//     key in a coded row is always a code;
+//     (appendRows writes them as they are), so a one-character key in a
+//     coded row is always a code;
 //   - a "type" of v2Types is stored as its index, a JSON number, which no
 //     type (a JSON string) is;
 //   - the derived codes stand for a value rebuilt on read: a runId or stepId
-//     that is the row's run, or run and step (what compactRow's "r" and "s"
-//     flags did), a step that is the row's, a checkpointId of the
-//     cpv1-{agentId}-s{step}-t{millis}-{random} form with the chunk's own
-//     agentId and step (stored as "random", or as [millis - timestamp,
-//     "random"]), and a usage object whose keys are a prefix of v2UsageKeys
-//     in that order (stored as the array of their values).
+//     that is the row's run, or run and step (rowStepID), a step that is the
+//     row's, a checkpointId of the cpv1-{agentId}-s{step}-t{millis}-{random}
+//     form with the chunk's own agentId and step (stored as "random", or as
+//     [millis - timestamp, "random"]), and a usage object whose keys are a
+//     prefix of v2UsageKeys in that order (stored as the array of their
+//     values).
 //
 // Nothing inside a value is rewritten (arguments, results and outputs are
 // the user's), except a usage object's own keys. The common object holds
@@ -478,12 +197,9 @@ func mergeObjects(a, b []byte) []byte {
 //
 // packCoded decodes every row it codes as readers do (decodeCoded) and
 // keeps it only when each chunk comes back with exactly its fields and
-// value bytes; readers then render each chunk through its type, as for the
-// earlier format. The tables below are part of the stored format: append to them,
-// never reorder, remove or rename.
-
-// v2Version is the first element of a coded row.
-const v2Version = "2"
+// value bytes; readers then render each chunk through its type (unpackRow).
+// The tables below are part of the stored format: append to them, never
+// reorder, remove or rename.
 
 // v2Keys are the codes of the chunk keys helix writes most.
 var v2Keys = []struct{ key, code string }{
@@ -562,24 +278,21 @@ func init() {
 // escapes included) and its value's bytes.
 type member struct{ key, val []byte }
 
-// v2Row is what coding needs of the row's columns, as JSON.
-type v2Row struct {
-	run, stepID, step []byte // run and stepID nil when the row has no run
-}
-
-// codedRow is what coding needs of the row's columns, as JSON: its run and
-// step, and (format 3) its stream.
+// codedRow is what coding needs of the row's columns: its run, step and
+// stream, as JSON, and its run ID as it is.
 type codedRow struct {
-	v2Row
-	stream []byte
-	runID  string
-	// marker is a format 4 row's header and sources (nil for the earlier
-	// formats).
+	run, stepID, step []byte // run and stepID nil when the row has no run
+	stream            []byte
+	runID             string
+	// marker is a format 4 row's header and sources (nil for a row of
+	// format 3).
 	marker *markerRow
 }
 
+// newCodedRow returns the columns of a row of streamID, runID ("" for
+// none) and step, for coding.
 func newCodedRow(streamID, runID string, step int) codedRow {
-	r := codedRow{v2Row: v2Row{step: strconv.AppendInt(nil, int64(step), 10)}, stream: appendJSONString(nil, streamID), runID: runID}
+	r := codedRow{step: strconv.AppendInt(nil, int64(step), 10), stream: appendJSONString(nil, streamID), runID: runID}
 	if runID != "" {
 		r.run = appendJSONString(nil, runID)
 		r.stepID = appendJSONString(nil, rowStepID(runID, step))
@@ -587,18 +300,18 @@ func newCodedRow(streamID, runID string, step int) codedRow {
 	return r
 }
 
-// packCoded renders chunks of one row as a coded row of format version
-// (v2Version for two or more chunks, or v3Version), or returns false when
-// they cannot be coded or the row would not read back exactly. Rows are
-// written in format 3, or in format 2 while a live engine of an earlier
-// release reads no more (FormatLevelBase).
-func packCoded(chunks []encodedChunk, version string) (string, bool) {
+// rowStepID is the stepId a row's run and step give (steps.StepID's form).
+func rowStepID(runID string, step int) string { return fmt.Sprintf("%s:%d", runID, step) }
+
+// packCoded renders chunks of one row as a coded row (format 3), or returns
+// false when they cannot be coded or the row would not read back exactly.
+func packCoded(chunks []encodedChunk) (string, bool) {
 	c0 := chunks[0]
-	return packRow(chunks, version, newCodedRow(c0.streamID, c0.runID, c0.step))
+	return packRow(chunks, v3Version, newCodedRow(c0.streamID, c0.runID, c0.step))
 }
 
-// packRow is packCoded for row (whose marker, for a format 4 row, holds
-// its header and sources).
+// packRow is packCoded for row in format version (v3Version, or v4Version
+// for a marker row, whose header and sources are row.marker).
 func packRow(chunks []encodedChunk, version string, row codedRow) (string, bool) {
 	row.marker.reset()
 	orig := make([][]member, len(chunks))
@@ -616,8 +329,6 @@ func packRow(chunks []encodedChunk, version string, row codedRow) (string, bool)
 		}
 		orig[i] = fields
 		switch {
-		case version == v2Version:
-			coded[i] = codeFields(fields, row.v2Row)
 		case i == 0:
 			coded[i] = codeV3(fields, row, row.marker.first())
 		default:
@@ -646,12 +357,7 @@ func packRow(chunks []encodedChunk, version string, row codedRow) (string, bool)
 	buf = row.marker.appendHeader(buf)
 	buf = appendObject(buf, common, nil)
 	for _, fields := range coded {
-		buf = append(buf, ',')
-		if version != v2Version {
-			buf = appendChunkV3(buf, fields, common)
-		} else {
-			buf = appendObject(buf, fields, common)
-		}
+		buf = appendChunkV3(append(buf, ','), fields, common)
 	}
 	buf = append(buf, ']')
 	got, err := decodeCoded(buf, len(chunks), row)
@@ -666,8 +372,9 @@ func packRow(chunks []encodedChunk, version string, row codedRow) (string, bool)
 	return string(buf), true
 }
 
-// codeFields returns a chunk's fields coded.
-func codeFields(fields []member, row v2Row) []member {
+// codeFields returns a chunk's fields with their keys and derived values
+// coded (see Coded rows).
+func codeFields(fields []member, row codedRow) []member {
 	out := make([]member, len(fields))
 	for i, f := range fields {
 		k, v := f.key, f.val
@@ -781,16 +488,15 @@ func codeUsage(v []byte) []byte {
 	return append(out, ']')
 }
 
-// decodeCoded returns the chunks of a coded row (format 2 or 3) as their
-// fields: the common ones merged in, every code expanded, every implied
-// member added.
+// decodeCoded returns the chunks of a coded row (format 3, or a marker row
+// of format 4 with its sources in row.marker) as their fields: the common
+// ones merged in, every code expanded, every implied member added.
 func decodeCoded(body []byte, n int, row codedRow) ([][]member, error) {
 	elems, ok := arrayElems(make([][]byte, 0, n+2+v4HeaderLen), body)
-	if !ok || len(elems) == 0 || (string(elems[0]) != v2Version && string(elems[0]) != v3Version && string(elems[0]) != v4Version) {
-		return nil, errors.New("decode coded chunks: not a coded row")
+	if !ok || len(elems) == 0 || (string(elems[0]) != v3Version && string(elems[0]) != v4Version) {
+		return nil, errors.New("decode coded chunks: not a coded row (format 3 or 4)")
 	}
-	v3 := string(elems[0]) != v2Version // format 4 codes chunks as format 3 does
-	if string(elems[0]) == v4Version {
+	if string(elems[0]) == v4Version { // format 4 codes chunks as format 3 does
 		if row.marker == nil {
 			return nil, errors.New("decode coded chunks: a marker row (format 4) read without its sources")
 		}
@@ -812,39 +518,24 @@ func decodeCoded(body []byte, n int, row codedRow) ([][]member, error) {
 	out := make([][]member, n)
 	for i, e := range elems[2:] {
 		var fields []member
-		if v3 && len(e) > 0 && e[0] != '{' {
+		if len(e) > 0 && e[0] != '{' {
 			fields = append(make([]member, 0, len(common)+8), member{v3TypeKey, e}) // a chunk of its type alone
 		} else if fields, ok = objectFields(make([]member, 0, len(common)+8), e); !ok {
 			return nil, fmt.Errorf("decode coded chunk %d: not an object", i+1)
 		}
 		fields = append(fields, common...)
-		var err error
-		if v3 {
-			prev := row.marker.first()
-			if i > 0 {
-				prev = out[i-1]
-			}
-			fields, err = expandV3(fields, row, prev)
-			row.marker.advance(fields)
-		} else {
-			fields, err = expandV2(fields, row.v2Row)
+		prev := row.marker.first()
+		if i > 0 {
+			prev = out[i-1]
 		}
+		fields, err := expandV3(fields, row, prev)
+		row.marker.advance(fields)
 		if err != nil {
 			return nil, fmt.Errorf("decode coded chunk %d: %w", i+1, err)
 		}
 		out[i] = fields
 	}
 	return out, nil
-}
-
-// expandV2 gives a chunk's coded fields back their keys and values, in
-// place.
-func expandV2(fields []member, row v2Row) ([]member, error) {
-	fields, checkpoint, err := expandCodes(fields, row)
-	if err != nil || checkpoint < 0 {
-		return fields, err
-	}
-	return expandCheckpointAt(fields, checkpoint)
 }
 
 // expandCheckpointAt rebuilds the coded checkpointId at fields[i] from the
@@ -861,7 +552,7 @@ func expandCheckpointAt(fields []member, i int) ([]member, error) {
 // expandCodes expands every code of a chunk's fields in place but a coded
 // checkpointId (built from fields that may come later), whose index it
 // returns (-1 for none).
-func expandCodes(fields []member, row v2Row) ([]member, int, error) {
+func expandCodes(fields []member, row codedRow) ([]member, int, error) {
 	checkpoint := -1
 	for i, f := range fields {
 		if len(f.key) != 3 {

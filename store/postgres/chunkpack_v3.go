@@ -10,9 +10,9 @@ import (
 
 // # Coded rows, format 3
 //
-// A row written now is [3, common, chunk, ...], coded as format 2 (see
-// Coded rows) with these additions, for what a chunk repeats of its row or
-// of the chunk before it:
+// A coded row, [3, common, chunk, ...], codes keys and values as Coded rows
+// (chunkpack.go) says, and leaves out what a chunk repeats of its row or of
+// the chunk before it:
 //
 //   - implied members: a chunk of a type of v3Implied leaves out each of
 //     its type's members whose value is the one the row or the chunk before
@@ -22,8 +22,8 @@ import (
 //     checkpoint_created before it; an approval's approvalId its run's ID
 //     and its toolCallId; ...). A member the type implies but the
 //     chunk does not have is named, by its key's code, in the chunk's "-"
-//     string; one with another value is stored, coded as in format 2 (a
-//     sub-agent's chunks in its parent's stream keep their agentId);
+//     string; one with another value is stored, coded (a sub-agent's
+//     chunks in its parent's stream keep their agentId);
 //   - "T": a timestamp that is not the one of the chunk before, stored as
 //     its difference to it;
 //   - a chunk left with its type alone is stored as the type's number.
@@ -128,7 +128,7 @@ func codeV3(fields []member, row codedRow, prev []member) []member {
 			drop[j] = true
 		}
 	}
-	coded := codeFields(fields, row.v2Row)
+	coded := codeFields(fields, row)
 	out := make([]member, 0, len(fields)+1)
 	for j, f := range coded {
 		if drop[j] {
@@ -200,7 +200,7 @@ func expandV3(fields []member, row codedRow, prev []member) ([]member, error) {
 			kept = append(kept, f)
 		}
 	}
-	fields, checkpoint, err := expandCodes(kept, row.v2Row)
+	fields, checkpoint, err := expandCodes(kept, row)
 	if err != nil {
 		return nil, err
 	}

@@ -711,7 +711,7 @@ func (l *literalRows) add(raws [][]byte, streamID string, seq int64, runID strin
 	for i, raw := range raws {
 		enc[i] = encodedChunk{streamID: streamID, raw: raw, step: step, runID: runID, attempt: attempt}
 	}
-	packed, err := packChunks(enc, FormatLevelCheckpointJournals)
+	packed, err := packChunks(enc)
 	if err != nil {
 		return err
 	}

@@ -441,7 +441,7 @@ func (s *Store) stepWrite(c store.StepCommit, streamID string, count int, msgs [
 	if level >= FormatLevelDerivedChunks && c.AgentType != "" {
 		marker = markerFor(c, res.CheckpointID, msgs, usage)
 	}
-	packed, err := chunks.pack(level, marker)
+	packed, err := chunks.pack(marker)
 	if err != nil {
 		return nil, err
 	}
@@ -563,10 +563,10 @@ type packedChunks struct {
 	counts []int32
 }
 
-// pack packs the batch's chunks at level; the rows of marker's run and
-// step become marker rows where they can (nil marker: none).
-func (b *chunkBatch) pack(level FormatLevel, marker *markerWrite) (packedChunks, error) {
-	rows, err := packChunksWith(b.chunks, level, marker)
+// pack packs the batch's chunks; the rows of marker's run and step become
+// marker rows where they can (nil marker: none).
+func (b *chunkBatch) pack(marker *markerWrite) (packedChunks, error) {
+	rows, err := packChunksWith(b.chunks, marker)
 	if err != nil {
 		return packedChunks{}, err
 	}

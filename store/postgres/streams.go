@@ -154,7 +154,7 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 // and its arguments.
 func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string, []any, error) {
 	level := s.FormatLevel()
-	packed, err := packChunks(chunks, level)
+	packed, err := packChunks(chunks)
 	if err != nil {
 		return "", nil, err
 	}
