@@ -540,7 +540,7 @@ type packedChunks struct {
 // pack packs the batch's chunks; the rows of marker's run and step become
 // marker rows where they can (nil marker: none).
 func (b *chunkBatch) pack(marker *markerWrite) (packedChunks, error) {
-	rows, err := packChunksWith(b.chunks, FormatLevelNewest, marker)
+	rows, err := packChunksWith(b.chunks, marker)
 	if err != nil {
 		return packedChunks{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,8 +172,7 @@ func TestPackedRowsReadBackByteForByte(t *testing.T) {
 // repeat the row's run (runId), its run and step (stepId) and the step's
 // checkpoint ID: the row stores the run not at all, the checkpoint ID by its
 // random suffix, and every chunk reads back byte for byte, including one
-// whose text holds the codes and markers and one whose runId is another
-// run's.
+// whose text looks like a coded row and one whose runId is another run's.
 func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -219,46 +217,6 @@ func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	require.Len(t, page, len(chunks))
 	for i, sc := range page {
 		require.Equal(t, want[i], string(sc.Raw), "chunk %d", i+1)
-	}
-}
-
-// TestEarlierRowsReadBackByteForByte reads rows stored before format 3 (the
-// compacted format, packed rows before compaction, and coded rows of format
-// 2) from the table. Such rows were written by releases before the keyed
-// tables, so the stream is one of theirs: created below
-// FormatLevelKeyedTables.
-func TestEarlierRowsReadBackByteForByte(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	st, err := New(pgtest.NewPool(t), WithFormatGate(NewFormatGate(FormatLevelDerivedChunks)))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: "old", AgentType: "x"})
-	require.NoError(t, err)
-
-	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
-	begin, commit := benchStep(run)
-	_, err = st.shared.pool.Exec(ctx, `INSERT INTO helix.stream_chunks (stream_id, seq, n, run_id, step, chunk) VALUES
-		('old', 2, 2, $1, 52, $2), ('old', 6, 4, $1, 52, $3), ('old', 8, 2, $1, 52, $4), ('old', 10, 2, $1, 52, $5), ('old', 14, 4, $1, 52, $6)`, run,
-		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"type":"step_start","~":"s"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`,
-		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664694,"~":[["checkpointId","cpv1-bench-8fbee99f-2-s52-t1795667664694-a3cf5d"]]},{"providerExecuted":true,"result":{"ok":true},"toolCallId":"call-52","toolName":"noop","type":"tool_end"},{"finishReason":"tool-calls","type":"step_end","usage":{"inputTokens":0,"outputTokens":0},"~":"s"},{"stepCount":52,"type":"checkpoint_created","~":"r0"},{"type":"step_committed","~":"rs0"}]`,
-		`[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"stepId":"`+run+`:52","type":"step_start"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`,
-		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664693,"S":0},{"t":0,"J":0},{"t":1,"c":"call-52","n":"noop","g":{}}]`,
-		`[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664694,"S":0},{"t":2,"c":"call-52","n":"noop","r":{"ok":true},"x":true},`+
-			`{"t":3,"J":0,"U":[0,0],"f":"tool-calls"},{"t":4,"R":0,"P":"a3cf5d","k":52},{"t":5,"R":0,"J":0,"P":"a3cf5d"}]`)
-	require.NoError(t, err)
-	_, err = st.shared.pool.Exec(ctx, `UPDATE helix.streams SET latest_seq = 14 WHERE stream_id = 'old'`)
-	require.NoError(t, err)
-
-	page, err := st.ReadChunks(ctx, "old", 0, 100)
-	require.NoError(t, err)
-	want := slices.Concat(begin, commit, begin, begin, commit)
-	require.Len(t, page, len(want))
-	for i, sc := range page {
-		raw, err := json.Marshal(want[i])
-		require.NoError(t, err)
-		require.Equal(t, string(raw), string(sc.Raw), "chunk %d", i+1)
-		require.Equal(t, int64(i+1), sc.Sequence)
 	}
 }
 

@@ -143,7 +143,7 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 // appends them (insertStreamChunksSQL for one stream, else insertChunksSQL)
 // and its arguments.
 func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string, []any, error) {
-	packed, err := packChunks(chunks, FormatLevelNewest)
+	packed, err := packChunks(chunks)
 	if err != nil {
 		return "", nil, err
 	}

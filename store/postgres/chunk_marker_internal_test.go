@@ -61,7 +61,7 @@ func TestMarkerRenderIsFrozen(t *testing.T) {
 	for i, r := range goldenRaws {
 		chunks[i] = encodedChunk{streamID: "s1", runID: "r1", step: 3, raw: []byte(r)}
 	}
-	rows, err := packChunks(chunks, FormatLevelCheckpointJournals)
+	rows, err := packChunks(chunks)
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 	body, ok := packMarker(chunks, &markerWrite{runID: "r1", step: 3, src: goldenSources(t)}, rows[0].body)

@@ -4,24 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
-// # Marker rows, format 4
+// # Marker rows (format 4)
 //
-// From FormatLevelDerivedChunks, a step commit's chunk rows (commitStepSQL)
-// leave out what the same statement writes in other rows: such a row is
-// [4, k, ms, "random", common, chunk, ...], a format 3 row (see Coded rows,
-// format 3) with a header and more implied members:
+// A step commit's chunk rows (commitStepSQL) leave out, where they can,
+// what the same statement writes in other rows: such a row is
+// [4, k, ms, "random", common, chunk, ...], a coded row (format 3,
+// chunk_coded.go) with a header and more implied members (markerImplied):
 //
 //   - the header names the rows the chunks are rendered from: the
 //     checkpoint cpv1-{session}-s{step}-t{ms}-{random} the commit wrote
@@ -31,7 +29,8 @@ import (
 //     step's: the assistant message first), and the checkpoint's session
 //     (markerSourcesSQL reads them with the row);
 //   - the first chunk's timestamp is implied by ms (the one of the chunk
-//     before the first, for format 3's implied members and differences);
+//     before the first, for the coded row's implied members and
+//     differences);
 //   - a chunk's agentType is the session's agent type; a tool_start's
 //     toolCallId, toolName and arguments are those of the assistant
 //     message's tool call of its rank among the row's tool_starts; a
@@ -41,21 +40,21 @@ import (
 //     true; a step_end's usage the model record of the checkpoint's usage;
 //     a checkpoint_created's checkpointId the checkpoint's.
 //
-// A member the row's sources give with other bytes is stored, as in format
-// 3. Arguments are compared in the form jsonb gives them back
+// A member the row's sources give with other bytes is stored, as in a coded
+// row. Arguments are compared in the form jsonb gives them back
 // (normalizeJSONB: the messages are jsonb), so arguments jsonb would change
 // (key order, escapes, numbers) are stored. A marker is written only when
 // rendering it from the sources the same statement writes gives back the
 // chunks byte for byte (packMarker); otherwise the row is written in format
 // 3. The renderer is part of the stored format (TestMarkerRenderIsFrozen):
-// v4Implied and the header are never changed, a change is format 5.
+// markerImplied and the header are never changed, a change is format 5.
 
 // v4Version is the first element of a format 4 (marker) row.
 const v4Version = "4"
 
-// v4HeaderLen is the number of a marker row's header elements: k, ms and
+// markerHeaderLen is the number of a marker row's header elements: k, ms and
 // random.
-const v4HeaderLen = 3
+const markerHeaderLen = 3
 
 // isMarker reports whether a chunk row's body is a marker row (format 4).
 func isMarker(body []byte) bool { return bytes.HasPrefix(body, []byte("["+v4Version+",")) }
@@ -177,7 +176,7 @@ func (m *markerRow) reset() {
 }
 
 // first returns the fields of the chunk before a marker's first: its
-// timestamp, the header's ms (nil for the earlier formats).
+// timestamp, the header's ms (nil for a row that is not a marker).
 func (m *markerRow) first() []member {
 	if m == nil {
 		return nil
@@ -199,7 +198,7 @@ func (m *markerRow) advance(fields []member) {
 }
 
 // appendHeader appends a marker's header elements and a comma (nothing for
-// the earlier formats).
+// a row that is not a marker).
 func (m *markerRow) appendHeader(buf []byte) []byte {
 	if m == nil {
 		return buf
@@ -209,15 +208,7 @@ func (m *markerRow) appendHeader(buf []byte) []byte {
 	return append(appendJSONString(append(buf, ','), m.random), ',')
 }
 
-// implied returns the members a chunk of type (quoted) implies in row's
-// format.
-func (r codedRow) implied(typ []byte) []implied {
-	if r.marker != nil {
-		return v4Implied[string(typ)]
-	}
-	return v3Implied[string(typ)]
-}
-
+// Quoted types and keys the marker's implied members look for.
 var (
 	typeToolStart = strconv.Quote(string(helix.ChunkToolStart))
 	typeToolEnd   = strconv.Quote(string(helix.ChunkToolEnd))
@@ -292,10 +283,12 @@ func (m *markerRow) result() *markerResult {
 	return nil
 }
 
-// v4Implied are the members each type implies in a marker row: format 3's,
+// markerImplied are the members each type implies in a marker row: format 3's,
 // then the sources'. Part of the stored format: never change an entry.
-var v4Implied = map[string][]implied{}
+var markerImplied = map[string][]implied{}
 
+// init fills markerImplied: a type's codedImplied, its agentType (but a
+// stream's end's), then what its sources give.
 func init() {
 	extra := map[helix.ChunkType][]implied{
 		helix.ChunkToolStart:         {impliedCallID, impliedCallName, impliedCallArgs},
@@ -303,18 +296,18 @@ func init() {
 		helix.ChunkStepEnd:           {impliedUsage},
 		helix.ChunkCheckpointCreated: {impliedCheckpoint},
 	}
-	for _, t := range v2Types {
+	for _, t := range codedTypes {
 		q := strconv.Quote(string(t))
-		imp := slices.Clone(v3Implied[q])
+		imp := slices.Clone(codedImplied[q])
 		if t != helix.ChunkStreamEnd {
 			imp = append(imp, impliedAgentType)
 		}
-		v4Implied[q] = append(imp, extra[t]...)
+		markerImplied[q] = append(imp, extra[t]...)
 	}
 }
 
 // markerWrite is what a step commit's rows may leave out: its run, step
-// and sources (nil when its chunks are written in the earlier formats).
+// and sources (a commit without one writes coded rows, format 3).
 type markerWrite struct {
 	runID string
 	step  int
@@ -420,6 +413,7 @@ func (s *markerSources) unpack(body []byte, n int, streamID, runID string, step 
 	return unpackRowWith(body, n, streamID, runID, step, m)
 }
 
+// deref returns *s, or "" for nil (a NULL column).
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -436,180 +430,6 @@ func markerK(body []byte) (int, bool) {
 	}
 	k, err := strconv.Atoi(string(rest[:end]))
 	return k, err == nil
-}
-
-// unpackRowWith is unpackRow for a row whose marker sources are src (nil
-// for a row of the earlier formats).
-func unpackRowWith(body []byte, n int, streamID, runID string, step int, src *markerRow) ([]helix.Chunk, [][]byte, error) {
-	if src == nil {
-		return unpackRow(body, n, streamID, runID, step)
-	}
-	if !isMarker(body) {
-		return nil, nil, errors.New("decode chunks: sources given for a row that is not a marker")
-	}
-	row := newCodedRow(streamID, runID, step)
-	row.marker = src
-	return unpackCoded(body, n, row)
-}
-
-// normalizeJSONB returns v as Postgres's jsonb gives it back, compacted:
-// object keys in jsonb's order (shorter first, then by bytes), the last of
-// a repeated key, strings escaped as jsonb escapes them. It returns false
-// for values whose text it cannot be sure of (a number not in the form
-// Postgres's numeric writes back as it is, a string jsonb refuses):
-// callers then keep v's own bytes.
-func normalizeJSONB(v []byte) ([]byte, bool) {
-	if len(v) == 0 || !surrogatesPaired(v) {
-		return nil, false
-	}
-	d := json.NewDecoder(bytes.NewReader(v))
-	d.UseNumber()
-	var x any
-	if err := d.Decode(&x); err != nil || d.More() {
-		return nil, false
-	}
-	return appendJSONB(nil, x)
-}
-
-func appendJSONB(buf []byte, x any) ([]byte, bool) {
-	switch x := x.(type) {
-	case nil:
-		return append(buf, "null"...), true
-	case bool:
-		return strconv.AppendBool(buf, x), true
-	case json.Number:
-		if !numericKeepsText(string(x)) {
-			return nil, false
-		}
-		return append(buf, x...), true
-	case string:
-		return appendJSONBString(buf, x)
-	case []any:
-		buf = append(buf, '[')
-		for i, e := range x {
-			if i > 0 {
-				buf = append(buf, ',')
-			}
-			var ok bool
-			if buf, ok = appendJSONB(buf, e); !ok {
-				return nil, false
-			}
-		}
-		return append(buf, ']'), true
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, func(a, b string) int {
-			if len(a) != len(b) {
-				return len(a) - len(b)
-			}
-			return strings.Compare(a, b)
-		})
-		buf = append(buf, '{')
-		for i, k := range keys {
-			if i > 0 {
-				buf = append(buf, ',')
-			}
-			var ok bool
-			if buf, ok = appendJSONBString(buf, k); !ok {
-				return nil, false
-			}
-			if buf, ok = appendJSONB(append(buf, ':'), x[k]); !ok {
-				return nil, false
-			}
-		}
-		return append(buf, '}'), true
-	}
-	return nil, false
-}
-
-// surrogatesPaired reports whether every \u escape of a UTF-16 surrogate
-// in the JSON text v is a high one followed by a low one: jsonb refuses a
-// lone surrogate, where encoding/json reads it as U+FFFD.
-func surrogatesPaired(v []byte) bool {
-	surrogate := func(i int) (rune, bool) { // the escape at v[i:] (a backslash, u, four hex digits)
-		if i+6 > len(v) || v[i] != '\\' || v[i+1] != 'u' {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(string(v[i+2:i+6]), 16, 16)
-		return rune(n), err == nil && n >= 0xd800 && n <= 0xdfff
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] != '\\' {
-			continue
-		}
-		r, ok := surrogate(i)
-		switch {
-		case !ok:
-			i++ // an escape of one character (or of no surrogate): skip it
-		case r >= 0xdc00:
-			return false // a low surrogate first
-		default:
-			if low, ok := surrogate(i + 6); !ok || low < 0xdc00 {
-				return false
-			}
-			i += 11
-		}
-	}
-	return true
-}
-
-// numericKeepsText reports whether Postgres's numeric writes n back as it
-// is: -?(0|[1-9][0-9]*)(.[0-9]+)?, and not a negative zero.
-func numericKeepsText(n string) bool {
-	s := strings.TrimPrefix(n, "-")
-	intPart, frac, hasFrac := strings.Cut(s, ".")
-	if intPart == "" || (len(intPart) > 1 && intPart[0] == '0') || (hasFrac && frac == "") {
-		return false
-	}
-	for _, part := range []string{intPart, frac} {
-		for i := 0; i < len(part); i++ {
-			if part[i] < '0' || part[i] > '9' {
-				return false
-			}
-		}
-	}
-	if s != n && strings.Trim(intPart+frac, "0") == "" {
-		return false // -0, -0.0: numeric drops the sign
-	}
-	return true
-}
-
-// appendJSONBString appends s as jsonb writes a string (escape_json):
-// \" \\ \b \f \n \r \t, other control characters as \u00xx, the rest as it
-// is. jsonb refuses \u0000 and invalid UTF-8: false.
-func appendJSONBString(buf []byte, s string) ([]byte, bool) {
-	if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) {
-		return nil, false
-	}
-	buf = append(buf, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '"':
-			buf = append(buf, `\"`...)
-		case '\\':
-			buf = append(buf, `\\`...)
-		case '\b':
-			buf = append(buf, `\b`...)
-		case '\f':
-			buf = append(buf, `\f`...)
-		case '\n':
-			buf = append(buf, `\n`...)
-		case '\r':
-			buf = append(buf, `\r`...)
-		case '\t':
-			buf = append(buf, `\t`...)
-		default:
-			if c < 0x20 {
-				buf = fmt.Appendf(buf, `\u%04x`, c)
-			} else {
-				buf = append(buf, c)
-			}
-		}
-	}
-	return append(buf, '"'), true
 }
 
 // literalMarkersSQL finds the marker rows whose checkpoints a truncation
@@ -700,7 +520,7 @@ func (l *literalRows) add(raws [][]byte, streamID string, seq int64, runID strin
 	for i, raw := range raws {
 		enc[i] = encodedChunk{streamID: streamID, raw: raw, step: step, runID: runID, attempt: attempt}
 	}
-	packed, err := packChunks(enc, FormatLevelCheckpointJournals)
+	packed, err := packChunks(enc)
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ func BenchmarkPackCommitRow(b *testing.B) {
 	var rows []chunkRow
 	for b.Loop() {
 		var err error
-		if rows, err = packChunks(chunks, FormatLevelNewest); err != nil {
+		if rows, err = packChunks(chunks); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -50,7 +50,7 @@ func BenchmarkPackDeltaRow(b *testing.B) {
 	b.ReportAllocs()
 	var rows []chunkRow
 	for b.Loop() {
-		if rows, err = packChunks([]encodedChunk{e}, FormatLevelNewest); err != nil {
+		if rows, err = packChunks([]encodedChunk{e}); err != nil {
 			b.Fatal(err)
 		}
 	}

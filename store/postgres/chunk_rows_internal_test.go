@@ -3,7 +3,6 @@ package postgres
 import (
 	"encoding/json"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +61,7 @@ func encodeFor(t testing.TB, stream, run string, chunks []helix.Chunk) []encoded
 // byte; it returns the rows.
 func requireReadsBack(t *testing.T, chunks []encodedChunk) []chunkRow {
 	t.Helper()
-	rows, err := packChunks(chunks, FormatLevelNewest)
+	rows, err := packChunks(chunks)
 	require.NoError(t, err)
 	var got [][]byte
 	for _, r := range rows {
@@ -80,28 +79,8 @@ func requireReadsBack(t *testing.T, chunks []encodedChunk) []chunkRow {
 // benchAgent is benchStep's agent, whose own stream its chunks are in.
 const benchAgent = "bench-8fbee99f-2"
 
-// requireV2ReadsBack codes chunks of one row in format 2, as rows stored
-// before format 3 are, and requires them back byte for byte when it codes
-// them (a format 2 row holds two or more chunks).
-func requireV2ReadsBack(t testing.TB, chunks []encodedChunk) {
-	t.Helper()
-	if len(chunks) < 2 || slices.ContainsFunc(chunks, replacedUTF8) {
-		return
-	}
-	body, ok := packCoded(chunks, v2Version)
-	if !ok {
-		return
-	}
-	require.True(t, strings.HasPrefix(body, "[2,"), body)
-	_, raws, err := unpackRow([]byte(body), len(chunks), chunks[0].streamID, chunks[0].runID, chunks[0].step)
-	require.NoError(t, err, "row %s", body)
-	for i, c := range chunks {
-		require.Equal(t, string(c.raw), string(raws[i]), "chunk %d of %s", i, body)
-	}
-}
-
-// TestCodedRowSizes packs one bench step's two rows in the earlier formats
-// and coded, and pins the coded bodies: they are the stored format.
+// TestCodedRowSizes packs one bench step's two rows and pins the coded
+// bodies: they are the stored format.
 func TestCodedRowSizes(t *testing.T) {
 	t.Parallel()
 	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
@@ -111,30 +90,21 @@ func TestCodedRowSizes(t *testing.T) {
 		`[3,{"A":"helix-bench"},{"t":2,"m":1795667664694,"c":"call-52","n":"noop","r":{"ok":true},"x":true},` +
 			`{"t":3,"U":[0,0],"f":"tool-calls"},{"t":4,"P":"a3cf5d"},5]`,
 	}
-	var plain, v1, v2, v3 int
+	var plain, coded int
 	for i, chunks := range [][]helix.Chunk{begin, commit} {
 		enc := encodeFor(t, benchAgent, run, chunks)
 		rowPlain := 0
 		for _, e := range enc {
 			rowPlain += len(e.raw)
 		}
-		plain += rowPlain
-		old, err := packV1(enc)
-		require.NoError(t, err)
-		require.True(t, readsBack(old, enc))
-		coded2, ok := packCoded(enc, v2Version)
-		require.True(t, ok)
-		require.True(t, readsBack(coded2, enc))
 		rows := requireReadsBack(t, enc)
 		require.Len(t, rows, 1)
 		require.Equal(t, want[i], rows[0].body)
-		v1, v2, v3 = v1+len(old), v2+len(coded2), v3+len(rows[0].body)
-		t.Logf("%d chunks: %d B unpacked, %d B before coding, %d B in format 2, %d B in format 3\n  %s\n  %s\n  %s",
-			len(enc), rowPlain, len(old), len(coded2), len(rows[0].body), old, coded2, rows[0].body)
+		plain, coded = plain+rowPlain, coded+len(rows[0].body)
+		t.Logf("%d chunks: %d B as they are, %d B coded\n  %s", len(enc), rowPlain, len(rows[0].body), rows[0].body)
 	}
-	t.Logf("one step: %d B unpacked, %d B before coding, %d B in format 2, %d B in format 3", plain, v1, v2, v3)
-	require.Less(t, v2*10, v1*6, "format 2 saves 40%% or more")
-	require.Less(t, v3*10, v2*7, "format 3 saves 30%% or more of format 2")
+	t.Logf("one step: %d B as they are, %d B coded", plain, coded)
+	require.Less(t, coded*5, plain, "a step's coded rows take less than a fifth of its chunks' JSON")
 }
 
 // TestCodedRowsRoundTrip packs rows that exercise every code and every
@@ -316,7 +286,6 @@ func TestCodedRowsRoundTrip(t *testing.T) {
 				stream = "s"
 			}
 			enc := encodeFor(t, stream, tc.run, tc.chunks)
-			requireV2ReadsBack(t, enc)
 			rows := requireReadsBack(t, enc)
 			require.Len(t, rows, 1)
 			body := rows[0].body
@@ -371,9 +340,9 @@ func allChunkTypes(b helix.Base, run string) []helix.Chunk {
 	}
 }
 
-// TestUncodableRowsFallBack packs chunks coding cannot hold: one with a key
-// of one character (a code's length) or twice is written in the earlier
-// format when that reads back, else a row per chunk, each as it is.
+// TestUncodableRowsFallBack packs chunks coding cannot hold (one with a key
+// of one character, a code's length, or a key twice): the row's chunks are
+// written a row per chunk, each as it is.
 func TestUncodableRowsFallBack(t *testing.T) {
 	t.Parallel()
 	ok, err := encodeChunk("s", &helix.TextDeltaChunk{Base: helix.Base{AgentID: "a", AgentType: "x", Step: 1, Timestamp: 2}, Delta: "d"}, "r", 0)
@@ -386,12 +355,10 @@ func TestUncodableRowsFallBack(t *testing.T) {
 	} {
 		odd := ok
 		odd.raw = []byte(raw)
-		_, codable := packCoded([]encodedChunk{ok, odd}, v3Version)
+		_, codable := packCoded([]encodedChunk{ok, odd})
 		require.False(t, codable, raw)
-		rows, err := packChunks([]encodedChunk{ok, odd, ok}, FormatLevelNewest)
-		if err != nil {
-			continue // not a JSON object: not a chunk encodeChunk writes
-		}
+		rows, err := packChunks([]encodedChunk{ok, odd, ok})
+		require.NoError(t, err)
 		require.Len(t, rows, 3, raw)
 		for i, want := range []encodedChunk{ok, odd, ok} {
 			require.Equal(t, string(want.raw), rows[i].body)
@@ -400,37 +367,9 @@ func TestUncodableRowsFallBack(t *testing.T) {
 	}
 }
 
-// TestEarlierRowsStillRead reads rows written before format 3 (coded in
-// format 2, and before coding), as stored.
-func TestEarlierRowsStillRead(t *testing.T) {
-	t.Parallel()
-	const run = "01a215ce-0829-70cb-9613-e1fc6768ed49"
-	begin, commit := benchStep(run)
-	for _, tc := range []struct {
-		chunks []helix.Chunk
-		body   string
-	}{
-		{begin, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"type":"step_start","~":"s"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`},
-		{commit, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664694,"~":[["checkpointId","cpv1-bench-8fbee99f-2-s52-t1795667664694-a3cf5d"]]},{"providerExecuted":true,"result":{"ok":true},"toolCallId":"call-52","toolName":"noop","type":"tool_end"},{"finishReason":"tool-calls","type":"step_end","usage":{"inputTokens":0,"outputTokens":0},"~":"s"},{"stepCount":52,"type":"checkpoint_created","~":"r0"},{"type":"step_committed","~":"rs0"}]`},
-		{begin, `[{"agentId":"bench-8fbee99f-2","agentType":"helix-bench","step":52,"timestamp":1795667664693},{"stepId":"` + run + `:52","type":"step_start"},{"arguments":{},"toolCallId":"call-52","toolName":"noop","type":"tool_start"}]`},
-		// Format 2.
-		{begin, `[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664693,"S":0},{"t":0,"J":0},{"t":1,"c":"call-52","n":"noop","g":{}}]`},
-		{commit, `[2,{"a":"bench-8fbee99f-2","A":"helix-bench","m":1795667664694,"S":0},{"t":2,"c":"call-52","n":"noop","r":{"ok":true},"x":true},` +
-			`{"t":3,"J":0,"U":[0,0],"f":"tool-calls"},{"t":4,"R":0,"P":"a3cf5d","k":52},{"t":5,"R":0,"J":0,"P":"a3cf5d"}]`},
-	} {
-		_, raws, err := unpackRow([]byte(tc.body), len(tc.chunks), "s", run, 52)
-		require.NoError(t, err)
-		for i, c := range tc.chunks {
-			want, err := json.Marshal(c)
-			require.NoError(t, err)
-			require.Equal(t, string(want), string(raws[i]))
-		}
-	}
-}
-
 // FuzzCodedRows packs rows of user text and JSON, of a session in its own
 // stream or a sub-agent in its parent's, and requires them back byte for
-// byte, coded (format 3, and format 2 as stored rows are) or not.
+// byte, coded or not.
 func FuzzCodedRows(f *testing.F) {
 	f.Add("d", `{"a":1}`, "ag", int64(5), 3, "abc", true)
 	f.Add(`"~"`, `{"t":0,"P":"x"}`, "a<b>-s1-t2", int64(0), 0, "0", false)
@@ -461,7 +400,6 @@ func FuzzCodedRows(f *testing.F) {
 			&helix.ToolApprovalRequestChunk{Base: later, ToolCallID: text, ToolName: "n", ApprovalID: "run::" + text, Input: json.RawMessage(data)},
 			&helix.ToolApprovalResponseChunk{Base: b, ToolCallID: random, ToolName: "n", ApprovalID: "run::" + text, Approved: own},
 		})
-		requireV2ReadsBack(t, enc)
 		requireReadsBack(t, enc)
 		for _, c := range enc {
 			requireReadsBack(t, []encodedChunk{c})
@@ -469,43 +407,24 @@ func FuzzCodedRows(f *testing.F) {
 	})
 }
 
-// While a live engine of an earlier release reads format 2 at most
-// (FormatLevelBase), rows are written as that release wrote them: a chunk
-// alone as its JSON, several in a row of format 2; at this release's level
-// in format 3. Each reads back byte for byte either way.
-func TestPackChunksByFormatLevel(t *testing.T) {
+// TestRowsOfNoFormatFail reads bodies that are none of a row's three forms
+// (a marker row, a coded row, a chunk alone as its JSON): an error naming
+// what is wrong, never chunks made up from them.
+func TestRowsOfNoFormatFail(t *testing.T) {
 	t.Parallel()
-	run := "run-b8c1"
-	begin, commit := benchStep(run)
-	chunks := encodeAll(t, run, append(append([]helix.Chunk{}, begin...), commit...))
-	single := encodeAll(t, run, begin[:1])
 	for _, tc := range []struct {
-		level          FormatLevel
-		several, alone string
+		body string
+		n    int
+		err  string
 	}{
-		{FormatLevelBase, "[2,", "{"},
-		{FormatLevelCheckpointJournals, "[3,", "[3,"},
+		{`[{"agentId":"a","step":1},{"type":"text_delta","delta":"d"},{"type":"text_delta","delta":"e"}]`, 2, "neither coded"},
+		{`[2,{"a":"a","S":0},{"t":6,"d":"d"},{"t":6,"d":"e"}]`, 2, "neither coded"},
+		{`[2,{},{"t":6,"d":"d"}]`, 1, "neither coded"},
+		{`[3,{},{"t":6,"d":"d"}]`, 2, "row says 2 chunks, holds 1"},
+		{`[3,{},{"t":99}]`, 1, "unknown type code 99"},
+		{`[4,0,5,"r",{},6]`, 1, "without its sources"},
 	} {
-		for _, in := range [][]encodedChunk{chunks, single} {
-			rows, err := packChunks(in, tc.level)
-			require.NoError(t, err)
-			require.Len(t, rows, 1, "level %s", tc.level)
-			want := tc.several
-			if len(in) == 1 {
-				want = tc.alone
-			}
-			require.True(t, strings.HasPrefix(rows[0].body, want), "level %s, %d chunks: %s", tc.level, len(in), rows[0].body)
-			_, raws, err := unpackRow([]byte(rows[0].body), rows[0].n, rows[0].streamID, rows[0].runID, rows[0].step)
-			require.NoError(t, err)
-			for i, c := range in {
-				require.Equal(t, string(c.raw), string(raws[i]), "chunk %d at level %s", i, tc.level)
-			}
-		}
+		_, _, err := unpackRow([]byte(tc.body), tc.n, "s", "r", 1)
+		require.ErrorContains(t, err, tc.err, tc.body)
 	}
-	require.Equal(t, FormatLevelNewest, (&Store{shared: &shared{}}).FormatLevel(), "a store without a gate writes the newest formats")
-	g := NewFormatGate(FormatLevelBase)
-	require.Equal(t, FormatLevelBase, (&Store{shared: &shared{opts: options{formats: g}}}).FormatLevel())
-	require.True(t, g.Set(FormatLevelNewest+1), "a level above this release's is capped at its own")
-	require.Equal(t, FormatLevelNewest, g.Level())
-	require.False(t, g.Set(FormatLevelNewest))
 }
