@@ -130,7 +130,7 @@ type Storage struct {
 	// wraparound.
 	WriteXactsPerStep float64 `json:"writeXactsPerStep"`
 	// MessageBytesPerStep is the stored size of the session's messages in
-	// helix.messages or helix.messages_k (pg_column_size): the content the
+	// helix.messages (pg_column_size): the content the
 	// database must keep, beside which BytesPerStep is the price of keeping
 	// it.
 	MessageBytesPerStep float64 `json:"messageBytesPerStep"`

@@ -29,11 +29,11 @@ func (h *harness) markStorage(ctx context.Context) (storageMark, error) {
 }
 
 // messageBytes returns the stored size of the session's messages (their
-// jsonb column, compressed when Postgres compresses it), in either layout
-// (helix.all_messages, migration 00029).
+// jsonb column, compressed when Postgres compresses it).
 func (h *harness) messageBytes(ctx context.Context, sessionID string) (int64, error) {
 	var n int64
-	err := h.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_column_size(message)), 0)::bigint FROM helix.all_messages WHERE session_id = $1`,
+	err := h.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_column_size(m.message)), 0)::bigint
+		FROM helix.sessions s JOIN helix.messages m ON m.session_key = s.key WHERE s.session_id = $1`,
 		sessionID).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("measure the messages of session %s: %w", sessionID, err)

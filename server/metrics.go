@@ -211,7 +211,7 @@ func (c *dbCollector) snapshot() (ms []prometheus.Metric, err error) {
 const (
 	queryRuns     = `SELECT status, count(*) FROM helix.runs GROUP BY status`
 	querySessions = `SELECT status, count(*) FROM helix.sessions GROUP BY status`
-	querySteps    = `SELECT (SELECT count(*) FROM helix.checkpoints) + (SELECT count(*) FROM helix.checkpoints_k)`
+	querySteps    = `SELECT count(*) FROM helix.checkpoints`
 	queryUsage    = `SELECT source_type, success, count(*), COALESCE(sum(value), 0) FROM helix.usage_records
 		WHERE source_type IN ('model', 'tool', 'subagent', 'client_tool_wait_ms') GROUP BY source_type, success`
 	queryPending = `SELECT COALESCE(p.value->>'kind', ''), count(*)

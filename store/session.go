@@ -298,7 +298,10 @@ type Checkpoint struct {
 
 // CheckpointParams describes a checkpoint to write.
 type CheckpointParams struct {
-	// ID defaults to helix.GenerateCheckpointID(sessionID, StepCount).
+	// ID defaults to helix.GenerateCheckpointID(sessionID, StepCount). A
+	// given ID must be one of the session's own checkpoint IDs, in the
+	// form helix.FormatCheckpointID writes (the store keeps a checkpoint
+	// by its parts); any other is refused.
 	ID        string
 	RunID     string
 	StepCount int

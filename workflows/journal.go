@@ -395,10 +395,10 @@ func (j *journal) writeRow(ctx context.Context, row *modelRow, recs ...journalRe
 
 // committedRowSQL reads the tool calls of the message row that holds the
 // model record of workflow segment $4's step $5 (less JournalBase) of the
-// run of turn $3, at seq $2 of session $1, in either layout (helix.all_messages,
-// migration 00029: a primary-key look-up in each).
-const committedRowSQL = `SELECT coalesce((message->'toolCalls')::text, 'null') FROM helix.all_messages
-WHERE session_id = $1 AND seq = $2 AND meta->>0 = $3::int::text AND meta->>1 = $4::int::text AND meta->>2 = $5::int::text`
+// run of turn $3, at seq $2 of session $1: a primary-key look-up.
+const committedRowSQL = `SELECT coalesce((m.message->'toolCalls')::text, 'null')
+FROM helix.sessions s JOIN helix.messages m ON m.session_key = s.key AND m.seq = $2
+WHERE s.session_id = $1 AND m.meta->>0 = $3::int::text AND m.meta->>1 = $4::int::text AND m.meta->>2 = $5::int::text`
 
 // committedRow is committed for a model record written as row: it looks
 // for the row, then (the record went to helix.step_journal, or was moved

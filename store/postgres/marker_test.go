@@ -122,8 +122,8 @@ func requireReadsBack(t *testing.T, st *postgres.Store, streamID string, before 
 // markerRows counts the stream's marker rows (format 4).
 func markerRows(t *testing.T, st *postgres.Store, streamID string) int {
 	var n int
-	require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.all_stream_chunks
-		WHERE stream_id = $1 AND left(chunk::text, 3) = '[4,'`, streamID).Scan(&n))
+	require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key
+		WHERE t.stream_id = $1 AND left(c.chunk::text, 3) = '[4,'`, streamID).Scan(&n))
 	return n
 }
 
@@ -142,11 +142,11 @@ func markerSession(t *testing.T, st *postgres.Store, sess, agentType, parent str
 	return run.RunID
 }
 
-// TestMarkerRowsReadBackByteForByte: at FormatLevelDerivedChunks every
-// lifecycle combination of a step's commit reads back, from every
-// sequence inside its rows, as the chunks the commit built, byte for
-// byte; the common ones are marker rows, and a commit below the level or
-// without the session's agent type writes none.
+// TestMarkerRowsReadBackByteForByte: every lifecycle combination of a
+// step's commit reads back, from every sequence inside its rows, as the
+// chunks the commit built, byte for byte; the common ones are marker rows
+// (the others coded rows), and a commit without the session's agent type
+// writes none.
 func TestMarkerRowsReadBackByteForByte(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -167,11 +167,11 @@ func TestMarkerRowsReadBackByteForByte(t *testing.T) {
 		{"output and stream end", markerStep{held: true, output: json.RawMessage(`"done"`), end: true}, true},
 		{"interrupt", markerStep{held: true, tools: 1, interupt: true}, true},
 	}
-	for _, level := range []postgres.FormatLevel{postgres.FormatLevelCheckpointJournals, postgres.FormatLevelDerivedChunks} {
-		st := newTestStore(t, postgres.WithFormatGate(postgres.NewFormatGate(level)))
+	{
+		st := newTestStore(t)
 		for i, tc := range cases {
-			t.Run(fmt.Sprintf("level %d/%s", level, tc.name), func(t *testing.T) {
-				sess := fmt.Sprintf("marker-%d-%d", level, i)
+			t.Run(tc.name, func(t *testing.T) {
+				sess := fmt.Sprintf("marker-%d", i)
 				runID := markerSession(t, st, sess, "bench", "")
 				for step := 1; step <= 2; step++ {
 					s := tc.step
@@ -181,12 +181,9 @@ func TestMarkerRowsReadBackByteForByte(t *testing.T) {
 					raws, before := commitMarkerStep(t, st, sess, runID, "bench", step, s)
 					requireReadsBack(t, st, sess, before, raws)
 				}
-				want := 0
-				if level >= postgres.FormatLevelDerivedChunks {
-					want = 1 // the first step's
-					if tc.marker {
-						want = 2
-					}
+				want := 1 // the first step's
+				if tc.marker {
+					want = 2
 				}
 				require.Equal(t, want, markerRows(t, st, sess))
 			})
@@ -224,7 +221,7 @@ func TestMarkerRowsOfASubAgentInItsParentsStream(t *testing.T) {
 	requireReadsBack(t, st, "marker-parent", 0, all)
 	require.Equal(t, 5, markerRows(t, st, "marker-parent"))
 	var childRows int
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.all_stream_chunks WHERE stream_id = 'marker-parent'
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key WHERE t.stream_id = 'marker-parent'
 		AND run_id = 'marker-child-run' AND chunk::text LIKE '%marker-child%'`).Scan(&childRows))
 	require.Equal(t, 3, childRows, "the sub-agent's rows keep its agentId")
 
@@ -252,8 +249,7 @@ func TestMarkerWithoutItsCheckpointIsAnError(t *testing.T) {
 	st := newTestStore(t)
 	runID := markerSession(t, st, "marker-gone", "bench", "")
 	raws, _ := commitMarkerStep(t, st, "marker-gone", runID, "bench", 1, markerStep{held: true, tools: 1})
-	_, err := st.Pool().Exec(ctx, `WITH t AS (DELETE FROM helix.checkpoints WHERE session_id = 'marker-gone')
-		DELETE FROM helix.checkpoints_k WHERE session_key = (SELECT key FROM helix.sessions WHERE session_id = 'marker-gone')`)
+	_, err := st.Pool().Exec(ctx, `DELETE FROM helix.checkpoints WHERE session_key = (SELECT key FROM helix.sessions WHERE session_id = 'marker-gone')`)
 	require.NoError(t, err)
 	_, err = st.ReadChunks(ctx, "marker-gone", 0, 0)
 	require.ErrorContains(t, err, fmt.Sprintf("stream row %d: a marker row (format 4) whose checkpoint is gone", len(raws)))

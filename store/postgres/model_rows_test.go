@@ -110,7 +110,7 @@ func TestPendingAssistantRowIsInvisible(t *testing.T) {
 	require.Equal(t, 3, res.MessageCount)
 	requireMessages(t, st, "p", 3)
 	var meta *string
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT meta::text FROM helix.all_messages WHERE session_id = 'p' AND seq = 1`).Scan(&meta))
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT meta::text FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = 'p' AND seq = 1`).Scan(&meta))
 	require.NotNil(t, meta, "the commit kept the row its model record is")
 	require.Empty(t, journalModelRecords(t, st, "p"), "nothing moved")
 
@@ -125,7 +125,7 @@ func TestPendingAssistantRowIsInvisible(t *testing.T) {
 	require.Equal(t, 3, clone.MessageCount)
 	requireMessages(t, st, "p-clone", 3)
 	var metas int
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.all_messages WHERE session_id = 'p-clone' AND meta IS NOT NULL`).Scan(&metas))
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = 'p-clone' AND meta IS NOT NULL`).Scan(&metas))
 	require.Zero(t, metas, "a clone copies messages, not records: its own runs must not find the source's")
 
 	// A writer at the pending row's seq moves its record away first.
@@ -160,9 +160,8 @@ func TestModelRecordSeqTaken(t *testing.T) {
 	// Another execution's pending row at seq 1 (a different message).
 	other, err := json.Marshal(helix.AssistantMessage("other"))
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `WITH s AS (SELECT key FROM helix.sessions WHERE session_id = 's'),
-			t AS (INSERT INTO helix.messages (session_id, seq, message, meta) SELECT 's', 1, $1, '[1,0,7,1700000000000]' FROM s WHERE key IS NULL)
-		INSERT INTO helix.messages_k (session_key, seq, message, meta) SELECT key, 1, $1, '[1,0,7,1700000000000]' FROM s WHERE key IS NOT NULL`,
+	_, err = st.Pool().Exec(ctx, `INSERT INTO helix.messages (session_key, seq, message, meta)
+		SELECT key, 1, $1, '[1,0,7,1700000000000]' FROM helix.sessions WHERE session_id = 's'`,
 		string(other))
 	require.NoError(t, err)
 	require.Nil(t, recordModelRow(ctx, t, st, "s", 1, 1), "the seq is taken")
@@ -226,7 +225,7 @@ func TestModelRecordRacesTruncation(t *testing.T) {
 		require.Nil(t, <-done, "the count moved: the record went to helix.step_journal")
 		requireMessages(t, st, "b", 1)
 		var rows int
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.all_messages WHERE session_id = 'b'`).Scan(&rows))
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = 'b'`).Scan(&rows))
 		require.Equal(t, 1, rows, "no row written")
 		require.Equal(t, []int{1_000_000}, journalModelRecords(t, st, "b"))
 	})

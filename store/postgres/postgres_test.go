@@ -20,24 +20,11 @@ import (
 	"github.com/helix-agents/helix-dbos/store/storetest"
 )
 
-// TestContract runs the store contract at FormatLevelNewest: every
-// session and stream is keyed (helix.messages_k, helix.checkpoints_k,
-// helix.stream_chunks_k).
+// TestContract runs the store contract.
 func TestContract(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) storetest.Store {
 		return newTestStore(t, postgres.WithPollInterval(2*time.Second))
-	})
-}
-
-// TestContractTextTables runs the store contract below
-// FormatLevelKeyedTables: every session and stream is in the tables of
-// migration 00001, as those of an older release.
-func TestContractTextTables(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Store {
-		return newTestStore(t, postgres.WithPollInterval(2*time.Second),
-			postgres.WithFormatGate(postgres.NewFormatGate(postgres.FormatLevelDerivedChunks)))
 	})
 }
 
@@ -49,6 +36,7 @@ func TestCommitInCallerTransaction(t *testing.T) {
 	ctx := t.Context()
 	st := newTestStore(t)
 	sess, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "tx", AgentType: "a"})
+	cpID := helix.GenerateCheckpointID("tx", 1)
 	require.NoError(t, err)
 	require.NoError(t, st.StageChanges(ctx, "tx", "step-1", "tc", []helix.PatchOp{{Op: "add", Path: "/x", Value: []byte(`1`)}}))
 
@@ -58,13 +46,13 @@ func TestCommitInCallerTransaction(t *testing.T) {
 		next.StepCount = 1
 		_, err := view.SaveStateAndPromoteStaging(ctx, store.CommitParams{
 			State: &next, ExpectedVersion: sess.Version, AppendMessages: []helix.Message{helix.UserMessage("hi")},
-			PromoteStepID: "step-1", Checkpoint: &store.CheckpointParams{ID: "cp-tx", StepCount: 1, MessageCount: -1},
+			PromoteStepID: "step-1", Checkpoint: &store.CheckpointParams{ID: cpID, StepCount: 1, MessageCount: -1},
 		})
 		if err != nil {
 			return err
 		}
 		_, err = view.Append(ctx, "tx", []store.ChunkWrite{{Chunk: &helix.StepCommittedChunk{
-			Base: helix.Base{AgentID: "tx", AgentType: "a", Step: 1}, RunID: "r", StepID: "step-1", CheckpointID: "cp-tx"}}})
+			Base: helix.Base{AgentID: "tx", AgentType: "a", Step: 1}, RunID: "r", StepID: "step-1", CheckpointID: cpID}}})
 		return err
 	}
 
@@ -81,7 +69,7 @@ func TestCommitInCallerTransaction(t *testing.T) {
 	require.Equal(t, sess.Version, got.Version, "rolled back: no trace")
 	require.Zero(t, got.MessageCount)
 	require.JSONEq(t, `{}`, string(got.CustomState))
-	_, err = st.GetCheckpoint(ctx, "cp-tx")
+	_, err = st.GetCheckpoint(ctx, cpID)
 	require.ErrorIs(t, err, helix.ErrNotFound)
 	has, err := st.HasStagedChanges(ctx, "tx", "step-1")
 	require.NoError(t, err)
@@ -94,7 +82,7 @@ func TestCommitInCallerTransaction(t *testing.T) {
 	got, err = st.LoadState(ctx, "tx")
 	require.NoError(t, err)
 	require.Equal(t, 1, got.MessageCount)
-	require.Equal(t, "cp-tx", got.CheckpointID)
+	require.Equal(t, cpID, got.CheckpointID)
 	require.JSONEq(t, `{"x":1}`, string(got.CustomState))
 	chunks, err := st.ReadChunks(ctx, "tx", 0, 10)
 	require.NoError(t, err)
@@ -273,10 +261,10 @@ func TestDeleteSessionLeavesNoRows(t *testing.T) {
 		out := map[string]int{}
 		byStream := streams[id]
 		for table, q := range map[string]struct{ sql, arg string }{
-			"messages":    {`SELECT count(*) FROM helix.all_messages WHERE session_id = $1`, id},
-			"checkpoints": {`SELECT count(*) FROM helix.all_checkpoints WHERE session_id = $1`, id},
+			"messages":    {`SELECT count(*) FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = $1`, id},
+			"checkpoints": {`SELECT count(*) FROM helix.checkpoints c JOIN helix.sessions s ON s.key = c.session_key WHERE s.session_id = $1`, id},
 			"usage":       {`SELECT count(*) FROM helix.usage_records WHERE session_id = $1`, id},
-			"chunks":      {`SELECT count(*) FROM helix.all_stream_chunks WHERE stream_id = $1`, byStream},
+			"chunks":      {`SELECT count(*) FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key WHERE t.stream_id = $1`, byStream},
 			"streams":     {`SELECT count(*) FROM helix.streams WHERE stream_id = $1`, byStream},
 		} {
 			var n int

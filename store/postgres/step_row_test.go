@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -122,13 +123,12 @@ func TestStepMovesLastChange(t *testing.T) {
 }
 
 // TestStepCheckpointPointer: a step's commit points its session at its
-// checkpoint by ID (migration 00034; from 00026 it wrote the empty string,
-// "the newest", which a release before 00034 still writes and which still
-// reads as the newest), and every reader sees the ID: the session
+// checkpoint by ID, and every reader sees the ID: the session
 // (LoadState's CheckpointID), the next step (ReadStep), the latest
 // checkpoint, a running run's progress (GetRun) and a truncation of
 // messages that deletes checkpoints (which moves the pointer to the newest
-// left, or none).
+// left, or none). A checkpoint ID that is not one of the session's own is
+// refused, saying why.
 func TestStepCheckpointPointer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -192,15 +192,14 @@ func TestStepCheckpointPointer(t *testing.T) {
 	second := commit(2)
 	require.Equal(t, second, *rawPointer())
 	seen(second, true)
-	// A release before 00034 points at its commit's checkpoint with '':
-	// the newest, read by a scan of the session's checkpoints.
-	_, err = st.Pool().Exec(ctx, `UPDATE helix.sessions SET checkpoint_id = '' WHERE session_id = $1`, sid)
-	require.NoError(t, err)
-	seen(second, true)
 
 	// A checkpoint saved by hand points the session at its ID; the next
 	// step's commit at its own again.
-	saved, err := st.CreateCheckpoint(ctx, sid, store.CheckpointParams{ID: "saved-by-hand", StepCount: 2, MessageCount: -1})
+	for _, id := range []string{"saved-by-hand", helix.GenerateCheckpointID("another", 2), helix.GenerateCheckpointID(sid, 2) + "0x"} {
+		_, err = st.CreateCheckpoint(ctx, sid, store.CheckpointParams{ID: id, StepCount: 2, MessageCount: -1})
+		require.ErrorContains(t, err, fmt.Sprintf("checkpoint ID %q", id), "an ID that is not one of the session's own")
+	}
+	saved, err := st.CreateCheckpoint(ctx, sid, store.CheckpointParams{ID: helix.GenerateCheckpointID(sid, 2), StepCount: 2, MessageCount: -1})
 	require.NoError(t, err)
 	require.Equal(t, saved.ID, *rawPointer())
 	seen(saved.ID, false)

@@ -132,7 +132,7 @@ func TestPackedRowsReadBackByteForByte(t *testing.T) {
 	require.Equal(t, int64(len(chunks)), latest)
 
 	var rows, coded int
-	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE chunk::text LIKE '[3,%') FROM helix.all_stream_chunks WHERE stream_id = 'p'`).Scan(&rows, &coded))
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE chunk::text LIKE '[3,%') FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key WHERE t.stream_id = 'p'`).Scan(&rows, &coded))
 	require.Equal(t, 3, rows, "steps 1 and 3 pack into one row each")
 	require.Equal(t, 3, coded, "rows are coded, step 2's of one chunk too")
 	info, err := st.GetStreamInfo(ctx, "p")
@@ -204,7 +204,7 @@ func TestCompactedRowsReadBackByteForByte(t *testing.T) {
 	require.NoError(t, err)
 
 	var body string
-	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.all_stream_chunks WHERE stream_id = 'cp'`).Scan(&body))
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key WHERE t.stream_id = 'cp'`).Scan(&body))
 	require.Equal(t, 0, strings.Count(body, cp), "the checkpoint ID comes from the chunk's agent, step and timestamp: %s", body)
 	require.Equal(t, 1, strings.Count(body, `"28b066"`), "its random suffix, once: the commits take it from the chunk before: %s", body)
 	require.Equal(t, 0, strings.Count(body, `"cp"`), "the agent's ID is the stream's: %s", body)
@@ -252,7 +252,7 @@ func TestSubAgentRowsReadBackByteForByte(t *testing.T) {
 	require.NoError(t, err)
 
 	var body string
-	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.all_stream_chunks WHERE stream_id = $1`, parent).Scan(&body))
+	require.NoError(t, st.shared.pool.QueryRow(ctx, `SELECT chunk::text FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key WHERE t.stream_id = $1`, parent).Scan(&body))
 	require.True(t, strings.HasPrefix(body, "[3,"), body)
 	require.Equal(t, 2, strings.Count(body, `"a":"`+child+`"`), "the sub-agent's chunks keep their agentId: %s", body)
 	require.Equal(t, 0, strings.Count(body, `"a":"`+parent+`"`), "the session's take the stream's: %s", body)

@@ -305,7 +305,7 @@ var sessionCases = map[string]func(t *testing.T, s Store){
 		_, err := s.SaveStateAndPromoteStaging(ctx, store.CommitParams{
 			State: &next, ExpectedVersion: st.Version + 5,
 			AppendMessages: userMsgs("m1", "m2"), PromoteStepID: "step-1",
-			Checkpoint: &store.CheckpointParams{ID: "cp-stale", StepCount: 1, MessageCount: -1},
+			Checkpoint: &store.CheckpointParams{ID: helix.GenerateCheckpointID(st.SessionID, 1), StepCount: 1, MessageCount: -1},
 		})
 		var stale *helix.StaleStateError
 		require.ErrorAs(t, err, &stale)
@@ -402,7 +402,7 @@ var sessionCases = map[string]func(t *testing.T, s Store){
 			require.NoError(t, err)
 			_, err = s.CreateRun(ctx, store.CreateRunParams{RunID: id + "-run", SessionID: id})
 			require.NoError(t, err)
-			_, err = s.CreateCheckpoint(ctx, id, store.CheckpointParams{ID: id + "-cp", StepCount: 1, MessageCount: -1})
+			_, err = s.CreateCheckpoint(ctx, id, store.CheckpointParams{ID: helix.GenerateCheckpointID(id, 1), StepCount: 1, MessageCount: -1})
 			require.NoError(t, err)
 			require.NoError(t, s.StageChanges(ctx, id, "s1", "c1", nil))
 			require.NoError(t, s.RecordUsage(ctx, []store.UsageRecord{{SessionID: id, SourceType: store.UsageModel, Key: "k", Success: true}}))
