@@ -283,8 +283,9 @@ func (m *markerRow) result() *markerResult {
 	return nil
 }
 
-// markerImplied are the members each type implies in a marker row: format 3's,
-// then the sources'. Part of the stored format: never change an entry.
+// markerImplied are the members each type implies in a marker row:
+// codedImplied's, then the sources'. Part of the stored format: never
+// change an entry.
 var markerImplied = map[string][]implied{}
 
 // init fills markerImplied: a type's codedImplied, its agentType (but a
@@ -316,12 +317,12 @@ type markerWrite struct {
 
 // packMarker returns chunks (a row of the commit's run and step) as a
 // marker row, when it reads back from m's sources and is shorter than body
-// (the row in format 3). Reading back is packRow's check, as for format 3:
-// decoding the row with the sources gives each chunk's members as they
-// are, and a reader renders a chunk from its members through its type, as
-// encodeChunk wrote it (replacedUTF8 keeps out the one rendering that
-// differs). Rendering the chunks again here as well cost more than
-// packing (0.16 ms a step).
+// (the row written without sources: a coded row, or a chunk as it is).
+// Reading back is packRow's check, as for a coded row: decoding the row
+// with the sources gives each chunk's members as they are, and a reader
+// renders a chunk from its members through its type, as encodeChunk wrote
+// it (replacedUTF8 keeps out the one rendering that differs). Rendering the
+// chunks again here as well cost more than packing (0.16 ms a step).
 func packMarker(chunks []encodedChunk, m *markerWrite, body string) (string, bool) {
 	c0 := chunks[0]
 	if m == nil || c0.runID != m.runID || c0.step != m.step || slices.ContainsFunc(chunks, replacedUTF8) {

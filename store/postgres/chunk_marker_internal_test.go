@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,15 +58,69 @@ func TestMarkerRenderIsFrozen(t *testing.T) {
 	}
 	require.Equal(t, goldenRaws, got)
 
+	chunks := goldenChunks()
+	coded, err := packChunks(chunks)
+	require.NoError(t, err)
+	require.Len(t, coded, 1)
+	rows, err := packChunksWith(chunks, &markerWrite{runID: "r1", step: 3, src: goldenSources(t)})
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, goldenMarker, rows[0].body)
+	t.Logf("format 3: %d bytes, marker: %d bytes", len(coded[0].body), len(rows[0].body))
+}
+
+// goldenChunks returns the golden chunks as a step commit of run r1, step
+// 3, in stream s1 appends them.
+func goldenChunks() []encodedChunk {
 	chunks := make([]encodedChunk, len(goldenRaws))
 	for i, r := range goldenRaws {
 		chunks[i] = encodedChunk{streamID: "s1", runID: "r1", step: 3, raw: []byte(r)}
 	}
-	rows, err := packChunks(chunks)
-	require.NoError(t, err)
-	require.Len(t, rows, 1)
-	body, ok := packMarker(chunks, &markerWrite{runID: "r1", step: 3, src: goldenSources(t)}, rows[0].body)
-	require.True(t, ok)
-	require.Equal(t, goldenMarker, body)
-	t.Logf("format 3: %d bytes, marker: %d bytes", len(rows[0].body), len(body))
+	return chunks
+}
+
+// TestMarkerFallsBack: a commit's chunks are a marker row only where one
+// renders back and is shorter; else they are written as without sources (a
+// coded row, or a row per chunk as it is), and read back byte for byte.
+func TestMarkerFallsBack(t *testing.T) {
+	t.Parallel()
+	m := &markerWrite{runID: "r1", step: 3, src: goldenSources(t)}
+	other := goldenChunks()
+	for i := range other {
+		other[i].step = 4
+	}
+	replaced := goldenChunks()
+	replaced[0].raw = []byte(strings.Replace(goldenRaws[0], `"stepId":"r1:3"`, `"stepId":"r1:3\ufffd"`, 1))
+	delta := []encodedChunk{{streamID: "s1", runID: "r1", step: 3,
+		raw: []byte(`{"type":"text_delta","agentId":"s1","agentType":"bench","timestamp":1795687220561,"step":3,"delta":"d"}`)}}
+	for name, tc := range map[string]struct {
+		chunks []encodedChunk
+		rows   int
+		prefix string
+	}{
+		"another step's chunks":              {other, 1, "[3,"},
+		"a chunk with replaced UTF-8":        {replaced, len(goldenRaws), "{"},
+		"a marker longer than the coded row": {delta, 1, "[3,"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rows, err := packChunksWith(tc.chunks, m)
+			require.NoError(t, err)
+			require.Len(t, rows, tc.rows)
+			var got []string
+			for _, r := range rows {
+				require.True(t, strings.HasPrefix(r.body, tc.prefix), r.body)
+				_, raws, err := unpackRow([]byte(r.body), r.n, r.streamID, r.runID, r.step)
+				require.NoError(t, err, r.body)
+				for _, raw := range raws {
+					got = append(got, string(raw))
+				}
+			}
+			want := make([]string, len(tc.chunks))
+			for i, c := range tc.chunks {
+				want[i] = string(c.raw)
+			}
+			require.Equal(t, want, got)
+		})
+	}
 }

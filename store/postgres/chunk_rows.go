@@ -106,7 +106,7 @@ func appendSingles(rows []chunkRow, chunks []encodedChunk, row func(encodedChunk
 }
 
 // replacedUTF8 reports whether json.Marshal replaced invalid UTF-8 in c by
-// \ufffd (or c's text holds that escape). A reader of a packed row renders
+// \ufffd (or c's text holds that escape). A reader of a coded row renders
 // each chunk again through its type (unpackRow), which writes U+FFFD as
 // itself, not as \ufffd; every other escape json.Marshal writes it writes
 // the same again, and json.RawMessage values are kept as they are. So such
