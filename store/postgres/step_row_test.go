@@ -195,7 +195,7 @@ func TestStepCheckpointPointer(t *testing.T) {
 
 	// A checkpoint saved by hand points the session at its ID; the next
 	// step's commit at its own again.
-	for _, id := range []string{"saved-by-hand", helix.GenerateCheckpointID("another", 2), helix.GenerateCheckpointID(sid, 2) + "0x"} {
+	for _, id := range []string{"saved-by-hand", helix.GenerateCheckpointID("another", 2), helix.GenerateCheckpointID(sid, 2) + "-x"} {
 		_, err = st.CreateCheckpoint(ctx, sid, store.CheckpointParams{ID: id, StepCount: 2, MessageCount: -1})
 		require.ErrorContains(t, err, fmt.Sprintf("checkpoint ID %q", id), "an ID that is not one of the session's own")
 	}

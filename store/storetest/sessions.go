@@ -395,6 +395,7 @@ var sessionCases = map[string]func(t *testing.T, s Store){
 	},
 	"DeleteCascadesToOwnedOnly": func(t *testing.T, s Store) {
 		ctx := t.Context()
+		cps := map[string]string{} // each session's checkpoint ID
 		fill := func(id, parent string) {
 			_, err := s.CreateSession(ctx, store.CreateSessionParams{SessionID: id, AgentType: "a", ParentSessionID: parent})
 			require.NoError(t, err)
@@ -402,8 +403,9 @@ var sessionCases = map[string]func(t *testing.T, s Store){
 			require.NoError(t, err)
 			_, err = s.CreateRun(ctx, store.CreateRunParams{RunID: id + "-run", SessionID: id})
 			require.NoError(t, err)
-			_, err = s.CreateCheckpoint(ctx, id, store.CheckpointParams{ID: helix.GenerateCheckpointID(id, 1), StepCount: 1, MessageCount: -1})
+			cp, err := s.CreateCheckpoint(ctx, id, store.CheckpointParams{StepCount: 1, MessageCount: -1})
 			require.NoError(t, err)
+			cps[id] = cp.ID
 			require.NoError(t, s.StageChanges(ctx, id, "s1", "c1", nil))
 			require.NoError(t, s.RecordUsage(ctx, []store.UsageRecord{{SessionID: id, SourceType: store.UsageModel, Key: "k", Success: true}}))
 		}
@@ -424,7 +426,7 @@ var sessionCases = map[string]func(t *testing.T, s Store){
 			require.False(t, ok, id)
 			_, err = s.GetRun(ctx, id+"-run")
 			require.ErrorIs(t, err, helix.ErrNotFound)
-			_, err = s.GetCheckpoint(ctx, id+"-cp")
+			_, err = s.GetCheckpoint(ctx, cps[id])
 			require.ErrorIs(t, err, helix.ErrNotFound)
 			usage, err := s.ListUsage(ctx, id)
 			require.NoError(t, err)
@@ -442,7 +444,7 @@ var sessionCases = map[string]func(t *testing.T, s Store){
 		require.Equal(t, 1, kept.MessageCount)
 		_, err = s.GetRun(ctx, "keep-run")
 		require.NoError(t, err)
-		_, err = s.GetCheckpoint(ctx, "keep-cp")
+		_, err = s.GetCheckpoint(ctx, cps["keep"])
 		require.NoError(t, err)
 		usage, err := s.ListUsage(ctx, "keep")
 		require.NoError(t, err)
