@@ -104,7 +104,8 @@ func TestRunSmall(t *testing.T) {
 	require.Equal(t, (warmupHITLSessions+4)*2, steps)
 	var deltas int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(DISTINCT s.session_id), COALESCE(sum(c.n), 0) FROM helix.sessions s
-		LEFT JOIN helix.all_stream_chunks c ON c.stream_id = s.session_id WHERE s.agent_type = $1`, StreamAgentType).Scan(&sessions, &deltas))
+		LEFT JOIN helix.streams t ON t.stream_id = s.session_id LEFT JOIN helix.stream_chunks c ON c.stream_key = t.key
+		WHERE s.agent_type = $1`, StreamAgentType).Scan(&sessions, &deltas))
 	require.Equal(t, 4, sessions, "one session per stream")
 	require.Equal(t, 4*10, deltas, "every delta stored once")
 	var probe *string

@@ -11,7 +11,6 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/llm/scripted"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // charges is an application's payment service: a charge is applied once
@@ -75,7 +74,6 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 				agent := shop(c.tool(true))
 				agent.Model = mc.Wrap(agent.Model)
 				e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
-				require.GreaterOrEqual(t, e.FormatLevel(), postgres.FormatLevelModelMessages)
 				h := e.Start(agent, "charge my orders")
 				at := e.AwaitCrash()
 				require.Equal(t, tc.point.At, at.Point)

@@ -71,7 +71,7 @@ func TestMigrationsOnContainer(t *testing.T) {
 	require.Equal(t, len(st), total, "applied exactly once")
 	var table string
 	require.NoError(t, db.QueryRowContext(t.Context(),
-		`SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_name = 'goose_db_version'`).Scan(&table))
+		`SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_name = 'schema_migrations'`).Scan(&table))
 	require.Equal(t, migrations.VersionTable, table)
 
 	again, err := migrations.Up(t.Context(), db)

@@ -448,8 +448,8 @@ func TestSSEResumeInsideMarkerRows(t *testing.T) {
 	require.Equal(t, "end", full[len(full)-1].typ())
 
 	var markers int
-	require.NoError(t, a.eng.Store().Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.all_stream_chunks
-		WHERE stream_id = $1 AND left(chunk::text, 3) = '[4,'`, id).Scan(&markers))
+	require.NoError(t, a.eng.Store().Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key
+		WHERE t.stream_id = $1 AND left(c.chunk::text, 3) = '[4,'`, id).Scan(&markers))
 	require.GreaterOrEqual(t, markers, 3, "the tool steps' lifecycle chunks are marker rows")
 
 	for i, ev := range full[:len(full)-1] {

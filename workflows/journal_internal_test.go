@@ -89,11 +89,12 @@ func TestCheckpointRecordsReadBack(t *testing.T) {
 		{ID: 12, Name: steps.NameRunTool, Err: s(`it "failed"`), Output: s(`null`), Started: at - 2, Completed: at + 8},
 		{ID: 14, Name: steps.NameCommitStep, Output: &commit, Started: at + 10, Completed: at + 11},
 	}
-	text, lead, err := j.checkpointRecords(recs, false, 5)
+	// The engine's names are coded, the commit whose output is the
+	// checkpoint's message count alone is the short entry.
+	text, lead, err := j.checkpointRecords(recs, 5)
 	require.NoError(t, err)
 	require.Equal(t, []journalRecord{recs[1]}, lead, "step 10 is not next to the others")
-	require.Equal(t, `[2,12,1699999999998,["helix.run_tool",0,10,"it \"failed\"",null],["helix.run_tool",6,11,null,{"ok":true}],`+
-		`["helix.commit_step",12,13,null,{"<o":5}]]`, text)
+	require.Equal(t, `[2,12,1699999999998,[0,0,10,"it \"failed\"",null],[0,6,11,null,{"ok":true}],[12,13]]`, text)
 
 	got, err := unpackCheckpoint("cp-1", text, 5)
 	require.NoError(t, err)
@@ -107,21 +108,10 @@ func TestCheckpointRecordsReadBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, steps.CommitOutput{CheckpointID: "cp-1", MessageCount: 5}, out)
 
-	text, lead, err = j.checkpointRecords(recs[3:], false, 5)
+	text, lead, err = j.checkpointRecords(recs[3:], 5)
 	require.NoError(t, err)
 	require.Empty(t, lead)
-	require.Equal(t, `[2,14,1700000000010,["helix.commit_step",0,1,null,{"<o":5}]]`, text, "a commit alone")
-
-	// Compact (FormatLevelCompactJournals): the engine's names coded, the
-	// commit whose output is the checkpoint's message count alone as the
-	// short entry; they read back the same.
-	text, lead, err = j.checkpointRecords(recs, true, 5)
-	require.NoError(t, err)
-	require.Equal(t, []journalRecord{recs[1]}, lead)
-	require.Equal(t, `[2,12,1699999999998,[0,0,10,"it \"failed\"",null],[0,6,11,null,{"ok":true}],[12,13]]`, text)
-	compact, err := unpackCheckpoint("cp-1", text, 5)
-	require.NoError(t, err)
-	require.Equal(t, got, compact)
+	require.Equal(t, `[2,14,1700000000010,[0,1]]`, text, "a commit alone")
 	_, err = unpackCheckpoint("cp-1", `[2,12,0,[12,13],[0,0,10,null]]`, 5)
 	require.ErrorContains(t, err, "short commit entry but not the last")
 	_, err = unpackCheckpoint("cp-1", `[2,12,0,[999,0,10,null]]`, 5)
@@ -143,7 +133,7 @@ func TestCheckpointRecordsReadBack(t *testing.T) {
 		if c.rec.Output == &other || c.rec.Name == "app.step" || c.rec.Err != nil {
 			mc = 5
 		}
-		text, _, err := j.checkpointRecords([]journalRecord{c.rec}, true, mc)
+		text, _, err := j.checkpointRecords([]journalRecord{c.rec}, mc)
 		require.NoError(t, err)
 		require.Equal(t, `[2,14,1700000000000,`+c.want+`]`, text)
 		back, err := unpackCheckpoint("cp", text, mc)

@@ -104,7 +104,7 @@ func TestCompactCheckpointJournalsReadInSQL(t *testing.T) {
 	for _, commit := range []string{codeOutput(`{"messageCount":7}`), codeOutput(`{"messageCount":7,"interrupted":true}`), `{}`} {
 		all := append(slices.Clone(recs), journalRecord{ID: 100 + len(recs), Name: steps.NameCommitStep, Output: &commit,
 			Started: at + 50, Completed: at + 60})
-		text, lead, err := j.checkpointRecords(all, true, 7)
+		text, lead, err := j.checkpointRecords(all, 7)
 		require.NoError(t, err)
 		require.Empty(t, lead)
 		want, err := unpackCheckpoint("cp-9", text, 7)

@@ -78,7 +78,7 @@ func TestMigrateCommands(t *testing.T) {
 	out := mustCLI(t, "migrate", "status", "--database-url", url)
 	require.Contains(t, out, "pending")
 	out = mustCLI(t, "migrate", "up", "--database-url", url)
-	require.Contains(t, out, "applied 00001_initial.sql")
+	require.Contains(t, out, "applied 00001_schema.sql")
 	out = mustCLI(t, "migrate", "up", "--database-url", url)
 	require.Contains(t, out, "up to date")
 	out = mustCLI(t, "migrate", "status", "--json", "--database-url", url)

@@ -71,7 +71,7 @@ func TestServe(t *testing.T) {
 	base := "http://" + addr
 	out := p.stdout.String()
 	require.Contains(t, out, "• agents from "+exampleAgents+": assistant, researcher, intake, publisher, editor\n")
-	require.Contains(t, out, "• applied migration 00001_initial.sql\n")
+	require.Contains(t, out, "• applied migration 00001_schema.sql\n")
 	require.Regexp(t, `(?m)^assistant\s+scripted scripts/agents.yaml\s+ask_user, subagent__researcher$`, out)
 	require.Contains(t, out, "authentication: bearer tokens for tester\n")
 	require.Contains(t, out, "• sessions admitted through queue helix-sessions: 32 at once in this process\n", "serve is queued by default")
