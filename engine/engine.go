@@ -253,47 +253,26 @@ func (e *Engine) Launch(ctx context.Context) error {
 // to run from several processes: workflow IDs are deterministic and DBOS
 // starts a workflow ID once.
 func (e *Engine) startOrphans(ctx context.Context) error {
-	rows, err := e.pool.Query(ctx, `
-SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
-	coalesce(r.queue_priority, 0) FROM helix.runs r JOIN helix.sessions s USING (session_id)
-WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
-  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`)
+	orphans, err := postgres.ListOrphanRuns(ctx, postgres.PgxQuerier(e.pool))
 	if err != nil {
 		return err
 	}
-	type orphan struct {
-		session, run, wf, agent, queue, partition string
-		priority                                  int
-	}
-	var orphans []orphan
-	for rows.Next() {
-		var o orphan
-		if err := rows.Scan(&o.session, &o.run, &o.wf, &o.agent, &o.queue, &o.partition, &o.priority); err != nil {
-			rows.Close()
-			return err
-		}
-		orphans = append(orphans, o)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
 	for _, o := range orphans {
-		if _, err := e.env.Agent(o.agent); err != nil {
+		if _, err := e.env.Agent(o.AgentType); err != nil {
 			// Started here it would fail for want of its agent; a
 			// process that registers the agent starts it at its Launch.
-			e.log.Warn().Str("event", "run.orphan_skipped").Str("sessionId", o.session).Str("runId", o.run).Str("agent", o.agent).
+			e.log.Warn().Str("event", "run.orphan_skipped").Str("sessionId", o.SessionID).Str("runId", o.RunID).Str("agent", o.AgentType).
 				Msg("a recorded run whose workflow was never started belongs to an agent this process does not register: left for a process that does")
 			continue
 		}
-		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.session).Str("runId", o.run).
+		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.SessionID).Str("runId", o.RunID).
 			Msg("starting a recorded run whose workflow was never started")
 		// Admitted as recorded with the run, whatever this engine's queue.
 		var adm *workflows.Admission
-		if o.queue != "" {
-			adm = &workflows.Admission{Queue: o.queue, PartitionKey: o.partition, Priority: uint(max(o.priority, 0))}
+		if o.Queue != "" {
+			adm = &workflows.Admission{Queue: o.Queue, PartitionKey: o.PartitionKey, Priority: uint(max(o.Priority, 0))}
 		}
-		if err := e.start(o.session, o.run, o.wf, adm); err != nil {
+		if err := e.start(o.SessionID, o.RunID, o.WorkflowID, adm); err != nil {
 			return err
 		}
 	}

@@ -2,15 +2,14 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // fence is the engine's steps.Fence: the lease, plus what ties a ticket to
@@ -71,11 +70,7 @@ func (f *fence) Acquire(ctx context.Context, workflowID string) (steps.Ticket, e
 // for the database during an outage.
 func (f *fence) owner(ctx context.Context, workflowID string) (*string, error) {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		var owner *string
-		err := f.pool.QueryRow(ctx, `SELECT owner_xid FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&owner)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, nil
-		}
+		owner, _, err := postgres.ReadWorkflowOwner(ctx, postgres.PgxQuerier(f.pool), workflowID)
 		if err == nil {
 			return owner, nil
 		}
@@ -90,12 +85,7 @@ func (f *fence) owner(ctx context.Context, workflowID string) (*string, error) {
 // stillOurs checks that the workflow is pending under this executor, still
 // owned by the execution that read owner.
 func (f *fence) stillOurs(ctx context.Context, workflowID string, owner *string) error {
-	var ours bool
-	err := f.pool.QueryRow(ctx, `SELECT status = 'PENDING' AND executor_id = $2 AND owner_xid IS NOT DISTINCT FROM $3
-		FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID, f.id, owner).Scan(&ours)
-	if errors.Is(err, pgx.ErrNoRows) {
-		ours, err = false, nil
-	}
+	ours, err := postgres.WorkflowStillOwned(ctx, postgres.PgxQuerier(f.pool), workflowID, f.id, owner)
 	if err != nil {
 		return fmt.Errorf("engine: check that workflow %s is still this executor's: %w", workflowID, err)
 	}

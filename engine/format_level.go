@@ -12,21 +12,6 @@ import (
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
-// surveySQL reads the executors that neither stopped nor were taken over
-// and are alive (their lease is fresh: ReadCluster's and the takeover
-// sweep's notion), run on this machine ($1, a non-empty
-// process.Namespace: their process may be gone, which the sweep takes over
-// at once), or are this engine ($2), with the storage format level each
-// recorded (NULL, a row claimed whose level is not written yet, is
-// postgres.FormatLevelBaseline). Executors of every application count: they share the
-// stream and journal tables.
-const surveySQL = `
-SELECT executor_id, COALESCE(pid, 0), $1 <> '' AND pid_namespace IS NOT DISTINCT FROM $1 AND pid IS NOT NULL,
-	heartbeat_at > now() - lease_ms * interval '1 millisecond', COALESCE(format_level, 1)
-FROM helix.executors
-WHERE stopped_at IS NULL AND taken_over_by IS NULL
-  AND (heartbeat_at > now() - lease_ms * interval '1 millisecond' OR executor_id = $2 OR ($1 <> '' AND pid_namespace = $1))`
-
 // formats keeps a launched engine's format gate at the cluster's format
 // level: the lowest level the live executors read, its own included. It is
 // refreshed by each takeover sweep (or, with the takeover disabled, a loop
@@ -43,41 +28,32 @@ type formats struct {
 	log  *zerolog.Logger
 }
 
-// survey reads the executors, sets the gate to the cluster's level, and
+// survey reads the executors (postgres.SurveyExecutors: those in service
+// that are alive, on this machine, or this engine), sets the gate to the cluster's level, and
 // returns the executors of this machine whose process is gone (taken over
 // at once, not after their lease; they read nothing, so they hold the
 // level back no more).
 func (f *formats) survey(ctx context.Context) (dead []string, err error) {
-	rows, err := f.pool.Query(ctx, surveySQL, f.ns, f.id)
+	executors, err := postgres.SurveyExecutors(ctx, postgres.PgxQuerier(f.pool), f.ns, f.id)
 	if err != nil {
 		return nil, fmt.Errorf("read the live executors: %w", err)
 	}
-	defer rows.Close()
 	dead = []string{}
 	level := postgres.FormatLevelNewest
 	var below []string
-	for rows.Next() {
-		var id string
-		var pid, recorded int
-		var here, fresh bool
-		if err := rows.Scan(&id, &pid, &here, &fresh, &recorded); err != nil {
-			return nil, err
-		}
+	for _, x := range executors {
 		switch {
-		case f.id != "" && id == f.id:
-		case here && !process.Alive(pid):
-			dead = append(dead, id)
+		case f.id != "" && x.ExecutorID == f.id:
+		case x.Here && !process.Alive(x.PID):
+			dead = append(dead, x.ExecutorID)
 			continue
-		case !fresh:
+		case !x.Fresh:
 			continue
 		}
-		if l := postgres.FormatLevel(recorded); l < postgres.FormatLevelNewest {
-			below = append(below, id)
+		if l := x.FormatLevel; l < postgres.FormatLevelNewest {
+			below = append(below, x.ExecutorID)
 			level = min(level, l)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
 	}
 	prev := f.gate.Level()
 	if f.gate.Set(level) {
@@ -89,12 +65,6 @@ func (f *formats) survey(ctx context.Context) (dead []string, err error) {
 	}
 	return dead, nil
 }
-
-// recordFormatLevelSQL records the level this engine reads on its row, in
-// the statement after a claim or a rejoin (a trigger clears it at both, so
-// a process that takes the row over reads as the baseline until it writes
-// its own).
-const recordFormatLevelSQL = `UPDATE helix.executors SET format_level = $4 WHERE executor_id = $1 AND hostname = $2 AND pid = $3`
 
 // FormatLevel returns the storage format level this engine writes at: the
 // lowest level a live executor of the cluster reads (its own included),

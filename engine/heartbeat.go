@@ -76,48 +76,39 @@ func (e *ExecutorInUseError) Error() string {
 func claimExecutor(ctx context.Context, pool *pgxpool.Pool, id, app, version string, l *lease) (*heartbeat, error) {
 	host, _ := os.Hostname()
 	h := &heartbeat{pool: pool, id: id, app: app, version: version, host: host, ns: process.Namespace(), pid: os.Getpid(), lease: l}
-	prev := ExecutorInUseError{ExecutorID: id}
-	var fresh bool
-	var leaseMS int64
-	var prevNS string
-	err := pool.QueryRow(ctx, `SELECT COALESCE(hostname, ''), COALESCE(pid, 0), COALESCE(pid_namespace, ''), heartbeat_at, lease_ms,
-			stopped_at IS NULL AND taken_over_by IS NULL AND heartbeat_at > now() - lease_ms * interval '1 millisecond'
-		FROM helix.executors WHERE executor_id = $1`, id).Scan(&prev.Host, &prev.PID, &prevNS, &prev.LastHeartbeat, &leaseMS, &fresh)
-	exists := err == nil
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	db := postgres.PgxQuerier(pool)
+	holder, exists, err := postgres.ReadExecutorHolder(ctx, db, id)
+	if err != nil {
 		return nil, err
 	}
-	prev.Lease = time.Duration(leaseMS) * time.Millisecond
+	prev := ExecutorInUseError{ExecutorID: id, Host: holder.Host, PID: holder.PID, LastHeartbeat: holder.HeartbeatAt, Lease: holder.Lease}
 	// A holder whose process this one can see (same boot, same pid
 	// namespace) is checked; any other is alive while its lease is fresh.
-	visible := h.ns != "" && prevNS == h.ns
-	if exists && fresh && (!visible || (prev.PID != h.pid && process.Alive(prev.PID))) {
+	visible := h.ns != "" && holder.PIDNamespace == h.ns
+	if exists && holder.Alive && (!visible || (prev.PID != h.pid && process.Alive(prev.PID))) {
 		return nil, &prev
 	}
 	// Compare and set: the row is taken only as it was read, so of two
 	// processes claiming a dead holder's ID at once, one wins.
 	sent := time.Now()
-	var claimed bool
-	err = pool.QueryRow(ctx, `
-INSERT INTO helix.executors AS x (executor_id, app_name, application_version, hostname, pid, pid_namespace, lease_ms, started_at, heartbeat_at)
-VALUES ($1, $2, $3, $4, $5, $11, $6, now(), now())
-ON CONFLICT (executor_id) DO UPDATE SET app_name = EXCLUDED.app_name, application_version = EXCLUDED.application_version,
-	hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, pid_namespace = EXCLUDED.pid_namespace, lease_ms = EXCLUDED.lease_ms,
-	started_at = now(), heartbeat_at = now(),
-	stopped_at = NULL, taken_over_by = NULL, taken_over_at = NULL, recovered_at = NULL, recovered_workflows = NULL, recovery_error = NULL
-WHERE $7 AND COALESCE(x.hostname, '') = $8 AND COALESCE(x.pid, 0) = $9 AND x.heartbeat_at = $10
-RETURNING true`, id, app, version, host, h.pid, l.length.Milliseconds(), exists, prev.Host, prev.PID, prev.LastHeartbeat, h.ns).Scan(&claimed)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("engine: executor ID %q was claimed by another process at the same moment: give each process its own Config.ExecutorID", id)
-	}
+	claimed, err := postgres.ClaimExecutorID(ctx, db, h.claim(), holder, exists)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := pool.Exec(ctx, recordFormatLevelSQL, id, host, h.pid, postgres.FormatLevelNewest); err != nil {
+	if !claimed {
+		return nil, fmt.Errorf("engine: executor ID %q was claimed by another process at the same moment: give each process its own Config.ExecutorID", id)
+	}
+	if err := postgres.RecordExecutorFormatLevel(ctx, db, id, host, h.pid, postgres.FormatLevelNewest); err != nil {
 		return nil, fmt.Errorf("engine: record the storage format level of executor %s: %w", id, err)
 	}
 	l.renewed(sent)
 	return h, nil
+}
+
+// claim is this process's claim of its executor ID.
+func (h *heartbeat) claim() postgres.ExecutorClaim {
+	return postgres.ExecutorClaim{ExecutorID: h.id, AppName: h.app, ApplicationVersion: h.version, Host: h.host, PID: h.pid,
+		PIDNamespace: h.ns, Lease: h.lease.length}
 }
 
 // start renews the lease every lease/3 until stop; a failed renewal is
@@ -139,21 +130,11 @@ func (h *heartbeat) start(ctx context.Context, log *zerolog.Logger) {
 // rejoin failed to record).
 func (h *heartbeat) beat(ctx context.Context) error {
 	sent := time.Now()
-	var renewed, missing, recovered bool
-	var by *string
-	var host string
-	var pid int
-	err := h.pool.QueryRow(ctx, `
-WITH renewed AS (
-	UPDATE helix.executors SET heartbeat_at = now()
-	WHERE executor_id = $1 AND hostname = $2 AND pid = $3 AND taken_over_by IS NULL AND stopped_at IS NULL
-	RETURNING executor_id)
-SELECT EXISTS (SELECT 1 FROM renewed), x.executor_id IS NULL, x.taken_over_by, COALESCE(x.hostname, ''), COALESCE(x.pid, 0),
-	x.recovered_at IS NOT NULL
-FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.host, h.pid).Scan(&renewed, &missing, &by, &host, &pid, &recovered)
+	db := postgres.PgxQuerier(h.pool)
+	r, err := postgres.RenewExecutorLease(ctx, db, h.id, h.host, h.pid)
 	switch {
-	case err == nil && (renewed || missing):
-		if missing {
+	case err == nil && (r.Renewed || r.Missing):
+		if r.Missing {
 			// An operator deleted the row: record this live executor again.
 			if err := h.recreate(ctx); err != nil {
 				return err
@@ -161,7 +142,7 @@ FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.
 		}
 		h.lease.renewed(sent)
 		if h.levelUnrecorded {
-			if _, err := h.pool.Exec(ctx, recordFormatLevelSQL, h.id, h.host, h.pid, postgres.FormatLevelNewest); err == nil {
+			if err := postgres.RecordExecutorFormatLevel(ctx, db, h.id, h.host, h.pid, postgres.FormatLevelNewest); err == nil {
 				h.levelUnrecorded = false
 			}
 		}
@@ -173,18 +154,18 @@ FROM (SELECT 1) one LEFT JOIN helix.executors x ON x.executor_id = $1`, h.id, h.
 				Msg("executor heartbeat failed; retrying every second (steps pause if the lease runs out)")
 		}
 		return err
-	case host != h.host || pid != h.pid:
+	case r.Host != h.host || r.PID != h.pid:
 		err := fmt.Errorf("engine: executor ID %q is now held by process %d on %s: this process was unresponsive for longer than its "+
 			"lease (%s) and the ID was claimed by another process; this engine stops running workflows: stop this process "+
-			"(and give each process its own executor ID)", h.id, pid, host, h.lease.length)
-		h.log.Error().Str("event", "executor.evicted").Str("executorId", h.id).Str("holderHost", host).Int("holderPid", pid).Msg(err.Error())
+			"(and give each process its own executor ID)", h.id, r.PID, r.Host, h.lease.length)
+		h.log.Error().Str("event", "executor.evicted").Str("executorId", h.id).Str("holderHost", r.Host).Int("holderPid", r.PID).Msg(err.Error())
 		h.lease.evict(err)
 		if h.onEvicted != nil {
 			h.onEvicted(err)
 		}
 		return nil
 	default:
-		return h.rejoin(ctx, by, recovered)
+		return h.rejoin(ctx, r.TakenOverBy, r.Recovered)
 	}
 }
 
@@ -214,16 +195,15 @@ func (h *heartbeat) rejoin(ctx context.Context, by *string, recovered bool) erro
 		return errAwaitingTaker
 	}
 	sent := time.Now()
-	tag, err := h.pool.Exec(ctx, `UPDATE helix.executors SET heartbeat_at = now(), started_at = now(), stopped_at = NULL,
-			taken_over_by = NULL, taken_over_at = NULL, recovered_at = NULL, recovered_workflows = NULL, recovery_error = NULL
-		WHERE executor_id = $1 AND hostname = $2 AND pid = $3 AND (taken_over_by IS NULL OR recovered_at IS NOT NULL)`, h.id, h.host, h.pid)
+	db := postgres.PgxQuerier(h.pool)
+	rejoined, err := postgres.RejoinExecutor(ctx, db, h.id, h.host, h.pid)
 	if err != nil {
 		return err
 	}
-	if tag.RowsAffected() == 0 {
+	if !rejoined {
 		return errAwaitingTaker // claimed again meanwhile
 	}
-	if _, err := h.pool.Exec(ctx, recordFormatLevelSQL, h.id, h.host, h.pid, postgres.FormatLevelNewest); err != nil && ctx.Err() == nil {
+	if err := postgres.RecordExecutorFormatLevel(ctx, db, h.id, h.host, h.pid, postgres.FormatLevelNewest); err != nil && ctx.Err() == nil {
 		// The rejoin stands; the row reads level 0 (safe) until a later
 		// renewal records the level.
 		h.levelUnrecorded = true
@@ -238,12 +218,7 @@ func (h *heartbeat) rejoin(ctx context.Context, by *string, recovered bool) erro
 
 // recreate inserts this executor's row again if it is missing.
 func (h *heartbeat) recreate(ctx context.Context) error {
-	_, err := h.pool.Exec(ctx, `
-INSERT INTO helix.executors (executor_id, app_name, application_version, hostname, pid, pid_namespace, lease_ms, started_at, heartbeat_at,
-	format_level)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now(), $8) ON CONFLICT (executor_id) DO NOTHING`,
-		h.id, h.app, h.version, h.host, h.pid, h.ns, h.lease.length.Milliseconds(), postgres.FormatLevelNewest)
-	return err
+	return postgres.RecreateExecutor(ctx, postgres.PgxQuerier(h.pool), h.claim(), postgres.FormatLevelNewest)
 }
 
 // draining marks the engine shutting down: renewals go on, their failures
@@ -271,8 +246,7 @@ func (h *heartbeat) markStopped(ctx context.Context, conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `UPDATE helix.executors SET stopped_at = now()
-		WHERE executor_id = $1 AND hostname = $2 AND pid = $3 AND taken_over_by IS NULL`, h.id, h.host, h.pid); err != nil {
+	if err := postgres.MarkExecutorStopped(ctx, postgres.PgxQuerier(conn), h.id, h.host, h.pid); err != nil {
 		h.log.Warn().Err(err).Str("event", "executor.unregister_failed").Str("executorId", h.id).
 			Msg("could not mark this executor stopped; peers take its pending sessions over once its lease expires")
 	}

@@ -10,8 +10,10 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 	"github.com/helix-agents/helix-dbos/workflows"
 )
 
@@ -181,29 +183,6 @@ type QueueState struct {
 	Ahead int `json:"ahead"`
 }
 
-// queuedSQL finds where a session's current run waits in its queue: its
-// queued segment, with the segments of its partition ahead of it; or, for a
-// run admitted through a queue whose driver has not enqueued its first
-// segment yet (the milliseconds after Execute), the run itself, behind every
-// segment of its partition queued at its priority or before.
-var queuedSQL = `
-WITH r AS (SELECT workflow_id, status, queue, queue_partition_key, coalesce(queue_priority, 0) AS prio, started_at
-	FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1)
-SELECT w.queue_name, coalesce(w.queue_partition_key, ''), coalesce(w.priority, 0), w.created_at,
-	(SELECT count(*) FROM dbos.workflow_status o WHERE o.queue_name = w.queue_name AND o.status = 'ENQUEUED'
-		AND coalesce(o.queue_partition_key, '') = coalesce(w.queue_partition_key, '')
-		AND (coalesce(o.priority, 0), o.created_at) < (coalesce(w.priority, 0), w.created_at))
-FROM r JOIN dbos.workflow_status w ON w.parent_workflow_id = r.workflow_id AND starts_with(w.workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `')
-WHERE w.status = 'ENQUEUED'
-UNION ALL
-SELECT r.queue, coalesce(r.queue_partition_key, ''), r.prio, (extract(epoch FROM r.started_at) * 1000)::bigint,
-	(SELECT count(*) FROM dbos.workflow_status o WHERE o.queue_name = r.queue AND o.status = 'ENQUEUED'
-		AND coalesce(o.queue_partition_key, '') = coalesce(r.queue_partition_key, '') AND coalesce(o.priority, 0) <= r.prio)
-FROM r WHERE r.queue IS NOT NULL AND r.status = 'running'
-	AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status s
-		WHERE s.parent_workflow_id = r.workflow_id AND starts_with(s.workflow_uuid, r.workflow_id || '` + workflows.SegmentPrefix("") + `'))
-LIMIT 1`
-
 // Queued reports where the session's current run waits in a queue (a run
 // admitted through Config.Queue waiting for a slot, at its start or after an
 // answer), or nil when it does not: it runs, waits for a person, or ended.
@@ -212,20 +191,19 @@ func (e *Engine) Queued(ctx context.Context, sessionID string) (*QueueState, err
 }
 
 // ReadQueueState is Engine.Queued for tools without an engine: db is a
-// pool or connection on the database (helix and DBOS schemas).
+// pool, connection or transaction on the database (helix and DBOS
+// schemas). It reads postgres.ReadQueuePosition.
 func ReadQueueState(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }, sessionID string) (*QueueState, error) {
-	var q QueueState
-	var created int64
-	var prio int
-	err := db.QueryRow(ctx, queuedSQL, sessionID).Scan(&q.Queue, &q.PartitionKey, &prio, &created, &q.Ahead)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
+	p, found, err := postgres.ReadQueuePosition(ctx, postgres.PgxQuerier(db), sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("engine: read the queue state of session %s: %w", sessionID, err)
 	}
-	q.Priority, q.Since = uint(prio), time.UnixMilli(created)
-	return &q, nil
+	if !found {
+		return nil, nil
+	}
+	return &QueueState{Queue: p.Queue, PartitionKey: p.PartitionKey, Priority: p.Priority, Since: p.Since, Ahead: p.Ahead}, nil
 }

@@ -222,8 +222,8 @@ func (g gc) lock(ctx context.Context) (_ *pgxpool.Conn, unlock func(), err error
 	if err != nil {
 		return nil, nil, fmt.Errorf("engine: gc: acquire a connection for the lock: %w", err)
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, GCLockKey).Scan(&ok); err != nil || !ok {
+	ok, err := postgres.TryAdvisoryLock(ctx, postgres.PgxQuerier(conn), GCLockKey)
+	if err != nil || !ok {
 		conn.Release()
 		if err != nil {
 			return nil, nil, fmt.Errorf("engine: gc: take the lock %d: %w", GCLockKey, err)
@@ -236,7 +236,7 @@ func (g gc) lock(ctx context.Context) (_ *pgxpool.Conn, unlock func(), err error
 		g.event(ctx, "finished")
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, GCLockKey); err != nil {
+		if err := postgres.AdvisoryUnlock(uctx, postgres.PgxQuerier(conn), GCLockKey); err != nil {
 			// A connection that may still hold the lock never returns to
 			// the pool: closing it releases the lock.
 			_ = conn.Hijack().Close(uctx)

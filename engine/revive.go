@@ -11,7 +11,6 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
-	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 // A workflow of an aborted session runs again only when someone resumed it
@@ -26,15 +25,12 @@ import (
 // primary-key read when it was not, which is every execution but a DBOS
 // resume's.
 func (e *Engine) revive(ctx context.Context, sessionID, runID, runWF string) error {
-	var status helix.RunStatus
-	var code, wf string
-	err := e.pool.QueryRow(ctx, `SELECT status, coalesce(error_code, ''), coalesce(workflow_id, '') FROM helix.runs WHERE run_id = $1`, runID).
-		Scan(&status, &code, &wf)
+	status, code, wf, found, err := e.store.RunAbortState(ctx, runID)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil // the run's record is gone: BeginRun reports it
 	case err != nil:
 		return fmt.Errorf("engine: read run %s of session %s: %w", runID, sessionID, err)
+	case !found:
+		return nil // the run's record is gone: BeginRun reports it
 	case status != helix.RunFailed || code != helix.CodeAborted || wf != runWF:
 		return nil // not aborted; or a copy of the run's workflow (a DBOS fork), which runs nothing
 	}
@@ -84,11 +80,7 @@ func (e *Engine) reviveTree(ctx context.Context, sessionID string) error {
 // whose workflow is runWF: that one and its queued segments (back on their
 // own queue).
 func (e *Engine) resumeCancelled(ctx context.Context, runWF string) error {
-	rows, _ := e.pool.Query(ctx, `SELECT workflow_uuid, coalesce(queue_name, '') FROM dbos.workflow_status
-		WHERE status = 'CANCELLED' AND (workflow_uuid = $1 OR (parent_workflow_id = $1 AND starts_with(workflow_uuid, $2)))`,
-		runWF, workflows.SegmentPrefix(runWF))
-	type cancelled struct{ ID, Queue string }
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[cancelled])
+	list, err := postgres.ListCancelledRunWorkflows(ctx, postgres.PgxQuerier(e.pool), runWF)
 	if err != nil {
 		return fmt.Errorf("engine: list the cancelled workflows of run workflow %s: %w", runWF, err)
 	}
@@ -97,8 +89,8 @@ func (e *Engine) resumeCancelled(ctx context.Context, runWF string) error {
 		if c.Queue != "" && c.Queue != dbosRecoveryQueue {
 			opts = append(opts, dbos.WithResumeQueue(c.Queue))
 		}
-		if _, err := dbos.ResumeWorkflow[any](e.dbos, c.ID, opts...); err != nil {
-			return fmt.Errorf("engine: resume workflow %s of an aborted session resumed through DBOS: %w", c.ID, err)
+		if _, err := dbos.ResumeWorkflow[any](e.dbos, c.WorkflowID, opts...); err != nil {
+			return fmt.Errorf("engine: resume workflow %s of an aborted session resumed through DBOS: %w", c.WorkflowID, err)
 		}
 	}
 	return nil
@@ -108,11 +100,11 @@ func (e *Engine) resumeCancelled(ctx context.Context, runWF string) error {
 // session is still failed by it (a peer may have revived it first).
 func (e *Engine) reviveOne(ctx context.Context, sessionID, runID string) (revived bool, err error) {
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var status helix.SessionStatus
-		if err := tx.QueryRow(ctx, `SELECT status FROM helix.sessions WHERE session_id = $1 FOR UPDATE`, sessionID).Scan(&status); err != nil {
+		s := e.store.WithQuerier(postgres.PgxQuerier(tx))
+		status, err := s.LockSessionStatus(ctx, sessionID)
+		if err != nil {
 			return fmt.Errorf("engine: lock session %s: %w", sessionID, err)
 		}
-		s := e.store.WithQuerier(postgres.PgxQuerier(tx))
 		run, err := s.GetRun(ctx, runID)
 		if err != nil {
 			return err
@@ -140,12 +132,10 @@ func (e *Engine) reviveOne(ctx context.Context, sessionID, runID string) (revive
 		if runStatus == helix.RunRunning && len(st.SuspendedAwaitingChildren) > 0 {
 			runStatus = helix.RunSuspendedAwaitingChildren
 		}
-		if _, err := tx.Exec(ctx, `UPDATE helix.sessions SET status = 'active', error = NULL, failure_reason = NULL,
-			version = version + 1, updated_at = now() WHERE session_id = $1`, sessionID); err != nil {
+		if err := s.ReactivateSession(ctx, sessionID); err != nil {
 			return fmt.Errorf("engine: reactivate session %s: %w", sessionID, err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE helix.runs SET status = $2, error = NULL, error_code = NULL, completed_at = NULL,
-			updated_at = now() WHERE run_id = $1`, runID, string(runStatus)); err != nil {
+		if err := s.ReactivateRun(ctx, runID, runStatus); err != nil {
 			return fmt.Errorf("engine: reactivate run %s: %w", runID, err)
 		}
 		if st.StreamID == st.SessionID {

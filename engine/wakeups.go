@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/helix-agents/helix-dbos/recv"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 	"github.com/helix-agents/helix-dbos/workflows"
 )
 
@@ -21,47 +22,17 @@ import (
 // to about this interval instead of an endless wait.
 const WakeSweepInterval = time.Second
 
-// wakeSweepSQL notifies, once per call, the waits of this executor's
-// pending workflows that have an unconsumed answer older than $3 (Unix ms
-// on the engine's clock), or whose session has an interrupt request; and
-// the drivers of queued runs (of this executor) whose segment ended in the
-// minute before $6 (Unix ms, real time: DBOS stamps it) and whose
-// outcome message is not taken (older ones find it at their next check,
-// workflows.SegmentCheckInterval). The wait re-reads its messages when
-// woken, so an extra wake-up is harmless.
-//
-// The sessions with pending calls are found through the index of those with
-// a suspended step (helix.sessions_suspended_idx, migration 00032; the store
-// keeps suspended_step_id set while calls are pending).
-const wakeSweepSQL = `
-SELECT count(pg_notify($1, w.payload)) FROM (
-	SELECT DISTINCT (p.val->>'workflowId') || '::' || $2 || (p.val->>'toolCallId') AS payload
-	FROM helix.sessions s
-	CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
-	JOIN dbos.workflow_status ws ON ws.workflow_uuid = p.val->>'workflowId'
-	WHERE s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb
-	  AND ws.status = 'PENDING' AND ws.executor_id = $4
-	  AND ((p.val ? 'submission' AND NOT p.val ? 'consumedAt' AND (p.val->>'submittedAt')::bigint < $3)
-	       OR s.interrupt_requested)
-	UNION
-	SELECT n.destination_uuid || '::' || n.topic
-	FROM dbos.workflow_status seg
-	JOIN dbos.workflow_status d ON d.workflow_uuid = seg.parent_workflow_id
-	JOIN dbos.notifications n ON n.destination_uuid = d.workflow_uuid AND starts_with(n.topic, $5)
-	WHERE seg.completed_at BETWEEN $6::bigint - 60000 AND $6::bigint AND seg.queue_name IS NOT NULL
-	  AND d.status = 'PENDING' AND d.executor_id = $4 AND NOT n.consumed
-) w`
-
-// startWakeups starts the sweep for executorID's workflows; stop the
+// startWakeups starts the sweep (postgres.ResendWakeups) for executorID's
+// workflows; stop the
 // returned loop at Shutdown. Answers are aged on clock, which stamped them
 // (Config.Clock); DBOS's segment times on the real time.
 func startWakeups(ctx context.Context, pool *pgxpool.Pool, executorID string, clock Clock, log *zerolog.Logger) *loop {
 	return every(ctx, WakeSweepInterval, func(ctx context.Context) {
-		var n int
-		before := clock.Now().Add(-WakeSweepInterval).UnixMilli()
-		segmentsBefore := time.Now().Add(-WakeSweepInterval).UnixMilli()
-		err := pool.QueryRow(ctx, wakeSweepSQL, recv.NotifyChannel, recv.TopicPrefix, before, executorID, workflows.SegmentTopicPrefix,
-			segmentsBefore).Scan(&n)
+		n, err := postgres.ResendWakeups(ctx, postgres.PgxQuerier(pool), postgres.WakeSweep{
+			Channel: recv.NotifyChannel, TopicPrefix: recv.TopicPrefix, ExecutorID: executorID,
+			AnsweredBeforeMS:   clock.Now().Add(-WakeSweepInterval).UnixMilli(),
+			SegmentTopicPrefix: workflows.SegmentTopicPrefix, SegmentsBeforeMS: time.Now().Add(-WakeSweepInterval).UnixMilli(),
+		})
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Warn().Err(err).Str("event", "engine.wake_sweep_failed").Msg("could not re-send the wake-ups of waiting runs; retrying")

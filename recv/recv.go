@@ -17,7 +17,9 @@
 // exactly when the call's outcome is recorded. A queued run's driver, which
 // has no journal, waits with Wait and Take (DBOS Recv).
 //
-// Import rule: helix and DBOS (plus pgx for the caller's transaction).
+// Import rule: helix, DBOS and the store's statements (store/postgres:
+// the SQL of DBOS's message table lives there), plus pgx for the caller's
+// transaction.
 package recv
 
 import (
@@ -33,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // TopicPrefix prefixes every tool-call topic: "helix.tool_call:<toolCallId>".
@@ -114,18 +117,6 @@ func Wait(ctx dbos.Context, toolCallID string, deadlineAt int64) (msg Message, t
 	return msg, false, nil
 }
 
-// consumeSQL takes the oldest untaken message on a topic, as DBOS's Recv
-// does (consumed_by_function_id names the step that took it).
-const consumeSQL = `WITH oldest AS (
-	SELECT message_uuid FROM dbos.notifications
-	WHERE destination_uuid = $1 AND topic = $2 AND NOT consumed
-	ORDER BY created_at_epoch_ms LIMIT 1
-	FOR UPDATE
-)
-UPDATE dbos.notifications n SET consumed = true, consumed_by_function_id = $3
-FROM oldest o WHERE n.message_uuid = o.message_uuid
-RETURNING true`
-
 // Row is what a query for one row returns.
 type Row interface{ Scan(dest ...any) error }
 
@@ -139,7 +130,8 @@ type Querier[R Row] interface {
 // transaction, recording stepID as the step that took it; ok reports
 // whether there was one.
 func Consume[R Row](ctx context.Context, q Querier[R], workflowID, toolCallID string, stepID int) (ok bool, err error) {
-	err = q.QueryRow(ctx, consumeSQL, workflowID, Topic(toolCallID), stepID).Scan(&ok)
+	sql, args := ConsumeStatement(workflowID, toolCallID, stepID)
+	err = q.QueryRow(ctx, sql, args...).Scan(&ok)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -166,8 +158,8 @@ func SendStatement(workflowID, toolCallID string, m Message, key string) (sql st
 	if err != nil {
 		return "", nil, fmt.Errorf("recv: encode the message for tool call %s: %w", toolCallID, err)
 	}
-	return `SELECT helix.send_tool_message($1, $2, $3, $4)`,
-		[]any{workflowID, Topic(toolCallID), base64.StdEncoding.EncodeToString(raw), key + "::" + workflowID}, nil
+	sql, args = postgres.SendMessageStatement(workflowID, Topic(toolCallID), base64.StdEncoding.EncodeToString(raw), key+"::"+workflowID)
+	return sql, args, nil
 }
 
 // Cancelled reports a SendStatement refused because the destination
@@ -180,7 +172,7 @@ func Cancelled(err error) bool {
 // ConsumeStatement returns Consume's statement, for a caller that sends it
 // with others (its result, whether there was a message, is then not read).
 func ConsumeStatement(workflowID, toolCallID string, stepID int) (sql string, args []any) {
-	return consumeSQL, []any{workflowID, Topic(toolCallID), stepID}
+	return postgres.ConsumeMessageStatement(workflowID, Topic(toolCallID), stepID)
 }
 
 // Take takes a message already waiting on the call's topic, without

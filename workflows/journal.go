@@ -56,8 +56,10 @@ const JournalBase = 1_000_000
 // messages, the run's first transaction) keep DBOS's step IDs: the journal
 // numbers its records on its own, so both sequences stay deterministic.
 type journal struct {
-	st    *postgres.Store
-	pool  *pgxpool.Pool
+	st   *postgres.Store
+	pool *pgxpool.Pool
+	// db is pool as the store's statements take it.
+	db    postgres.Querier
 	log   zerolog.Logger
 	wfID  string
 	owner string
@@ -119,35 +121,21 @@ type journalRecord struct {
 	Completed int64
 }
 
-// openJournalSQL reads the workflow's status row with its
-// helix.step_journal rows (checkpoint and meta NULL), then the journals
-// its run's checkpoints carry for it (helix.run_journals, migration 00025:
-// a walk of the run's own checkpoints, not the session's history), then
-// the model records its session's message rows hold for it
-// (helix.run_model_messages, migration 00028: id the row's seq, output its
-// message). A checkpoint's row has its message count (migration 00033) as
-// n, which its short commit entry needs.
-const openJournalSQL = `SELECT w.owner_xid, w.status, o.id, o.n, o.name, o.output, o.error, NULL::text, NULL::text
-FROM dbos.workflow_status w
-LEFT JOIN helix.step_journal o ON o.workflow_id = w.workflow_uuid AND o.id >= $2
-WHERE w.workflow_uuid = $1
-UNION ALL
-SELECT NULL, NULL, NULL, c.message_count, NULL, c.journal, NULL, c.checkpoint_id, NULL FROM helix.run_journals($3, $4, $5) c
-UNION ALL
-SELECT NULL, NULL, m.seq, NULL, NULL, m.message, NULL, NULL, m.meta FROM helix.run_model_messages($3, $4, $5) m`
-
-// openJournal reads the workflow's owner token and its journal, waiting out
-// a database outage. An execution that does not own its workflow (it was
-// cancelled, or taken over) gets a conflicting-workflow error and records
-// nothing.
+// openJournal reads the workflow's owner token and its journal
+// (postgres.QueryJournal: its status row with its helix.step_journal rows,
+// the journals its run's checkpoints carry for it, and the model records
+// its session's message rows hold for it), waiting out a database outage.
+// An execution that does not own its workflow (it was cancelled, or taken
+// over) gets a conflicting-workflow error and records nothing.
 func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID string, scope journalScope) (*journal, error) {
-	j := &journal{st: st, pool: st.Pool(), log: log, wfID: wfID, scope: scope, next: JournalBase, replay: map[int]journalRecord{}}
+	j := &journal{st: st, pool: st.Pool(), db: postgres.PgxQuerier(st.Pool()), log: log, wfID: wfID, scope: scope, next: JournalBase,
+		replay: map[int]journalRecord{}}
 	var owner *string
 	var status string
 	err := j.retry(ctx, "read the step journal", func(c context.Context) error {
 		clear(j.replay)
 		owner = nil
-		rows, err := j.pool.Query(c, openJournalSQL, wfID, JournalBase, scope.sessionID, scope.runID, scope.segment)
+		rows, err := postgres.QueryJournal(c, j.db, wfID, JournalBase, scope.sessionID, scope.runID, scope.segment)
 		if err != nil {
 			return err
 		}
@@ -285,21 +273,11 @@ func encode(id int, name string, out any, stepErr error, started time.Time) (jou
 	return r, nil
 }
 
-// recordSQL writes records (helix.record_steps, migration 00010; one row
-// per call since 00020). The records of a call are the journal's next
-// steps, reserved one after another (the pending ones, the deferred ones,
-// then the step being recorded), so they have consecutive IDs and
-// become one row; the function would write a row per run of consecutive
-// IDs otherwise. Their outputs are JSON (encode), which the row embeds as
-// is.
-const recordSQL = `SELECT helix.record_steps($1, $2, $3, $4, $5, $6, $7, $8)`
-
-// checkOwnerSQL ends a transaction step whose records its checkpoint
-// carries: helix.record_steps's owner check and lock alone (migration
-// 00025).
-const checkOwnerSQL = `SELECT helix.check_journal_owner($1, $2)`
-
-func recordArgs(wfID, owner string, recs []journalRecord) []any {
+// stepRecords are recs as postgres.RecordStepsStatement takes them. The
+// records of a write are the journal's next steps, reserved one after
+// another (the pending ones, the deferred ones, then the step being
+// recorded), so they have consecutive IDs and become one row.
+func stepRecords(recs []journalRecord) postgres.StepRecords {
 	ids := make([]int32, len(recs))
 	names := make([]string, len(recs))
 	outs := make([]*string, len(recs))
@@ -309,15 +287,8 @@ func recordArgs(wfID, owner string, recs []journalRecord) []any {
 	for i, r := range recs {
 		ids[i], names[i], outs[i], errs[i], started[i], completed[i] = int32(r.ID), r.Name, r.Output, r.Err, r.Started, r.Completed
 	}
-	return []any{wfID, owner, ids, names, outs, errs, started, completed}
+	return postgres.StepRecords{IDs: ids, Names: names, Outputs: outs, Errors: errs, Started: started, Completed: completed}
 }
-
-// recordModelSQL writes records whose last is a model call's as
-// helix.record_steps does, but the model call's as the step's assistant
-// message row when the session's message count is still the row's seq
-// (helix.record_model_message, migration 00028). It returns the row's tool
-// calls as stored, NULL when the record went to helix.step_journal.
-const recordModelSQL = `SELECT helix.record_model_message($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 // write records recs after the pending ones, with the pending appends, in
 // one round trip (one statement, or a batch in one implicit transaction).
@@ -326,7 +297,8 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 }
 
 // writeRow is write whose last record, when row is not nil, is written as
-// row (recordModelSQL); row reports what the write found.
+// row (postgres.RecordModelMessageStatement); row reports what the write
+// found.
 func (j *journal) writeRow(ctx context.Context, row *modelRow, recs ...journalRecord) error {
 	all := append(j.pending, recs...)
 	if len(all) == 0 && len(j.deferred) == 0 {
@@ -347,17 +319,21 @@ func (j *journal) writeRow(ctx context.Context, row *modelRow, recs ...journalRe
 				if done, err := j.committedRow(c, row, all[len(all)-1].ID); done || err != nil {
 					return err
 				}
-			} else if _, done, err := j.committed(c, j.pool, all[len(all)-1].ID); done || err != nil {
+			} else if _, done, err := j.committed(c, j.db, all[len(all)-1].ID); done || err != nil {
 				return err
 			}
 		}
 		retried = true
-		sql, args := recordSQL, recordArgs(j.wfID, j.owner, all)
+		var sql string
+		var args []any
+		if row != nil {
+			sql, args = postgres.RecordModelMessageStatement(j.wfID, j.owner, stepRecords(all), j.scope.sessionID, row.seq,
+				row.message, row.meta)
+		} else {
+			sql, args = postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(all))
+		}
 		var calls *string
 		scan := func(r pgx.Row) error { return r.Scan(&calls) }
-		if row != nil {
-			sql, args = recordModelSQL, append(args, j.scope.sessionID, row.seq, row.message, row.meta)
-		}
 		if len(j.appends) == 0 {
 			if row != nil {
 				if err := scan(j.pool.QueryRow(c, sql, args...)); err != nil {
@@ -393,27 +369,19 @@ func (j *journal) writeRow(ctx context.Context, row *modelRow, recs ...journalRe
 	return nil
 }
 
-// committedRowSQL reads the tool calls of the message row that holds the
-// model record of workflow segment $4's step $5 (less JournalBase) of the
-// run of turn $3, at seq $2 of session $1: a primary-key look-up.
-const committedRowSQL = `SELECT coalesce((m.message->'toolCalls')::text, 'null')
-FROM helix.sessions s JOIN helix.messages m ON m.session_key = s.key AND m.seq = $2
-WHERE s.session_id = $1 AND m.meta->>0 = $3::int::text AND m.meta->>1 = $4::int::text AND m.meta->>2 = $5::int::text`
-
 // committedRow is committed for a model record written as row: it looks
 // for the row, then (the record went to helix.step_journal, or was moved
 // there since) in helix.step_journal, and sets row's stored tool calls
 // from what it finds.
 func (j *journal) committedRow(ctx context.Context, row *modelRow, id int) (done bool, err error) {
-	var calls *string
-	err = j.pool.QueryRow(ctx, committedRowSQL, j.scope.sessionID, row.seq, j.scope.turn, j.scope.segment, id-JournalBase).Scan(&calls)
+	calls, found, err := postgres.ReadModelRowToolCalls(ctx, j.db, j.scope.sessionID, row.seq, j.scope.turn, j.scope.segment, id-JournalBase)
 	switch {
-	case err == nil:
-		return true, row.took(calls)
-	case !errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
 		return false, err
+	case found:
+		return true, row.took(calls)
 	}
-	rec, done, err := j.committed(ctx, j.pool, id)
+	rec, done, err := j.committed(ctx, j.db, id)
 	if !done || err != nil {
 		return done, err
 	}
@@ -438,34 +406,16 @@ func (row *modelRow) took(calls *string) error {
 	return nil
 }
 
-// committedSQL reads the row that covers step $2 if there is one: the last
-// row that starts at or before it.
-const committedSQL = `SELECT id, n, name, output, error FROM helix.step_journal
-WHERE workflow_id = $1 AND id <= $2 ORDER BY id DESC LIMIT 1`
-
-// carriedSQL reads the journal of the checkpoint one of $1 (IDs of
-// session $2) names, if one was written, in either layout (a primary-key
-// look-up per ID).
-var carriedSQL = postgres.CheckpointJournalSQL
-
-// rowQuerier is what committed reads with: the pool, or a transaction.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // committed reads step id's record, if a write committed it (done): what a
 // retry after a lost acknowledgement looks at first. The checkpoints the
 // step's attempts rendered its records for are looked at first.
-func (j *journal) committed(ctx context.Context, q rowQuerier, id int) (r journalRecord, done bool, err error) {
+func (j *journal) committed(ctx context.Context, q postgres.Querier, id int) (r journalRecord, done bool, err error) {
 	if len(j.carriedBy) > 0 {
-		var checkpoint, text string
-		var messageCount int
-		err := q.QueryRow(ctx, carriedSQL, j.carriedBy, j.scope.sessionID).Scan(&checkpoint, &text, &messageCount)
+		checkpoint, text, messageCount, found, err := postgres.ReadCheckpointJournal(ctx, q, j.carriedBy, j.scope.sessionID)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return r, false, err
-		default:
+		case found:
 			recs, err := unpackCheckpoint(checkpoint, text, messageCount)
 			if err != nil {
 				return r, false, fmt.Errorf("workflow %s: %w", j.wfID, err)
@@ -477,23 +427,18 @@ func (j *journal) committed(ctx context.Context, q rowQuerier, id int) (r journa
 			}
 		}
 	}
-	var first, n int32
-	var name string
-	var output, stepErr *string
-	err = q.QueryRow(ctx, committedSQL, j.wfID, id).Scan(&first, &n, &name, &output, &stepErr)
+	row, found, err := postgres.ReadStepJournalRow(ctx, q, j.wfID, id)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return r, false, nil
 	case err != nil:
 		return r, false, err
-	case int(first)+int(n) <= id:
+	case !found, row.ID+row.N <= id:
 		return r, false, nil
 	}
-	recs, err := unpack(int(first), int(n), name, output, stepErr)
+	recs, err := unpack(row.ID, row.N, row.Name, row.Output, row.Error)
 	if err != nil {
 		return r, false, fmt.Errorf("workflow %s: %w", j.wfID, err)
 	}
-	return recs[id-int(first)], true, nil
+	return recs[id-row.ID], true, nil
 }
 
 // unpack returns the records of a helix.step_journal row: the row's own
@@ -909,7 +854,7 @@ func (j *journal) writeDeferred(ctx dbos.Context, recs []journalRecord) error {
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
-			if _, done, err := j.committed(c, tx, j.deferred[0].id); done || err != nil {
+			if _, done, err := j.committed(c, postgres.PgxQuerier(tx), j.deferred[0].id); done || err != nil {
 				return err
 			}
 		}
@@ -922,7 +867,8 @@ func (j *journal) writeDeferred(ctx dbos.Context, recs []journalRecord) error {
 			return err
 		}
 		all := append(append(append([]journalRecord(nil), j.pending...), first...), recs...)
-		return tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, all)...)
+		sql, args := postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(all))
+		return tx.commitWith(c, sql, args...)
 	})
 	if err != nil {
 		var de *deferredError
@@ -1010,7 +956,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
-			r, done, err := j.committed(c, tx, id)
+			r, done, err := j.committed(c, postgres.PgxQuerier(tx), id)
 			if err != nil {
 				return err
 			}
@@ -1061,18 +1007,21 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if ctx.Err() != nil {
 			return fmt.Errorf("workflow %s cancelled during step %s: %w", j.wfID, name, context.Cause(ctx))
 		}
+		var last string
+		var args []any
 		switch {
 		case carried && len(lead) == 0:
-			err = tx.commitWith(c, checkOwnerSQL, j.wfID, j.owner)
+			last, args = postgres.CheckJournalOwnerStatement(j.wfID, j.owner)
 		case carried:
-			err = tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, lead)...)
+			last, args = postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(lead))
 		default:
 			var rec journalRecord
 			if rec, err = encode(id, name, o, nil, started); err != nil {
 				return err
 			}
-			err = tx.commitWith(c, recordSQL, recordArgs(j.wfID, j.owner, append(append(j.pending, first...), rec))...)
+			last, args = postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(append(append(j.pending, first...), rec)))
 		}
+		err = tx.commitWith(c, last, args...)
 		if err != nil {
 			return err
 		}

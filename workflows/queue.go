@@ -11,6 +11,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/recv"
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // Step names of a queued run's driver (design §4).
@@ -44,8 +45,9 @@ type Admission struct {
 func SegmentID(driverID string, k int) string { return fmt.Sprintf("%s%d", SegmentPrefix(driverID), k) }
 
 // SegmentPrefix is what the workflow IDs of the segments of the run whose
-// driver is driverID start with.
-func SegmentPrefix(driverID string) string { return driverID + "-seg-" }
+// driver is driverID start with: the driver's ID and postgres.SegmentInfix
+// (which the store's reads of segments share).
+func SegmentPrefix(driverID string) string { return driverID + postgres.SegmentInfix }
 
 // SegmentTopicPrefix starts the DBOS message topics on which segments
 // report their outcomes to their drivers.
@@ -149,8 +151,10 @@ func awaitReport(ctx dbos.Context, env *steps.Env, id, topic string) (steps.Outc
 			return steps.Outcome{}, fmt.Errorf("wait for workflow %s: %w", id, err)
 		}
 		st, err := dbos.RunAsStep(ctx, func(ctx context.Context) (string, error) {
-			var status string
-			err := env.Store.Pool().QueryRow(ctx, `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, id).Scan(&status)
+			status, found, err := postgres.ReadWorkflowStatus(ctx, postgres.PgxQuerier(env.Store.Pool()), id)
+			if err == nil && !found {
+				err = fmt.Errorf("workflow %s has no status row in DBOS's system database", id)
+			}
 			return status, err
 		}, dbos.WithStepName(NameSegmentStatus), retries)
 		if err != nil {

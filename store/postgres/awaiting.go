@@ -87,7 +87,7 @@ func syncAwaiting(ctx context.Context, q Querier, rootSessionID string) error {
 		// handle on it however fast it went on, migration 00013).
 		if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = $2, updated_at = now(),
 				answered_at = CASE WHEN $2 = 'running' THEN now() ELSE answered_at END
-			WHERE run_id = (SELECT run_id FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1) AND status = $3`,
+			WHERE run_id = (`+currentRun("run_id", "$1")+`) AND status = $3`,
 			id, string(to), string(from)); err != nil {
 			return err
 		}

@@ -149,10 +149,12 @@ func (s *Store) readQueues(ctx context.Context) ([]QueueLoad, error) {
 // is pending under it, and the first $2 of those whose root session user
 // $1 owns (every one when $1 is empty). It starts from DBOS's pending
 // workflows (idx_workflow_status_pending) and finds each one's run by
-// workflow ID (runs_workflow_idx), that run's later runs by turn, and the
+// workflow ID (runs_workflow_idx), its session's current run (currentRun:
+// the newest by turn, through the runs' (session_id, turn) key), and the
 // sessions by ID: index lookups per pending workflow, none per past run.
+// Alive is executorAlive.
 // Executors known only from their workflows (no row) are not listed.
-const clusterExecutorsSQL = `WITH owned AS (
+var clusterExecutorsSQL = `WITH owned AS (
 		SELECT w.executor_id, count(DISTINCT r.session_id) AS sessions,
 			coalesce((array_agg(DISTINCT r.session_id) FILTER (WHERE $1::text = '' OR root.user_id = $1))[1:$2::int], '{}') AS visible
 		FROM dbos.workflow_status w
@@ -160,12 +162,12 @@ const clusterExecutorsSQL = `WITH owned AS (
 		JOIN helix.sessions s ON s.session_id = r.session_id
 		JOIN helix.sessions root ON root.session_id = s.root_session_id
 		WHERE w.status = 'PENDING' AND w.executor_id IS NOT NULL
-		  AND NOT EXISTS (SELECT 1 FROM helix.runs later WHERE later.session_id = r.session_id AND later.turn > r.turn)
+		  AND r.run_id = (` + currentRun("run_id", "r.session_id") + `)
 		GROUP BY w.executor_id
 	)
 	SELECT x.executor_id, x.application_version, coalesce(x.hostname, ''), coalesce(x.pid, 0), x.started_at, x.heartbeat_at,
 		x.heartbeat_at + x.lease_ms * interval '1 millisecond' AS lease_expires_at,
-		x.stopped_at IS NULL AND x.taken_over_by IS NULL AND now() < x.heartbeat_at + x.lease_ms * interval '1 millisecond' AS alive,
+		` + executorAlive("x") + ` AS alive,
 		x.stopped_at, coalesce(x.taken_over_by, ''), coalesce(x.format_level, 1), coalesce(o.sessions, 0), coalesce(o.visible, '{}')
 	FROM helix.executors x LEFT JOIN owned o ON o.executor_id = x.executor_id
 	ORDER BY alive DESC, x.executor_id COLLATE "C"`

@@ -2,4 +2,7 @@ package postgres
 
 // ClusterExecutorsSQL is ReadCluster's query of the executors, for the
 // test of its plan.
-const ClusterExecutorsSQL = clusterExecutorsSQL
+var ClusterExecutorsSQL = clusterExecutorsSQL
+
+// WakeSweepSQL is ResendWakeups's statement, for the test of its plan.
+const WakeSweepSQL = wakeSweepSQL

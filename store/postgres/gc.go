@@ -29,12 +29,11 @@ type GCSelection struct {
 // sessionColumns; a companion that ran yesterday keeps last month's root). A tree in which a session is active is never picked
 // (DeleteSessionTrees refuses it anyway). Ages are measured on the
 // database's clock; $2..$4 are seconds or NULL (keep forever).
-const gcSelectSQL = `
+var gcSelectSQL = `
 SELECT s.session_id FROM helix.sessions s
 CROSS JOIN LATERAL (SELECT
 	CASE WHEN s.status = 'completed' THEN now() - make_interval(secs => $2)
-	     WHEN s.status = 'failed' AND (SELECT r.error_code FROM helix.runs r WHERE r.session_id = s.session_id
-	                                   ORDER BY r.started_at DESC, r.turn DESC LIMIT 1) IS NOT DISTINCT FROM 'aborted'
+	     WHEN s.status = 'failed' AND (` + currentRun("error_code", "s.session_id") + `) IS NOT DISTINCT FROM 'aborted'
 	     THEN now() - make_interval(secs => $4)
 	     WHEN s.status = 'failed' THEN now() - make_interval(secs => $3)
 	END AS cutoff,

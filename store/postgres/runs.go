@@ -125,8 +125,7 @@ func (s *Store) GetRun(ctx context.Context, runID string) (*store.Run, error) {
 
 // GetCurrentRun implements store.Runs.
 func (s *Store) GetCurrentRun(ctx context.Context, sessionID string) (*store.Run, error) {
-	r, err := scanRun(s.q.QueryRow(ctx, `SELECT `+runColumns+` FROM helix.runs WHERE session_id = $1
-		ORDER BY turn DESC LIMIT 1`, sessionID))
+	r, err := scanRun(s.q.QueryRow(ctx, currentRun(runColumns, "$1"), sessionID))
 	if isNoRows(err) {
 		err = notFound("run of session", sessionID)
 	}

@@ -1,13 +1,12 @@
-package engine
+package postgres_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // The wake-up sweep, which every engine runs each second, reads the
@@ -17,17 +16,14 @@ import (
 func TestWakeSweepReadsTheSuspendedIndex(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.NewURL(t)
-	e, err := New(ctx, Config{DatabaseURL: url, DisableTakeover: true}) // DBOS's schema, which the sweep reads too
+	st := newClusterStore(t) // DBOS's schema, which the sweep reads too
+	conn, err := st.Pool().Acquire(ctx)
 	require.NoError(t, err)
-	require.NoError(t, e.Launch(ctx))
-	require.NoError(t, e.Shutdown(ctx))
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
+	defer conn.Release()
 	_, err = conn.Exec(ctx, `SET enable_seqscan = off`)
 	require.NoError(t, err)
-	rows, err := conn.Query(ctx, "EXPLAIN "+wakeSweepSQL, "chan", "topic::", int64(0), "executor", "segment::", int64(0))
+	defer func() { _, _ = conn.Exec(ctx, `RESET enable_seqscan`) }()
+	rows, err := conn.Query(ctx, "EXPLAIN "+postgres.WakeSweepSQL, "chan", "topic::", int64(0), "executor", "segment::", int64(0))
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {

@@ -1,0 +1,151 @@
+package postgres
+
+import (
+	"context"
+)
+
+// The store's reads of DBOS's workflow table (dbos.workflow_status),
+// alone or with the runs that own the workflows. DBOS writes the table;
+// the engine reads it to fence its steps, to follow queued runs' segments,
+// to find sessions whose workflow was cancelled or never started, and to
+// revive a session DBOS resumed. Each runs on the Querier it is given and
+// returns the driver's errors unwrapped, no row translated to found false.
+
+// ReadWorkflowOwner reads the owner token (owner_xid) of workflowID: which
+// DBOS execution owns it now (nil when none does); found is false when
+// DBOS has no such workflow. Reads only.
+func ReadWorkflowOwner(ctx context.Context, q Querier, workflowID string) (owner *string, found bool, err error) {
+	err = q.QueryRow(ctx, `SELECT owner_xid FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&owner)
+	if isNoRows(err) {
+		return nil, false, nil
+	}
+	return owner, err == nil, err
+}
+
+// WorkflowStillOwned reports whether workflowID is pending under
+// executorID and still owned by the execution whose owner token is owner
+// (false when DBOS has no such workflow). Reads only.
+func WorkflowStillOwned(ctx context.Context, q Querier, workflowID, executorID string, owner *string) (bool, error) {
+	var ours bool
+	err := q.QueryRow(ctx, `SELECT status = 'PENDING' AND executor_id = $2 AND owner_xid IS NOT DISTINCT FROM $3
+		FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID, executorID, owner).Scan(&ours)
+	if isNoRows(err) {
+		return false, nil
+	}
+	return ours, err
+}
+
+// ReadWorkflowStatus reads DBOS's status of workflowID (PENDING, ENQUEUED,
+// SUCCESS, …); found is false when DBOS has no such workflow. Reads only.
+func ReadWorkflowStatus(ctx context.Context, q Querier, workflowID string) (status string, found bool, err error) {
+	err = q.QueryRow(ctx, `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&status)
+	if isNoRows(err) {
+		return "", false, nil
+	}
+	return status, err == nil, err
+}
+
+// CancelledWorkflow is a DBOS workflow held as cancelled.
+type CancelledWorkflow struct {
+	// SessionID is the session whose run it serves (set by
+	// ListSessionsCancelledThroughDBOS only).
+	SessionID  string
+	WorkflowID string
+	// Queue is the DBOS queue it was on ("" when none; set by
+	// ListCancelledRunWorkflows only).
+	Queue string
+}
+
+// ListSessionsCancelledThroughDBOS lists the active sessions whose current
+// run's workflow, or one of its segments (a queued run), DBOS holds as
+// cancelled since before beforeMS (Unix ms), with the cancelled workflow's
+// ID. Two index probes per active session (the workflow by primary key,
+// its segments by parent): an OR in one join would compare every
+// cancelled workflow ever (aborted sessions leave theirs) with every
+// active session. Reads only.
+func ListSessionsCancelledThroughDBOS(ctx context.Context, q Querier, beforeMS int64) ([]CancelledWorkflow, error) {
+	rows, err := q.Query(ctx, cancelledSessionsSQL, beforeMS)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []CancelledWorkflow
+	for rows.Next() {
+		var c CancelledWorkflow
+		if err := rows.Scan(&c.SessionID, &c.WorkflowID); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+var cancelledSessionsSQL = `
+SELECT s.session_id, w.workflow_uuid FROM helix.sessions s
+JOIN LATERAL (` + currentRun("workflow_id", "s.session_id") + `) r ON true
+JOIN LATERAL (
+	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status WHERE workflow_uuid = r.workflow_id
+	UNION ALL
+	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
+	WHERE ` + segmentOf("", "r.workflow_id") + `
+) w ON true
+WHERE s.status = 'active' AND w.status = 'CANCELLED' AND w.updated_at < $1`
+
+// ListCancelledRunWorkflows lists the cancelled workflows of the run whose
+// workflow is runWorkflowID: that one and its queued segments, with the
+// queue each was on. Reads only.
+func ListCancelledRunWorkflows(ctx context.Context, q Querier, runWorkflowID string) ([]CancelledWorkflow, error) {
+	rows, err := q.Query(ctx, `SELECT workflow_uuid, coalesce(queue_name, '') FROM dbos.workflow_status
+		WHERE status = 'CANCELLED' AND (workflow_uuid = $1 OR (`+segmentOf("", "$1")+`))`, runWorkflowID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []CancelledWorkflow
+	for rows.Next() {
+		var c CancelledWorkflow
+		if err := rows.Scan(&c.WorkflowID, &c.Queue); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// OrphanRun is a running run whose workflow DBOS never started.
+type OrphanRun struct {
+	SessionID  string
+	RunID      string
+	WorkflowID string
+	AgentType  string
+	// Queue, PartitionKey and Priority are its admission ("" queue:
+	// direct).
+	Queue        string
+	PartitionKey string
+	Priority     int
+}
+
+// ListOrphanRuns lists the running runs with a workflow ID that DBOS has
+// no workflow for (a process stopped between recording the run and
+// starting its workflow), with their session's agent type and their
+// admission. Reads only.
+func ListOrphanRuns(ctx context.Context, q Querier) ([]OrphanRun, error) {
+	rows, err := q.Query(ctx, `
+SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
+	coalesce(r.queue_priority, 0) FROM helix.runs r JOIN helix.sessions s USING (session_id)
+WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
+  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []OrphanRun
+	for rows.Next() {
+		var o OrphanRun
+		if err := rows.Scan(&o.SessionID, &o.RunID, &o.WorkflowID, &o.AgentType, &o.Queue, &o.PartitionKey, &o.Priority); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
