@@ -53,14 +53,13 @@ func rowsWithPrefix(t *testing.T, pool *pgxpool.Pool, prefix string) map[string]
 			where[table] = append(where[table], fmt.Sprintf("starts_with(%s::text, $1)", col))
 		}
 	}
-	// The keyed tables (migration 00029) name their session or stream by
-	// its key: a row is the tree's when its key is one of the tree's, and
+	// The per-step tables name their session or stream by its key: a row is the tree's when its key is one of the tree's, and
 	// a row whose key no session or stream has (left behind) counts for
 	// every prefix.
 	for table, w := range map[string]string{
-		`"helix"."messages_k"`:      `session_key IN (SELECT key FROM helix.sessions WHERE starts_with(session_id, $1)) OR session_key NOT IN (SELECT key FROM helix.sessions WHERE key IS NOT NULL)`,
-		`"helix"."checkpoints_k"`:   `session_key IN (SELECT key FROM helix.sessions WHERE starts_with(session_id, $1)) OR session_key NOT IN (SELECT key FROM helix.sessions WHERE key IS NOT NULL)`,
-		`"helix"."stream_chunks_k"`: `stream_key IN (SELECT key FROM helix.streams WHERE starts_with(stream_id, $1)) OR stream_key NOT IN (SELECT key FROM helix.streams WHERE key IS NOT NULL)`,
+		`"helix"."messages"`:      `session_key IN (SELECT key FROM helix.sessions WHERE starts_with(session_id, $1)) OR session_key NOT IN (SELECT key FROM helix.sessions WHERE key IS NOT NULL)`,
+		`"helix"."checkpoints"`:   `session_key IN (SELECT key FROM helix.sessions WHERE starts_with(session_id, $1)) OR session_key NOT IN (SELECT key FROM helix.sessions WHERE key IS NOT NULL)`,
+		`"helix"."stream_chunks"`: `stream_key IN (SELECT key FROM helix.streams WHERE starts_with(stream_id, $1)) OR stream_key NOT IN (SELECT key FROM helix.streams WHERE key IS NOT NULL)`,
 	} {
 		if _, ok := where[table]; !ok {
 			tables = append(tables, table)
@@ -149,8 +148,8 @@ func TestDeleteSessionLeavesNoRowOfTheTree(t *testing.T) {
 	pool := e.Store().Pool()
 
 	before := rowsWithPrefix(t, pool, gone)
-	for _, table := range []string{`"helix"."sessions"`, `"helix"."messages_k"`, `"helix"."checkpoints_k"`, `"helix"."runs"`,
-		`"helix"."sub_session_refs"`, `"helix"."streams"`, `"helix"."stream_chunks_k"`, `"helix"."step_journal"`,
+	for _, table := range []string{`"helix"."sessions"`, `"helix"."messages"`, `"helix"."checkpoints"`, `"helix"."runs"`,
+		`"helix"."sub_session_refs"`, `"helix"."streams"`, `"helix"."stream_chunks"`, `"helix"."step_journal"`,
 		`"dbos"."workflow_status"`, `"dbos"."workflow_input"`, `"dbos"."workflow_output"`, `"dbos"."operation_outputs"`} {
 		require.Positive(t, before[table], "the tree has rows in %s before it is deleted: %v", table, before)
 	}

@@ -14,7 +14,6 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // A rolling deploy: the replica of v1 is replaced by one of v2 while a
@@ -22,24 +21,16 @@ import (
 // waits in the queue. v1 stops; v2 takes its executor over and finishes
 // all three, the approval given after the deploy, the approved tool run
 // once. With the default, constant application version (a rebuild), and
-// with a new version that adopts the old one (Config.AdoptVersions). And
-// from a release before the storage format levels (v1's row records no
-// level, so v1 writes level 0, as that release does), the deploy's order:
-// v2 starts while v1 runs and writes what v1 reads (level 0); once v1
-// stopped, v2 writes the newest formats, and the sessions v1 began finish
-// on them.
+// with a new version that adopts the old one (Config.AdoptVersions).
 func TestRollingDeploy(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		old, new string
 		adopt    []string
-		previous bool
 	}{
 		{name: "same version", old: engine.DefaultApplicationVersion, new: engine.DefaultApplicationVersion},
 		{name: "new version adopting the old", old: "shop-2026-11", new: "shop-2026-12", adopt: []string{"shop-2026-11"}},
-		{name: "from a release before the format levels", old: engine.DefaultApplicationVersion, new: engine.DefaultApplicationVersion,
-			previous: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -64,11 +55,6 @@ func TestRollingDeploy(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			v1, v1Agents := start("replica-v1", tc.old, nil, &syncBuffer{})
-			if tc.previous {
-				_, err := pool.Exec(t.Context(), `UPDATE helix.executors SET format_level = NULL WHERE executor_id = 'replica-v1'`)
-				require.NoError(t, err)
-				awaitFormatLevel(t, v1, postgres.FormatLevelBase)
-			}
 			waiting, err := v1.Execute(t.Context(), v1Agents[0], engine.Input{Message: "pay bob"}, &engine.ExecuteOptions{SessionID: "waiting"})
 			require.NoError(t, err)
 			require.Equal(t, helix.AgentSuspendedClientTool, result(t, waiting).Status)
@@ -81,19 +67,11 @@ func TestRollingDeploy(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, q, "the third session waits in the queue from the moment Execute returns")
 
-			// The deploy: v1 stops, v2 comes up (from a release before
-			// the levels, v2 comes up first).
-			if !tc.previous {
-				require.NoError(t, v1.Shutdown(t.Context()))
-			}
+			// The deploy: v1 stops, v2 comes up.
+			require.NoError(t, v1.Shutdown(t.Context()))
 			v2log := &syncBuffer{}
 			v2, _ := start("replica-v2", tc.new, tc.adopt, v2log)
 			t.Cleanup(func() { require.NoError(t, v2.Shutdown(context.Background())) })
-			if tc.previous {
-				require.Equal(t, postgres.FormatLevelBase, v2.FormatLevel(), "v1, alive, reads level 0 only")
-				require.NoError(t, v1.Shutdown(t.Context()))
-				awaitFormatLevel(t, v2, postgres.FormatLevelNewest)
-			}
 			require.Eventually(t, func() bool {
 				var by string
 				err := pool.QueryRow(t.Context(), `SELECT coalesce(taken_over_by, '') FROM helix.executors
@@ -116,14 +94,6 @@ func TestRollingDeploy(t *testing.T) {
 				WHERE status IN ('PENDING', 'ENQUEUED') AND application_version <> $1`, tc.new).Scan(&left))
 			require.Zero(t, left, "nothing of the old version is left pending")
 			require.Contains(t, v2log.String(), `"event":"executor.took_over","executorId":"replica-v1"`)
-			if tc.previous {
-				var old, cur int
-				require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE left(c.chunk::text, 2) IN ('{"', '[2')),
-					count(*) FILTER (WHERE left(c.chunk::text, 2) = '[3')
-					FROM helix.all_stream_chunks c JOIN helix.runs r ON r.run_id = c.run_id WHERE r.session_id = 'waiting'`).Scan(&old, &cur))
-				require.Positive(t, old, "v1 wrote what it reads")
-				require.Positive(t, cur, "v2 wrote format 3 once v1 was gone")
-			}
 		})
 	}
 }

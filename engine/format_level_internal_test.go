@@ -13,8 +13,8 @@ import (
 
 // An executor records the storage format level it reads at its claim and
 // again when it rejoins after a takeover (which clears the level with
-// started_at, migration 00027), and a failed record after a rejoin is
-// retried by the next renewal, not left at level 0 for good.
+// started_at), and a failed record after a rejoin is
+// retried by the next renewal, not left unrecorded for good.
 func TestExecutorRecordsItsFormatLevel(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -55,7 +55,7 @@ func TestExecutorRecordsItsFormatLevel(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.beat(t.Context()))
 	require.False(t, h.takenOver, "the rejoin stands")
-	require.Nil(t, level(), "level 0 meanwhile")
+	require.Nil(t, level(), "none recorded meanwhile: the baseline")
 	require.True(t, h.levelUnrecorded)
 	_, err = pool.Exec(t.Context(), `DROP TRIGGER refuse_level ON helix.executors`)
 	require.NoError(t, err)

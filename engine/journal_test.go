@@ -136,14 +136,15 @@ func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 	require.NoError(t, rows.Err())
 	base := workflows.JournalBase
 	require.Empty(t, got, "no helix.step_journal row: the model call's record is the assistant message row "+
-		"(FormatLevelModelMessages), the tool's and the commit's are the checkpoint's")
+		"the tool's and the commit's are the checkpoint's")
 	var meta string
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT meta::text FROM helix.all_messages WHERE session_id = $1 AND seq = 1`,
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.meta::text FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = $1 AND m.seq = 1`,
 		h.SessionID).Scan(&meta))
 	require.True(t, strings.HasPrefix(meta, "[1,0,0,"), "turn 1, the run's own workflow, step 0 of the journal: %s", meta)
 	var checkpoint, carried string
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT checkpoint_id, journal FROM helix.all_checkpoints
-		WHERE session_id = $1 AND journal IS NOT NULL`, h.SessionID).Scan(&checkpoint, &carried))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT helix.checkpoint_id_of(s.session_id, c.step_count, c.id_ms, c.id_rand), c.journal
+		FROM helix.checkpoints c JOIN helix.sessions s ON s.key = c.session_key
+		WHERE s.session_id = $1 AND c.journal IS NOT NULL`, h.SessionID).Scan(&checkpoint, &carried))
 	require.True(t, strings.HasPrefix(carried, fmt.Sprintf("[0,%d,", base+1)), "the run's own workflow, from the tool: %s", carried)
 	require.NotContains(t, carried, checkpoint, "the commit's record does not repeat its checkpoint's ID")
 
@@ -249,11 +250,11 @@ func TestJournalQueuedSegmentsReplayTheirOwnRecords(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), first.URL())
 	require.NoError(t, err)
 	defer pool.Close()
-	segments := queryStrings(t, pool, `SELECT split_part(substr(journal, 2), ',', 1) FROM helix.all_checkpoints
-		WHERE session_id = $1 AND journal IS NOT NULL ORDER BY created_seq`, h.SessionID)
+	segments := queryStrings(t, pool, `SELECT split_part(substr(c.journal, 2), ',', 1) FROM helix.checkpoints c JOIN helix.sessions s ON s.key = c.session_key
+		WHERE s.session_id = $1 AND c.journal IS NOT NULL ORDER BY c.created_seq`, h.SessionID)
 	require.Equal(t, []string{"1", "2", "2"}, segments, "step 1 committed in the first segment; 2 and 3 in the second")
 	require.Equal(t, []string{"1", "2"}, queryStrings(t, pool,
-		`SELECT meta->>1 FROM helix.all_messages WHERE session_id = $1 AND meta IS NOT NULL ORDER BY seq`, h.SessionID),
+		`SELECT m.meta->>1 FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = $1 AND m.meta IS NOT NULL ORDER BY m.seq`, h.SessionID),
 		"steps 1 and 3 recorded their model calls as their assistant rows, each naming its segment (step 2's waited for its approval)")
 
 	second := first.Replacement(helixtest.ReplacementOptions{NewExecutorID: true})
@@ -295,7 +296,7 @@ func TestJournalRunWithASubAgentReplaysAfterACrash(t *testing.T) {
 	defer pool.Close()
 	for id, want := range map[string]int{h.SessionID: 2, childID: 1} {
 		var n int
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.all_messages WHERE session_id = $1 AND meta->>0 = '1'`,
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = $1 AND m.meta->>0 = '1'`,
 			id).Scan(&n))
 		require.Equal(t, want, n, "%s: its tool steps' model records are its own assistant rows, of its own run", id)
 	}

@@ -45,8 +45,8 @@ func TestSubAgentMarkersInTheParentStream(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	var markers int
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.all_stream_chunks c JOIN helix.runs r ON r.run_id = c.run_id
-		WHERE c.stream_id = $1 AND r.session_id = $2 AND left(c.chunk::text, 3) = '[4,'`, h.SessionID, childID).Scan(&markers))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key JOIN helix.runs r ON r.run_id = c.run_id
+		WHERE t.stream_id = $1 AND r.session_id = $2 AND left(c.chunk::text, 3) = '[4,'`, h.SessionID, childID).Scan(&markers))
 	require.Positive(t, markers, "the child's commits in the parent's stream are marker rows")
 
 	var ends []*helix.ToolEndChunk

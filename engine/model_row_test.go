@@ -19,7 +19,6 @@ import (
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/steps"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // rawArgs records the arguments each run of a tool got, by tool call ID,
@@ -70,7 +69,7 @@ func scriptOf(s []func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepRes
 	return script(s...)
 }
 
-// At FormatLevelModelMessages a step whose tools run application code
+// A step whose tools run application code
 // records its model call as the step's assistant message row: no
 // helix.call_model record in helix.step_journal, a row with meta per step.
 // Crashes after a model call (the row pending) and after a tool (its
@@ -89,7 +88,6 @@ func TestModelRecordIsTheAssistantRow(t *testing.T) {
 			agent := modelRowAgent(args.tool(t), toolSteps)
 			agent.Model = mc.Wrap(agent.Model)
 			first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &crash, Quiet: true}, agent)
-			require.GreaterOrEqual(t, first.FormatLevel(), postgres.FormatLevelModelMessages)
 			h := first.Start(agent, "go")
 			first.AwaitCrash()
 			second := first.Replacement(helixtest.ReplacementOptions{})
@@ -120,7 +118,7 @@ func TestModelRecordIsTheAssistantRow(t *testing.T) {
 			require.Zero(t, journalModel, "no model call's record in helix.step_journal")
 			require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE m.meta IS NOT NULL),
 					count(*) FILTER (WHERE m.seq >= s.message_count)
-				FROM helix.all_messages m JOIN helix.sessions s USING (session_id) WHERE m.session_id = $1`, h.SessionID).Scan(&rows, &pending))
+				FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = $1`, h.SessionID).Scan(&rows, &pending))
 			require.Equal(t, toolSteps, rows, "a model record per tool step, in its assistant row")
 			require.Zero(t, pending, "no row left pending")
 			var view int
@@ -174,8 +172,8 @@ func TestPendingRowOfAnAbortedRunIsEvicted(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	var pendingSeq, count int
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.seq, s.message_count FROM helix.all_messages m
-		JOIN helix.sessions s USING (session_id) WHERE m.session_id = $1 AND m.meta IS NOT NULL`, h.SessionID).Scan(&pendingSeq, &count))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.seq, s.message_count FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key
+		WHERE s.session_id = $1 AND m.meta IS NOT NULL`, h.SessionID).Scan(&pendingSeq, &count))
 	require.Equal(t, count, pendingSeq, "the model record waits at the message count, pending")
 	require.Len(t, e.Messages(h.SessionID), 1, "the pending row is no message")
 
@@ -241,8 +239,8 @@ func TestApprovalPredicateStepAdoptsItsRow(t *testing.T) {
 	defer pool.Close()
 	var seq, count int
 	var meta string
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.seq, s.message_count, m.meta::text FROM helix.all_messages m
-		JOIN helix.sessions s USING (session_id) WHERE m.session_id = $1 AND m.meta IS NOT NULL`, h.SessionID).Scan(&seq, &count, &meta))
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.seq, s.message_count, m.meta::text FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key
+		WHERE s.session_id = $1 AND m.meta IS NOT NULL`, h.SessionID).Scan(&seq, &count, &meta))
 	require.Equal(t, count, seq, "the model record waits in its assistant row, pending, while the step waits")
 	require.Len(t, first.Messages(h.SessionID), 1)
 
@@ -263,7 +261,7 @@ func TestApprovalPredicateStepAdoptsItsRow(t *testing.T) {
 	msgs := second.Messages(h.SessionID)
 	require.Len(t, msgs, 4, "user, assistant, tool result, answer")
 	var kept string
-	require.NoError(t, pool.QueryRow(t.Context(), `SELECT meta::text FROM helix.all_messages WHERE session_id = $1 AND seq = $2`,
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.meta::text FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = $1 AND m.seq = $2`,
 		h.SessionID, seq).Scan(&kept))
 	require.Equal(t, meta, kept, "the resumed run's commit kept the row the first run's model record is")
 	second.RequireTranscriptOnce(h.SessionID)
