@@ -79,7 +79,7 @@ func (h *Handle) Result(ctx context.Context) (helix.AgentResult, error) {
 }
 
 // RunStatusChannel is the Postgres NOTIFY channel on which a run's status
-// changes are announced (migration 00011; the payload is the run ID).
+// changes are announced (the payload is the run ID).
 const RunStatusChannel = "helix_run_status"
 
 // ResultPollInterval bounds how long Handle.Result goes without reading

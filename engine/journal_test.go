@@ -99,8 +99,8 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 	require.Len(t, msgs.Messages, 1, "only the user's message")
 }
 
-// A step's commit carries the records written with it in its checkpoint
-// (migration 00025): the step's tool record and the commit's own are the
+// A step's commit carries the records written with it in its checkpoint:
+// the step's tool record and the commit's own are the
 // checkpoint's journal, not a helix.step_journal row, and a recovery after
 // the commit replays them from there: the tool is not run again, the
 // commit not applied twice.

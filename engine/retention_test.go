@@ -32,7 +32,7 @@ func (p passLog) Write(b []byte) (int, error) {
 
 // age moves a whole session tree's last activity back by d: both columns
 // it is read from (a step's commit writes checkpointed_at, anything else
-// updated_at; migration 00026).
+// updated_at).
 func age(t *testing.T, pool *pgxpool.Pool, rootID string, d time.Duration) {
 	t.Helper()
 	_, err := pool.Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - make_interval(secs => $2),

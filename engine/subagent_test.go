@@ -328,7 +328,7 @@ func TestNestedHumanInTheLoop(t *testing.T) {
 // Resume after a submission that reached a sub-agent returns a handle on
 // the parent's run even when the parent already went on (its child took
 // the answer and finished first): the run continues in place, as for a
-// run whose own call was answered (migration 00013).
+// run whose own call was answered.
 func TestResumeAfterTheParentWentOn(t *testing.T) {
 	t.Parallel()
 	wentOn, release := make(chan struct{}), make(chan struct{})

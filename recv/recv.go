@@ -149,7 +149,7 @@ const CodeCancelled = "HX410"
 // for the call, for a caller that sends it with the other statements of its
 // transaction (a submission: the message then commits with its record, in
 // the same round trip as the COMMIT). It writes what Send writes, in DBOS's
-// format (helix.send_tool_message, migration 00017): DBOS's default JSON
+// format (helix.send_tool_message): DBOS's default JSON
 // serialization, one message per key and destination, and DBOS's trigger
 // wakes the waiting run. A workflow cancelled with DBOS's tools gets
 // nothing: the statement fails with [CodeCancelled] ([Cancelled]).

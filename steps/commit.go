@@ -263,7 +263,7 @@ func commitOutput(res *store.StepCommitResult) CommitOutput {
 type commitRecordKey struct{}
 
 // WithCommitRecord returns ctx with which CommitStep's checkpoint carries
-// the step journal's records (store.StepCommit.Journal, migration 00025):
+// the step journal's records (store.StepCommit.Journal):
 // record renders them, the commit's own included, given the commit's
 // output, before the checkpoint is written.
 func WithCommitRecord(ctx context.Context, record func(CommitOutput) (string, error)) context.Context {

@@ -128,7 +128,7 @@ type StepCommit struct {
 	// request. Nil appends nothing.
 	Closing func(StepClosing) []helix.Chunk
 	// Journal, when set, returns what the checkpoint carries in its
-	// journal column (migration 00025: the step journal's records that
+	// journal column (the step journal's records that
 	// commit with it), given what the commit decided: the result as
 	// CommitStep returns it, but for Version, CheckpointSequence and
 	// LatestSequence. Called once per commit, before the checkpoint is

@@ -24,13 +24,13 @@ import (
 )
 
 // JournalBase is the ID of a workflow's first journaled step. The records
-// live in helix.step_journal (migration 00012; one index, narrow rows), not
+// live in helix.step_journal (one index, narrow rows), not
 // in dbos.operation_outputs, whose three indexes took a third of the
 // journal's WAL; the IDs stay clear of DBOS's own step IDs (numbered from
 // 0), which a message's consumer ID (consumed_by_function_id) shares. The
-// records of one write share a row (migration 00020; unpack), and those a
-// step's commit writes are in its checkpoint's row instead (00025;
-// checkpointRecords, unpackCheckpoint).
+// records of one write share a row (unpack), and those a
+// step's commit writes are in its checkpoint's row instead
+// (checkpointRecords, unpackCheckpoint).
 const JournalBase = 1_000_000
 
 // A journal records the agent loop's steps (model calls, tools, hooks and
@@ -92,14 +92,14 @@ type journal struct {
 }
 
 // journalScope is the run a journal's workflow executes, whose
-// checkpoints carry the records of its commits (migration 00025): the
+// checkpoints carry the records of its commits: the
 // run's session and ID, and the workflow's segment number (0: the run's
 // own workflow; k: its k-th segment, a queued run's).
 type journalScope struct {
 	sessionID, runID string
 	segment          int
 	// turn is the run's helix.runs.turn, which its model records written
-	// as message rows name (migration 00028).
+	// as message rows name.
 	turn int
 }
 
@@ -442,8 +442,8 @@ func (j *journal) committed(ctx context.Context, q postgres.Querier, id int) (r 
 }
 
 // unpack returns the records of a helix.step_journal row: the row's own
-// columns when it holds one record (n = 1), else those its output packs
-// (migration 00020): a JSON array of [name, started, completed, error,
+// columns when it holds one record (n = 1), else those its output packs:
+// a JSON array of [name, started, completed, error,
 // output] entries, output (JSON text, kept as is) left out when NULL.
 // Replay needs neither time, which it leaves zero.
 func unpack(id, n int, name string, output, stepErr *string) ([]journalRecord, error) {
@@ -463,7 +463,7 @@ func unpack(id, n int, name string, output, stepErr *string) ([]journalRecord, e
 	return unpackEntries(id, entries)
 }
 
-// unpackEntries returns the records of packed entries (migration 00020's
+// unpackEntries returns the records of packed entries (helix.step_journal's
 // [name, started, completed, error, output]), the first one's ID id.
 func unpackEntries(id int, entries [][]json.RawMessage) ([]journalRecord, error) {
 	recs := make([]journalRecord, len(entries))
@@ -488,9 +488,9 @@ func unpackEntries(id int, entries [][]json.RawMessage) ([]journalRecord, error)
 }
 
 // unpackCheckpoint returns the records checkpoint's journal text carries
-// (migration 00025: [segment, first ID, base time, entries as unpack's]),
+// ([segment, first ID, base time, entries as unpack's]),
 // the commit's record with its checkpoint ID, which it does not repeat,
-// back in its output. From FormatLevelCompactJournals (migration 00033) an
+// back in its output. From FormatLevelCompactJournals an
 // entry's name may be coded (journalStepNames) and the commit's record
 // may be the short entry [started, completed], which stands for
 // [helix.commit_step, started, completed, null, {"<o":messageCount}]:
@@ -555,7 +555,7 @@ var (
 var checkpointIDKey = codeOutput(`"checkpointId":`)
 
 // withCheckpointID puts a checkpoint ID back in a commit's recorded output
-// (a JSON object); migration 00025's helix.checkpoint_journal does the
+// (a JSON object); helix.checkpoint_journal does the
 // same in SQL.
 func withCheckpointID(output, checkpoint string) string {
 	if len(output) < 2 || output[0] != '{' {
@@ -717,7 +717,7 @@ type stepWrites[R any] struct {
 	// later decides the mode from the step's output.
 	later func(R) bool
 	// row renders a record written at once as a message row (a model
-	// call's, migration 00028; nil for a helix.step_journal record), and
+	// call's; nil for a helix.step_journal record), and
 	// gets what its write found.
 	row func(R, journalRecord) (*modelRow, error)
 }

@@ -12,7 +12,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // A row of the step journal holds one record in its columns, or several in
-// its output (migration 00020); the journal replays them as written. The
+// its output; the journal replays them as written. The
 // row's format is the migration's, end to end in engine's
 // TestJournalWriteOfSeveralRecordsIsOneRowAndReplays and migrations'
 // TestStepJournalRowsPackRecords.
@@ -72,8 +72,7 @@ func FuzzUnpackJournalRow(f *testing.F) {
 	})
 }
 
-// A commit's checkpoint carries the records written with it (migration
-// 00025): the last run of consecutive IDs, sorted (parallel tools are
+// A commit's checkpoint carries the records written with it: the last run of consecutive IDs, sorted (parallel tools are
 // recorded as they end), the records before it left for helix.step_journal;
 // they read back as written, times aside, and the commit's record, which
 // does not repeat its checkpoint's ID, with it back in its output.

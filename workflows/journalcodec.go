@@ -21,7 +21,7 @@ import (
 // ways whatever the key belongs to.
 //
 // journalKeys is part of the stored format: append only, never reorder.
-// Migration 00022's helix.journal_output expands the same table in SQL, for
+// helix.journal_output expands the same table in SQL, for
 // helix.step_journal_records.
 var journalKeys = []string{
 	"result", "type", "content", "toolCalls", "id", "name", "arguments", "stopReason",
@@ -58,14 +58,14 @@ func expandOutput(s string) string {
 }
 
 // journalStepNames are the step names a checkpoint's journal
-// (checkpointRecords, migration 00025) stores as their index, a small JSON
+// (checkpointRecords) stores as their index, a small JSON
 // integer, from FormatLevelCompactJournals: the names the engine writes
 // into checkpoint journals, the most frequent first. Any other name is
 // stored as its string, so the two never meet: an entry's name is a
 // string or a number.
 //
 // journalStepNames is part of the stored format: append only, never
-// reorder. Migration 00033's helix.journal_step_name expands the same
+// reorder. helix.journal_step_name expands the same
 // table in SQL, for helix.step_journal_records.
 var journalStepNames = []string{
 	steps.NameRunTool, steps.NameCommitStep, steps.NameCallModel, steps.NameFireHooks,

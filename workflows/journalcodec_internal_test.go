@@ -53,7 +53,7 @@ func TestJournalOutputCodeRoundTrips(t *testing.T) {
 	require.NotContains(t, codeOutput(model), `"toolCalls":`)
 }
 
-// Migration 00022's helix.journal_output repeats the key table: it expands
+// helix.journal_output repeats the key table: it expands
 // every coded output exactly as the journal does.
 func TestJournalOutputExpandsInSQL(t *testing.T) {
 	t.Parallel()
@@ -73,7 +73,7 @@ func TestJournalOutputExpandsInSQL(t *testing.T) {
 	require.Equal(t, s, got, "every key of the table")
 }
 
-// Migration 00033's helix.journal_step_name repeats the step name table,
+// helix.journal_step_name repeats the step name table,
 // and its helix.checkpoint_journal reads a compact checkpoint journal as
 // unpackCheckpoint does: every coded name, the short commit entry rebuilt
 // from the message count, the long forms as they are.

@@ -10,14 +10,14 @@ import (
 )
 
 // A model call's record written as the step's assistant message row
-// (migration 00028, from postgres.FormatLevelModelMessages): the row holds
-// the message, messages.meta the rest of the record. The layout of meta is
-// 00028's: [turn, seg, id - JournalBase, started, took, durationMs, type,
+// (helix.messages, pending until the step's commit counts it): the row holds
+// the message, messages.meta the rest of the record. The layout of meta:
+// [turn, seg, id - JournalBase, started, took, durationMs, type,
 // stopReason, inputTokens, outputTokens, cachedTokens, cacheWriteTokens,
 // model, output, error, errorCode], trailing defaults left out, type null
 // for modelRowType. helix.message_record rebuilds the same output in SQL.
 
-// Positions in messages.meta (migration 00028).
+// Positions in messages.meta.
 const (
 	metaTurn = iota
 	metaSegment

@@ -84,7 +84,7 @@ func syncAwaiting(ctx context.Context, q Querier, rootSessionID string) error {
 		}
 		// A run whose sub-agents' waits for people all ended goes on in
 		// place: answered, as a run whose own calls were (Resume returns a
-		// handle on it however fast it went on, migration 00013).
+		// handle on it however fast it went on).
 		if _, err := q.Exec(ctx, `UPDATE helix.runs SET status = $2, updated_at = now(),
 				answered_at = CASE WHEN $2 = 'running' THEN now() ELSE answered_at END
 			WHERE run_id = (`+currentRun("run_id", "$1")+`) AND status = $3`,

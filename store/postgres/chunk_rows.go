@@ -10,7 +10,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 )
 
-// Stream chunks are stored packed (migration 00014): the chunks one
+// Stream chunks are stored packed: the chunks one
 // statement appends to one stream for one run, step and attempt share a row
 // of helix.stream_chunks, whose seq is the sequence of its last chunk and n
 // its number of chunks (the first is seq - n + 1). A step's six lifecycle

@@ -81,7 +81,7 @@ type QueueLoad struct {
 // queues with work. It reads only what is live: the executors' rows (which
 // takeovers prune), DBOS's pending and enqueued workflows (through its
 // partial indexes on them), and the runs and sessions of the pending
-// workflows (through the index of runs by workflow, migration 00024), so
+// workflows (through the index of runs by workflow), so
 // its cost follows the work in flight, not the history of runs. Reads only.
 func (s *Store) ReadCluster(ctx context.Context, opts *ClusterOptions) (*Cluster, error) {
 	var o ClusterOptions

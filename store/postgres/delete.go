@@ -47,7 +47,7 @@ const (
 
 // deleteTables are the helix tables whose rows belong to a session tree,
 // deleted in this order (owned rows before their owners, so the counts are
-// exact and the cascades and triggers of migrations 00001 and 00021 find
+// exact and the schema's cascades and triggers find
 // nothing left): where matches $1, the IDs of the kind key.
 var deleteTables = []struct {
 	table, where string

@@ -176,7 +176,7 @@ type SurveyedExecutor struct {
 // are alive (their lease is fresh), run on this machine (ns, a non-empty
 // process.Namespace: their process may be gone, which the takeover sweep
 // takes over at once), or are self, with the storage format level each
-// recorded (migration 00027; NULL, an engine of a release before the
+// recorded (NULL, an engine of a release before the
 // levels, is 0). Executors of every application count: they share the
 // stream and journal tables. Reads only.
 func SurveyExecutors(ctx context.Context, q Querier, ns, self string) ([]SurveyedExecutor, error) {

@@ -89,7 +89,7 @@ func requireNoSuspensionRow(t *testing.T, st *store.SessionState) {
 }
 
 // Every session with pending calls is in the wake-up sweep's index (the
-// sessions with a suspended step, migration 00032), a suspension without a
+// sessions with a suspended step), a suspension without a
 // step ID and a state saved with pending calls included (the sweep's use of
 // the index: engine's TestWakeSweepReadsTheSuspendedIndex).
 func TestPendingCallsAreInTheSweepIndex(t *testing.T) {

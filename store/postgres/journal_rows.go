@@ -25,12 +25,12 @@ import (
 //     the row's), or once with those NULL when it has none; no such row
 //     when DBOS has no such workflow;
 //   - the journals the checkpoints of run runID carry for segment segment
-//     of it (helix.run_journals, migration 00025: a walk of the run's own
+//     of it (helix.run_journals: a walk of the run's own
 //     checkpoints, not the session's history): n the checkpoint's message
-//     count (migration 00033), which its short commit entry needs, output
+//     count, which its short commit entry needs, output
 //     the journal, checkpoint its ID;
 //   - the model records the message rows of session sessionID hold for
-//     that segment (helix.run_model_messages, migration 00028): id the
+//     that segment (helix.run_model_messages): id the
 //     row's seq, output its message, meta its meta.
 //
 // Reads only.
@@ -60,8 +60,8 @@ type StepRecords struct {
 }
 
 // RecordStepsStatement returns the statement that writes records r of
-// workflow workflowID (helix.record_steps, migration 00010; one row per
-// call since 00020), fenced by owner, the workflow's owner token: it fails
+// workflow workflowID (helix.record_steps; one row per
+// call), fenced by owner, the workflow's owner token: it fails
 // unless the workflow is pending and owned by that execution. The records
 // of a call have consecutive IDs and become one row (the function would
 // write a row per run of consecutive IDs otherwise); their outputs are
@@ -77,7 +77,7 @@ const recordStepsSQL = `SELECT helix.record_steps($1, $2, $3, $4, $5, $6, $7, $8
 // as RecordStepsStatement does, but the last one, a model call's, as the
 // step's assistant message row of session sessionID at seq (message and
 // meta its columns) when the session's message count is still seq
-// (helix.record_model_message, migration 00028). Its one value is the
+// (helix.record_model_message). Its one value is the
 // row's tool calls as stored (JSON text), NULL when the record went to
 // helix.step_journal instead.
 func RecordModelMessageStatement(workflowID, owner string, r StepRecords, sessionID string, seq int, message, meta string) (sql string, args []any) {
@@ -89,8 +89,7 @@ const recordModelMessageSQL = `SELECT helix.record_model_message($1, $2, $3, $4,
 
 // CheckJournalOwnerStatement returns the statement that ends a
 // transaction step whose records its checkpoint carries: the owner check
-// and lock of helix.record_steps alone (helix.check_journal_owner,
-// migration 00025).
+// and lock of helix.record_steps alone (helix.check_journal_owner).
 func CheckJournalOwnerStatement(workflowID, owner string) (sql string, args []any) {
 	return `SELECT helix.check_journal_owner($1, $2)`, []any{workflowID, owner}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // A step commit's checkpoint carries what StepCommit.Journal renders, given
-// what the commit decided (migration 00025); when a retry's
+// what the commit decided; when a retry's
 // TruncateMessages deletes the checkpoint, the records it carries stay, in
 // helix.step_journal: the workflow that wrote them may still recover (a
 // crash after its last commit) and must replay them, not run its tools and

@@ -14,7 +14,7 @@ import (
 )
 
 // The tests of a model call's record written as the step's assistant
-// message row (migration 00028): the journal's statement
+// message row: the journal's statement
 // (helix.record_model_message) called as the journal calls it, for the
 // run of turn 1 of its session, whose workflow is "<session>-turn-1".
 

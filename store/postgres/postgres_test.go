@@ -224,7 +224,7 @@ func TestWriterGuardDropsRefusedChunks(t *testing.T) {
 // TestDeleteSessionLeavesNoRows proves that deleting a session tree takes
 // every row the steps of its sessions appended (messages, checkpoints with
 // their usage, stream chunks), although those tables have no foreign keys
-// since migration 00021 (statement triggers delete them), and leaves another
+// (statement triggers delete them), and leaves another
 // session's rows alone.
 func TestDeleteSessionLeavesNoRows(t *testing.T) {
 	t.Parallel()

@@ -24,7 +24,7 @@ import (
 // column it changes; updated_at is the row's last but one, and writing it
 // at every step logged checkpoint_source, metadata, tags, user_id,
 // tracing_context, expires_at and created_at again (about 45 bytes per
-// step; migration 00026).
+// step).
 var sessionColumns = sessionColumnsWith("completed_client_tool_calls")
 
 // sessionColumnsWith is sessionColumns with completed (an expression) read

@@ -14,7 +14,7 @@ import (
 // PageSessions returns one page of sessions, newest first, by keyset on
 // (created_at, session_id): a page reads its rows in index order from its
 // cursor and stops, at any depth, instead of counting past an OFFSET. The
-// indexes of migration 00023 serve it: root sessions by (created_at,
+// indexes of the sessions table serve it: root sessions by (created_at,
 // session_id), by owner and by agent, and session IDs by prefix; a status
 // by (status, created_at). (The one unindexed case is IncludeSubSessions
 // with no other filter: a scan of every session and a top-N sort.)

@@ -350,7 +350,7 @@ func (s *Store) SaveStateAndPromoteStaging(ctx context.Context, p store.CommitPa
 		}
 		if len(msgs) > 0 {
 			// Pending model records at the messages' places move away
-			// first (migration 00028; the session's row is locked).
+			// first (the session's row is locked).
 			if _, err := q.Exec(ctx, insertMessagesSQL, id, count, msgs); err != nil {
 				return fmt.Errorf("append messages: %w", err)
 			}

@@ -13,7 +13,7 @@ import (
 )
 
 // TestStepMovesLastChange: a step's commit and a stream append leave the
-// rows' updated_at columns alone (migration 00026: fewer bytes of WAL per
+// rows' updated_at columns alone (fewer bytes of WAL per
 // step), and every reader still sees them as the last change: the
 // session's UpdatedAt (LoadState, ListSessions, PageSessions), the stream's
 // (GetStreamInfo), and retention's last activity (SelectGCRoots). The

@@ -69,8 +69,8 @@ func lockRoot(ctx context.Context, q Querier, rootSessionID string, ids []string
 // stepIDKeptSQL is the value to write to suspended_step_id (id, an SQL
 // expression) given the session's pending calls as written (pending, an
 // SQL expression): never NULL while calls are pending, for the wake-up
-// sweep's index of the sessions with a suspended step (migration 00032;
-// ” and NULL read the same).
+// sweep's index of the sessions with a suspended step (the empty
+// string and NULL read the same).
 func stepIDKeptSQL(pending, id string) string {
 	return `CASE WHEN ` + pending + ` <> '{}' THEN COALESCE(` + id + `, '') ELSE ` + id + ` END`
 }

@@ -36,7 +36,7 @@ type WakeSweep struct {
 // many it sent.
 //
 // The sessions with pending calls are found through the index of those
-// with a suspended step (helix.sessions_suspended_idx, migration 00032;
+// with a suspended step (helix.sessions_suspended_idx;
 // the store keeps suspended_step_id set while calls are pending).
 func ResendWakeups(ctx context.Context, q Querier, w WakeSweep) (int, error) {
 	var n int
@@ -86,8 +86,8 @@ FROM oldest o WHERE n.message_uuid = o.message_uuid
 RETURNING true`
 
 // SendMessageStatement returns the statement that sends a message to
-// workflowID on topic, as DBOS's Send does (helix.send_tool_message,
-// migration 00017): payload is the message in DBOS's serialization
+// workflowID on topic, as DBOS's Send does (helix.send_tool_message):
+// payload is the message in DBOS's serialization
 // (base64 of its JSON), and key its idempotency key: one message per key,
 // and DBOS's trigger wakes the waiting run. For a caller that sends it
 // with the other statements of its transaction, so the message commits

@@ -11,7 +11,7 @@ import (
 
 // The wake-up sweep, which every engine runs each second, reads the
 // sessions with pending calls through the index of those with a suspended
-// step (migration 00032), not by scanning every session: its condition
+// step, not by scanning every session: its condition
 // implies the index's.
 func TestWakeSweepReadsTheSuspendedIndex(t *testing.T) {
 	t.Parallel()
