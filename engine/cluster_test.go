@@ -21,6 +21,7 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/internal/process"
+	"github.com/helix-agents/helix-dbos/migrations"
 )
 
 // A cluster's first deploy: replicas start at the same instant on an empty
@@ -270,4 +271,28 @@ func TestStragglerOfAnExecutorTakenOverIsTakenOverAgain(t *testing.T) {
 	require.NoError(t, err)
 	waitFor(t, h, helix.AgentCompleted)
 	require.EqualValues(t, 1, executions2(&runs, "t1"), "the approved tool ran once")
+}
+
+// Launch refuses a database migrated by a pre-release helix-dbos (its
+// version table, helix.goose_db_version, is there) loudly, with
+// migrations.ErrPreReleaseSchema and what to do, whether it runs the
+// migrations or not (Config.SkipMigrations), instead of running on a
+// schema it half understands.
+func TestLaunchRefusesAPreReleaseSchema(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewEmptyURL(t)
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(t.Context(), `CREATE SCHEMA helix;
+		CREATE TABLE helix.goose_db_version (id serial PRIMARY KEY, version_id bigint NOT NULL, is_applied boolean NOT NULL)`)
+	require.NoError(t, err)
+	for _, skip := range []bool{false, true} {
+		e, err := engine.New(t.Context(), engine.Config{DatabaseURL: url, ExecutorID: fmt.Sprintf("pre-release-%t", skip), SkipMigrations: skip})
+		require.NoError(t, err)
+		err = e.Launch(t.Context())
+		require.ErrorIs(t, err, migrations.ErrPreReleaseSchema, "SkipMigrations %t", skip)
+		require.ErrorContains(t, err, "pre-release helix-dbos")
+		require.NoError(t, e.Shutdown(context.Background()))
+	}
 }

@@ -7,28 +7,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
-	"github.com/helix-agents/helix-dbos/migrations"
 )
 
-// Migration 00034: checkpoints_k loses its created_seq index, and
-// helix.run_journals and helix.run_model_messages, which walked it back to
-// the newest checkpoint of an earlier turn, return what the walks
-// returned: over a keyed session whose checkpoints interleave both tables
-// and three runs (one with a checkpoint older than an earlier turn's, which
-// the walk never reached), the same rows before and after the migration,
-// and again after its Down, which puts the index back.
-func TestCheckpointPointers(t *testing.T) {
+// helix.run_journals and helix.run_model_messages read a run's own
+// checkpoints and model rows from the newest checkpoint of an earlier turn
+// on: over a session of three runs (one with a checkpoint older than an
+// earlier turn's, which is not the run's), beside another session's
+// checkpoints, by segment.
+func TestRunJournalsFromTheEarlierTurnsNewest(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := open(t, pgtest.NewURL(t))
 	_, err := db.ExecContext(ctx, `
-		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, key, message_count)
-			VALUES ('k', 'a', 'k', 'k', nextval('helix.session_keys'), 8), ('other', 'a', 'other', 'other', nextval('helix.session_keys'), 0);
+		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, message_count)
+			VALUES ('k', 'a', 'k', 'k', 8), ('other', 'a', 'other', 'other', 0);
 		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id) VALUES
 			('r1', 'k', 1, 'completed', 'k-turn-1'), ('r2', 'k', 2, 'running', 'k-turn-2'),
 			('r3', 'k', 3, 'running', 'k-retry-3'), ('o1', 'other', 1, 'running', 'other-turn-1')`)
 	require.NoError(t, err)
-	// Oldest first: each insert takes the next created_seq of both tables.
+	// Oldest first: each insert takes the next created_seq.
 	keyed := func(session string, step int, rand, run, journal string, messages int) {
 		t.Helper()
 		var r, j any
@@ -38,20 +35,10 @@ func TestCheckpointPointers(t *testing.T) {
 		if journal != "" {
 			j = journal
 		}
-		_, err := db.ExecContext(ctx, `INSERT INTO helix.checkpoints_k (session_key, step_count, id_ms, id_rand, run_id,
+		_, err := db.ExecContext(ctx, `INSERT INTO helix.checkpoints (session_key, step_count, id_ms, id_rand, run_id,
 			message_count, status, custom_state, journal)
 			SELECT key, $2::int, 1700000000000 + $2::int, $3, $4, $5, 'active', '{}', $6 FROM helix.sessions WHERE session_id = $1`,
 			session, step, rand, r, messages, j)
-		require.NoError(t, err)
-	}
-	text := func(id, run string, messages int) {
-		t.Helper()
-		var r any
-		if run != "" {
-			r = run
-		}
-		_, err := db.ExecContext(ctx, `INSERT INTO helix.checkpoints (checkpoint_id, session_id, run_id, step_count,
-			message_count, status, custom_state) VALUES ($1, 'k', $2, 0, $3, 'active', '{}')`, id, r, messages)
 		require.NoError(t, err)
 	}
 	commit := func(seg, messages int) string {
@@ -59,14 +46,14 @@ func TestCheckpointPointers(t *testing.T) {
 	}
 	keyed("k", 1, "a0", "r2", commit(0, 1), 1) // r2's, older than r1's: never read
 	keyed("k", 1, "a1", "r1", commit(0, 2), 2)
-	text("saved-1", "r1", 3) // the newest of turn 1
+	keyed("k", 0, "saved1", "r1", "", 3) // the newest of turn 1
 	keyed("other", 1, "o", "o1", commit(0, 1), 1)
 	keyed("k", 1, "a2", "r2", commit(0, 4), 4)
 	keyed("k", 2, "a3", "r2", "", 5)
-	text("saved-2", "", 5)
+	keyed("k", 0, "saved2", "", "", 5)
 	keyed("k", 3, "a4", "r2", commit(2, 6), 6)
 	keyed("k", 4, "a5", "r3", commit(0, 7), 7)
-	_, err = db.ExecContext(ctx, `INSERT INTO helix.messages_k (session_key, seq, message, meta)
+	_, err = db.ExecContext(ctx, `INSERT INTO helix.messages (session_key, seq, message, meta)
 		SELECT key, s, to_jsonb('m' || s), CASE WHEN s % 2 = 0 THEN ('[' || CASE WHEN s < 3 THEN 1 ELSE 2 END || ',0,5,1700000000000,2]')::json END
 		FROM helix.sessions, generate_series(0, 7) s WHERE session_id = 'k'`)
 	require.NoError(t, err)
@@ -74,9 +61,6 @@ func TestCheckpointPointers(t *testing.T) {
 	col := func(q string, args ...any) []string {
 		t.Helper()
 		return column(t, db, q, args...)
-	}
-	indexed := func() bool {
-		return col(`SELECT COALESCE(to_regclass('helix.checkpoints_k_session_idx')::text, '')`)[0] != ""
 	}
 	type read struct{ run, fn string }
 	reads := []read{}
@@ -94,7 +78,6 @@ func TestCheckpointPointers(t *testing.T) {
 		}
 		return out
 	}
-	require.False(t, indexed(), "00034 dropped the index")
 	now := snapshot()
 	require.Equal(t, []string{"cpv1-k-s1-t1700000000001-a1:2"}, now["r1/0"])
 	require.Equal(t, []string{"cpv1-k-s1-t1700000000001-a2:4"}, now["r2/0"], "r2's of segment 0 after turn 1's newest, not a0")
@@ -103,14 +86,4 @@ func TestCheckpointPointers(t *testing.T) {
 	require.Empty(t, now["r9/0"], "no such run")
 	require.Equal(t, []string{"0", "2"}, now["r1/0 model"], "turn 1's rows from the start")
 	require.Equal(t, []string{"4", "6"}, now["r2/0 model"], "turn 2's rows from turn 1's newest checkpoint's count (3) on")
-
-	_, err = migrations.Down(ctx, db)
-	require.NoError(t, err)
-	require.True(t, indexed(), "the Down builds the index again")
-	require.Equal(t, now, snapshot(), "the walks of 00033 return the same")
-
-	_, err = migrations.Up(ctx, db)
-	require.NoError(t, err)
-	require.False(t, indexed())
-	require.Equal(t, now, snapshot())
 }

@@ -71,7 +71,7 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 	db := open(t, url)
 	var table string
 	require.NoError(t, db.QueryRowContext(t.Context(),
-		`SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_name = 'goose_db_version'`).Scan(&table))
+		`SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_name = 'schema_migrations'`).Scan(&table))
 	require.Equal(t, migrations.VersionTable, table, "goose's version table lives in schema helix")
 }
 
@@ -100,10 +100,19 @@ func TestUpIsIdempotentAndDownReverts(t *testing.T) {
 		_, err := migrations.Down(ctx, db)
 		require.NoError(t, err)
 	}
-	var n int
-	require.NoError(t, db.QueryRowContext(ctx,
-		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'helix' AND table_name <> 'goose_db_version'`).Scan(&n))
-	require.Zero(t, n, "down removes every helix table")
+	// Down drops everything Up created: the schema keeps goose's version
+	// table alone.
+	var tables, functions, views, sequences int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT
+			(SELECT count(*) FROM pg_tables WHERE schemaname = 'helix' AND tablename <> 'schema_migrations'),
+			(SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'helix'),
+			(SELECT count(*) FROM pg_views WHERE schemaname = 'helix'),
+			(SELECT count(*) FROM pg_sequences WHERE schemaname = 'helix' AND sequencename NOT LIKE 'schema_migrations%')`).
+		Scan(&tables, &functions, &views, &sequences))
+	require.Zero(t, tables, "down removes every helix table")
+	require.Zero(t, functions, "and every function")
+	require.Zero(t, views, "and every view")
+	require.Zero(t, sequences, "and every sequence")
 	_, err = migrations.Down(ctx, db)
 	require.ErrorContains(t, err, "nothing to roll back")
 	pending, err = migrations.Pending(ctx, db)

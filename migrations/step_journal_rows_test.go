@@ -7,29 +7,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
-	"github.com/helix-agents/helix-dbos/migrations"
 )
 
-// journalRecord is a row of helix.step_journal_records (or, once 00020 is
-// rolled back, of helix.step_journal).
+// journalRecord is a row of helix.step_journal_records.
 type journalRecord struct {
 	WF, Name           string
 	ID                 int
 	Output, Err        *string
 	Started, Completed *int64
-}
-
-// downTo rolls db back through migration version, which must be name.
-func downTo(t *testing.T, db *sql.DB, version int64, name string) {
-	t.Helper()
-	for {
-		res, err := migrations.Down(t.Context(), db)
-		require.NoError(t, err)
-		if res.Version <= version {
-			require.Equal(t, name, res.Name)
-			return
-		}
-	}
 }
 
 func journalRecords(t *testing.T, db *sql.DB, table string) []journalRecord {
@@ -48,12 +33,11 @@ func journalRecords(t *testing.T, db *sql.DB, table string) []journalRecord {
 	return out
 }
 
-// Migration 00020: helix.record_steps writes a call's records in one row
+// helix.record_steps writes a call's records in one row
 // per run of consecutive IDs (a call's IDs need not be consecutive, nor in
 // order: parallel tools are recorded as they end), every column of every
 // record comes back through helix.step_journal_records as it was written
-// (a JSON output as is, SQL NULL apart from JSON null), and the migration's
-// Down puts back one row per record.
+// (a JSON output as is, SQL NULL apart from JSON null).
 func TestStepJournalRowsPackRecords(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -116,10 +100,4 @@ func TestStepJournalRowsPackRecords(t *testing.T) {
 		ARRAY['1', '2', '3'], ARRAY[NULL, NULL, NULL], ARRAY[1, 2, 3], ARRAY[1, 2, 3])`)
 	require.ErrorContains(t, err, "recorded twice", "a record given twice would overlap rows")
 	require.Equal(t, want, journalRecords(t, db, "helix.step_journal_records"), "failed calls write nothing")
-
-	downTo(t, db, 20, "00020_step_journal_rows.sql")
-	require.Equal(t, want, journalRecords(t, db, "helix.step_journal"), "a row per record again")
-	_, err = migrations.Up(ctx, db)
-	require.NoError(t, err)
-	require.Equal(t, want, journalRecords(t, db, "helix.step_journal_records"))
 }
