@@ -90,7 +90,7 @@ func TestRollingDeploy(t *testing.T) {
 			v2, _ := start("replica-v2", tc.new, tc.adopt, v2log)
 			t.Cleanup(func() { require.NoError(t, v2.Shutdown(context.Background())) })
 			if tc.previous {
-				require.Equal(t, postgres.FormatLevelBase, v2.FormatLevel(), "v1, alive, reads level 0 only")
+				require.Equal(t, postgres.FormatLevelBase, postgres.FormatLevel(v2.FormatLevel()), "v1, alive, reads level 0 only")
 				require.NoError(t, v1.Shutdown(t.Context()))
 				awaitFormatLevel(t, v2, postgres.FormatLevelNewest)
 			}

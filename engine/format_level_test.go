@@ -65,10 +65,10 @@ func databaseWithPool(t *testing.T) (string, *pgxpool.Pool) {
 
 // awaitFormatLevel waits (at most 30 s) until e writes at level: the level
 // it reads from the cluster at each sweep.
-func awaitFormatLevel(t *testing.T, e interface{ FormatLevel() postgres.FormatLevel }, level postgres.FormatLevel) {
+func awaitFormatLevel(t *testing.T, e interface{ FormatLevel() engine.FormatLevel }, level postgres.FormatLevel) {
 	t.Helper()
-	require.Eventually(t, func() bool { return e.FormatLevel() == level }, 30*time.Second, 10*time.Millisecond,
-		"writes at format level %s, want %s", e.FormatLevel(), level)
+	require.Eventually(t, func() bool { return postgres.FormatLevel(e.FormatLevel()) == level }, 30*time.Second, 10*time.Millisecond,
+		"writes at format level %s, want %s", postgres.FormatLevel(e.FormatLevel()), level)
 }
 
 // writtenAt is what a session's first step wrote, as the formats of a level
@@ -186,13 +186,13 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			var x executions
 			agent := formatLevelAgent(&x)
 			e := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, Quiet: true}, agent)
-			require.Equal(t, postgres.FormatLevelBase, e.FormatLevel(), "read at launch: previous-1 reads level 0")
+			require.Equal(t, postgres.FormatLevelBase, postgres.FormatLevel(e.FormatLevel()), "read at launch: previous-1 reads level 0")
 			c, err := e.Cluster(t.Context(), nil)
 			require.NoError(t, err)
-			require.Equal(t, postgres.FormatLevelBase, c.FormatLevel)
+			require.Equal(t, postgres.FormatLevelBase, postgres.FormatLevel(c.FormatLevel))
 			levels := map[string]postgres.FormatLevel{}
 			for _, x := range c.Executors {
-				levels[x.ExecutorID] = x.FormatLevel
+				levels[x.ExecutorID] = postgres.FormatLevel(x.FormatLevel)
 			}
 			require.Equal(t, map[string]postgres.FormatLevel{"previous-1": postgres.FormatLevelBase,
 				e.ExecutorID(): postgres.FormatLevelNewest}, levels)
@@ -200,7 +200,7 @@ func TestFormatLevelFollowsTheLiveExecutors(t *testing.T) {
 			client, err := engine.NewClient(t.Context(), engine.ClientConfig{DatabaseURL: url})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, client.Close()) })
-			require.Equal(t, postgres.FormatLevelBase, client.FormatLevel(), "a client's writes too")
+			require.Equal(t, postgres.FormatLevelBase, postgres.FormatLevel(client.FormatLevel()), "a client's writes too")
 
 			h := e.Start(agent, "go")
 			require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
@@ -285,7 +285,7 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 			agent := formatLevelAgent(&x)
 			agent.Model = mc.Wrap(agent.Model)
 			first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &tc.crash, Quiet: true}, agent)
-			require.Equal(t, tc.from, first.FormatLevel())
+			require.Equal(t, tc.from, postgres.FormatLevel(first.FormatLevel()))
 			h := first.Start(agent, "go")
 			first.AwaitCrash()
 
@@ -314,7 +314,7 @@ func TestFormatLevelChangesBetweenAnExecutionAndItsReplay(t *testing.T) {
 				previousReleaseAt(t, pool, "previous-2", tc.to)
 			}
 			second := first.Replacement(helixtest.ReplacementOptions{})
-			require.Equal(t, tc.to, second.FormatLevel(), "read at launch")
+			require.Equal(t, tc.to, postgres.FormatLevel(second.FormatLevel()), "read at launch")
 			res := second.Await(second.Attach(h))
 			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 			require.JSONEq(t, `"done"`, string(res.Output))

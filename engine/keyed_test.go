@@ -62,21 +62,21 @@ func requireEveryReader(t *testing.T, e *helixtest.Engine, id, stream string) []
 	require.NoError(t, err)
 	require.NotEmpty(t, cps.Items)
 	for _, cp := range cps.Items {
-		got, err := e.Store().GetCheckpoint(ctx, cp.ID)
+		got, err := engine.StoreOf(e.Engine).GetCheckpoint(ctx, cp.ID)
 		require.NoError(t, err)
 		require.Equal(t, cp, *got)
-		msgs, err := e.Store().GetCheckpointMessages(ctx, cp.ID)
+		msgs, err := engine.StoreOf(e.Engine).GetCheckpointMessages(ctx, cp.ID)
 		require.NoError(t, err)
 		require.Equal(t, all[:cp.MessageCount], msgs)
 	}
-	latest, err := e.Store().GetLatestCheckpoint(ctx, id)
+	latest, err := engine.StoreOf(e.Engine).GetLatestCheckpoint(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, cps.Items[len(cps.Items)-1].ID, latest.ID)
-	full, err := e.Store().ReadChunks(ctx, stream, 0, 100_000)
+	full, err := engine.StoreOf(e.Engine).ReadChunks(ctx, stream, 0, 100_000)
 	require.NoError(t, err)
 	require.NotEmpty(t, full)
 	for i := range full {
-		tail, err := e.Store().ReadChunks(ctx, stream, full[i].Sequence-1, 100_000)
+		tail, err := engine.StoreOf(e.Engine).ReadChunks(ctx, stream, full[i].Sequence-1, 100_000)
 		require.NoError(t, err)
 		require.Len(t, tail, len(full)-i)
 		for j := range tail {
@@ -175,7 +175,7 @@ func TestKeyedAndTextSessionsSideBySide(t *testing.T) {
 			// A checkpoint ID of another session, or that does not parse, is
 			// not found; Retry refuses it.
 			for _, id := range []string{"cpv1-" + b.SessionID + cps[0].ID[len("cpv1-"+h.SessionID):], "nonsense"} {
-				_, err := e.Store().GetCheckpoint(t.Context(), id)
+				_, err := engine.StoreOf(e.Engine).GetCheckpoint(t.Context(), id)
 				require.ErrorIs(t, err, helix.ErrNotFound, id)
 				_, err = e.Retry(t.Context(), h.SessionID, &engine.RetryOptions{CheckpointID: id})
 				require.Error(t, err, id)
@@ -189,7 +189,7 @@ func TestKeyedAndTextSessionsSideBySide(t *testing.T) {
 			for table, n := range rowsWithPrefix(t, pool, h.SessionID) {
 				require.Equal(t, branchRows[table], n, "%s: only the branch's rows (its ID has the tree's as prefix) remain", table)
 			}
-			_, err = e.Store().GetCheckpoint(t.Context(), cps[0].ID)
+			_, err = engine.StoreOf(e.Engine).GetCheckpoint(t.Context(), cps[0].ID)
 			require.ErrorIs(t, err, helix.ErrNotFound, "the session of the ID is gone")
 			requireEveryReader(t, e, b.SessionID, b.SessionID)
 		})

@@ -89,7 +89,7 @@ func TestModelRecordIsTheAssistantRow(t *testing.T) {
 			agent := modelRowAgent(args.tool(t), toolSteps)
 			agent.Model = mc.Wrap(agent.Model)
 			first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, CrashAt: &crash, Quiet: true}, agent)
-			require.GreaterOrEqual(t, first.FormatLevel(), postgres.FormatLevelModelMessages)
+			require.GreaterOrEqual(t, postgres.FormatLevel(first.FormatLevel()), postgres.FormatLevelModelMessages)
 			h := first.Start(agent, "go")
 			first.AwaitCrash()
 			second := first.Replacement(helixtest.ReplacementOptions{})

@@ -75,7 +75,7 @@ func TestCrashPointsAndReplacements(t *testing.T) {
 				agent := shop(c.tool(true))
 				agent.Model = mc.Wrap(agent.Model)
 				e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
-				require.GreaterOrEqual(t, e.FormatLevel(), postgres.FormatLevelModelMessages)
+				require.GreaterOrEqual(t, postgres.FormatLevel(e.FormatLevel()), postgres.FormatLevelModelMessages)
 				h := e.Start(agent, "charge my orders")
 				at := e.AwaitCrash()
 				require.Equal(t, tc.point.At, at.Point)

@@ -34,7 +34,7 @@ func TestInspectorReadsBothLayouts(t *testing.T) {
 			_, err := conn.Exec(ctx, `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms, format_level)
 				VALUES ('previous-3', $1, 'previous-release', 1, 3600000, $2)`, engine.DefaultApplicationVersion, int(postgres.FormatLevelDerivedChunks))
 			require.NoError(t, err)
-			require.Eventually(t, func() bool { return h.eng.FormatLevel() == postgres.FormatLevelDerivedChunks }, 30*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return postgres.FormatLevel(h.eng.FormatLevel()) == postgres.FormatLevelDerivedChunks }, 30*time.Second, 10*time.Millisecond)
 		}
 		id, _ := h.start("alice", map[string]any{"agentType": "approver", "message": "pay"})
 		h.waitStatus("alice", id, "suspended_client_tool")

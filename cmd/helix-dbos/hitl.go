@@ -18,7 +18,6 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // exitRejected is the exit status of a submission the engine rejected
@@ -280,7 +279,7 @@ func runSubmission(ctx context.Context, out io.Writer, g *globals, sessionID str
 		// (best effort: the submission itself is the authority).
 		calls := map[string]store.PendingClientToolCall{}
 		if s, err := c.Session(ctx, sessionID); err == nil {
-			list, err := pendingCalls(ctx, c.Store(), s)
+			list, err := c.PendingToolCalls(ctx, s.SessionID)
 			if err != nil {
 				return err
 			}
@@ -414,12 +413,6 @@ func rejectionHint(se *helix.SubmissionError, sessionID string, sub helix.ToolSu
 		return "nothing consumes the answer any more; `helix-dbos sessions show " + sessionID + "` shows why the session ended"
 	}
 	return ""
-}
-
-// pendingCalls returns the calls s waits for, and, for a root session, the
-// calls of its sub-agents, in the model's order.
-func pendingCalls(ctx context.Context, st *postgres.Store, s *store.SessionState) ([]store.PendingClientToolCall, error) {
-	return st.ListPendingCalls(ctx, s.SessionID)
 }
 
 // kindLabel names a call's kind for people.
