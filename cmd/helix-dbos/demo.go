@@ -361,10 +361,9 @@ func (d *demo) phase2(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var wfStatus, wfExecutor string
-	if err := d.rec.pool.QueryRow(ctx, `SELECT status, executor_id FROM dbos.workflow_status WHERE workflow_uuid = $1`,
-		run.WorkflowID).Scan(&wfStatus, &wfExecutor); err != nil {
-		return "", fmt.Errorf("read workflow %s: %w", run.WorkflowID, err)
+	wfStatus, wfExecutor, err := d.st.Diagnostics().WorkflowStatus(ctx, run.WorkflowID)
+	if err != nil {
+		return "", err
 	}
 	d.say("Postgres after the crash:")
 	d.say("  session %s is %s with %d step committed (checkpoint %s)", sessionID, s.Status, s.StepCount, s.CheckpointID)

@@ -52,14 +52,13 @@ func checkClientDatabase(ctx context.Context, url string) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var helixOK, dbosOK bool
 	qctx, cancel := queryContext(ctx)
 	defer cancel()
-	if err := conn.QueryRow(qctx, `SELECT to_regclass('helix.sessions') IS NOT NULL, to_regclass('dbos.workflow_status') IS NOT NULL`).
-		Scan(&helixOK, &dbosOK); err != nil {
+	exist, err := diagnostics(conn).RelationsExist(qctx, "helix.sessions", "dbos.workflow_status")
+	if err != nil {
 		return queryError(ctx, "inspect "+describeDatabase(url), err)
 	}
-	switch {
+	switch helixOK, dbosOK := exist[0], exist[1]; {
 	case !helixOK:
 		return fmt.Errorf("%s has no helix schema: run `helix-dbos migrate up` against it, or check --database-url (it must be the database your engines use)", describeDatabase(url))
 	case !dbosOK:
