@@ -599,12 +599,8 @@ func createDatabase(ctx context.Context, serverURL, name string) (string, error)
 		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
-		return "", fmt.Errorf("drop database %s: %w", name, err)
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
+	if err := postgres.RecreateDatabase(ctx, postgres.PgxQuerier(conn), name); err != nil {
+		return "", err
 	}
 	u, err := url.Parse(serverURL)
 	if err != nil {
