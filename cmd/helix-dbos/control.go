@@ -58,6 +58,9 @@ func newInterruptCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if s.Status != helix.SessionActive {
+					return fmt.Errorf("session %s is %s: only a running (active) session can be interrupted", sessionID, s.Status)
+				}
 				waiting := waitingCalls(s)
 				// The client writes the flag and wakes a run that waits for
 				// human input (it would see the flag only when answered).
