@@ -1,0 +1,113 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/llm/scripted"
+)
+
+// The common path: define an agent, register it, launch, execute, and wait
+// for the result. The model here is scripted (package llm/scripted): it
+// answers as the script says, which makes the run deterministic; give a
+// real adapter (llm/openai, llm/anthropic) in production. The database is
+// a fresh one of the test binary's; yours is Config.DatabaseURL.
+func ExampleEngine_Execute() {
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{DatabaseURL: pgtest.ExampleURL()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	greeter := &helix.Agent{
+		Name:         "greeter",
+		SystemPrompt: "Greet the user by name.",
+		Model:        scripted.New(scripted.Step{Text: "Hello, Ada!"}),
+	}
+	if err := eng.Register(greeter); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := eng.Launch(ctx); err != nil { // migrates the database, recovers this executor's runs
+		fmt.Println(err)
+		return
+	}
+	h, err := eng.Execute(ctx, greeter, engine.Input{Message: "Hi, I am Ada."}, &engine.ExecuteOptions{SessionID: "greeting-1"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := h.Result(ctx) // waits for the run, which any engine of the cluster may finish
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.SessionID, res.Status, string(res.Output))
+	// Output: greeting-1 completed "Hello, Ada!"
+}
+
+// Stream reads a session's stream from a sequence, live: a web handler
+// resumes a client from its Last-Event-ID the same way. Here the run has
+// ended, so the reader returns every chunk and then io.EOF.
+func ExampleEngine_Stream() {
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{DatabaseURL: pgtest.ExampleURL()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	greeter := &helix.Agent{Name: "greeter", Model: scripted.New(scripted.Step{Text: "Hello, Ada!"})}
+	if err := eng.Register(greeter); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := eng.Launch(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	h, err := eng.Execute(ctx, greeter, engine.Input{Message: "Hi, I am Ada."}, &engine.ExecuteOptions{SessionID: "greeting-2"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := h.Result(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	r, err := eng.Stream(ctx, "greeting-2", 0) // 0: from the first chunk
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = r.Close() }()
+	var text strings.Builder
+	for {
+		c, err := r.Next(ctx)
+		if errors.Is(err, io.EOF) { // after stream_end
+			break
+		}
+		if err != nil { // *helix.StreamFailedError, a truncation, ctx
+			fmt.Println(err)
+			return
+		}
+		if d, ok := c.Chunk.(*helix.TextDeltaChunk); ok {
+			text.WriteString(d.Delta)
+		}
+	}
+	info, err := r.Info(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("streamed %q; stream %s, read to its last chunk: %t\n", text.String(), info.Status, r.Sequence() == info.LatestSequence)
+	// Output: streamed "Hello, Ada!"; stream ended, read to its last chunk: true
+}
