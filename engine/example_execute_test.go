@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -110,4 +111,44 @@ func ExampleEngine_Stream() {
 	}
 	fmt.Printf("streamed %q; stream %s, read to its last chunk: %t\n", text.String(), info.Status, r.Sequence() == info.LatestSequence)
 	// Output: streamed "Hello, Ada!"; stream ended, read to its last chunk: true
+}
+
+// A web handler with no engine follows a session's stream through a
+// Client, resuming after the last sequence its client received (an SSE
+// Last-Event-ID). A truncation (crash recovery, a retry) is reported once;
+// the reader then goes on from the surviving chunks.
+func ExampleClient_Stream() {
+	ctx := context.Background()
+	c, err := engine.NewClient(ctx, engine.ClientConfig{DatabaseURL: os.Getenv("HELIX_DATABASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = c.Close() }()
+	lastEventID := int64(0)
+	r, err := c.Stream(ctx, "s-1", lastEventID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = r.Close() }()
+	for {
+		ch, err := r.Next(ctx)
+		var failed *helix.StreamFailedError
+		switch {
+		case errors.Is(err, io.EOF):
+			fmt.Println("end")
+			return
+		case errors.As(err, &failed):
+			fmt.Println("failed:", failed.Message)
+			return
+		case errors.Is(err, helix.ErrStreamTruncated):
+			fmt.Println("rewound: the stream_resync chunk follows")
+			continue
+		case err != nil:
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(ch.Sequence, ch.Chunk.ChunkType())
+	}
 }
