@@ -132,3 +132,31 @@ func (o *ClusterOptions) store() *postgres.ClusterOptions {
 	}
 	return &postgres.ClusterOptions{UserID: o.UserID, SessionsPerExecutor: o.SessionsPerExecutor}
 }
+
+// TreeSize is what deleting session trees removes (or, in a dry run, would
+// remove): rows and their bytes per table (pg_column_size of each row,
+// measured before the delete: an estimate of the space freed once
+// vacuumed).
+type TreeSize struct {
+	// Sessions counts the trees' sessions.
+	Sessions int64 `json:"sessions"`
+	// Workflows counts the DBOS workflows of their runs.
+	Workflows int `json:"workflows"`
+	// Rows counts rows per table, as DeleteStats.Rows; empty tables are
+	// left out.
+	Rows map[string]int64 `json:"rows"`
+	// Bytes estimates the bytes of those rows per table.
+	Bytes map[string]int64 `json:"bytes"`
+}
+
+// add adds the store's count o.
+func (z *TreeSize) add(o *postgres.TreeSize) {
+	z.Sessions += o.Sessions
+	z.Workflows += o.Workflows
+	for k, v := range o.Rows {
+		z.Rows[k] += v
+	}
+	for k, v := range o.Bytes {
+		z.Bytes[k] += v
+	}
+}
