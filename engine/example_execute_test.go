@@ -152,3 +152,31 @@ func ExampleClient_Stream() {
 		fmt.Println(ch.Sequence, ch.Chunk.ChunkType())
 	}
 }
+
+// Interrupt refuses a session that is not running, and one whose run ended
+// while the interrupt was being recorded (it then takes the flag back, so
+// the session's next turn is not stopped): the caller gets the same
+// *RefusedError either way.
+func ExampleEngine_Interrupt() {
+	ctx := context.Background()
+	eng, err := engine.New(ctx, engine.Config{DatabaseURL: os.Getenv("HELIX_DATABASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = eng.Shutdown(ctx) }()
+	if err := eng.Launch(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = eng.Interrupt(ctx, "s-1", "the user pressed stop")
+	var refused *engine.RefusedError
+	switch {
+	case errors.As(err, &refused) && refused.Code == engine.RefusedNotRunning:
+		fmt.Println("nothing to interrupt:", refused.Message)
+	case err != nil:
+		fmt.Println(err)
+	default:
+		fmt.Println("s-1 stops before its next step")
+	}
+}
