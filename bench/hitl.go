@@ -9,7 +9,6 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
-	"github.com/helix-agents/helix-dbos/recv"
 )
 
 // Durable identities of the human-in-the-loop agent.
@@ -229,9 +228,8 @@ func (h *harness) hitlSession(ctx context.Context, sql *sqlSnapshot) (hitlSample
 // the call's NOTIFY), so the submission that follows wakes a waiting run
 // rather than being found by the wait's first look.
 func (h *harness) awaitRecv(ctx context.Context, workflowID string) error {
-	key := recv.WakePayload(workflowID, hitlCallID)
 	wait := 500 * time.Microsecond
-	for h.eng.Store().Watching(recv.NotifyChannel, key) == 0 {
+	for !h.eng.WaitsForAnswer(workflowID, hitlCallID) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("workflow %s never began to wait for tool call %s: %w", workflowID, hitlCallID, ctx.Err())

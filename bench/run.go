@@ -228,7 +228,7 @@ func (h *harness) wait(ctx context.Context, r *run) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-			rec, err := h.eng.Store().GetRun(ctx, r.handle.RunID)
+			rec, err := h.eng.RunInfo(ctx, r.handle.RunID)
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // StreamAgentType is the agent type of the sessions the token-streaming
@@ -33,7 +34,15 @@ const (
 // to Next returning it: the batch it waits for, the batch INSERT, the
 // NOTIFY and the reader's fetch.
 func (h *harness) streaming(ctx context.Context, streams, deltas int) (Streaming, error) {
-	st := h.eng.Store()
+	// The phase measures the store's stream path: its sessions (with a
+	// stream, never run) and its writers are the store's own, on the
+	// harness's traced pool; its readers are the engine's, as an
+	// application's.
+	st, err := postgres.New(h.pool)
+	if err != nil {
+		return Streaming{}, err
+	}
+	defer func() { _ = st.Close() }()
 	ids := make([]string, streams)
 	for i := range ids {
 		ids[i] = h.sessionID()
@@ -48,7 +57,7 @@ func (h *harness) streaming(ctx context.Context, streams, deltas int) (Streaming
 		}
 	}()
 	for _, id := range ids {
-		r, err := st.NewReader(ctx, id, nil)
+		r, err := h.eng.Stream(ctx, id, 0)
 		if err != nil {
 			return Streaming{}, fmt.Errorf("read stream %s: %w", id, err)
 		}

@@ -130,13 +130,13 @@ func (c *Client) Abort(ctx context.Context, sessionID, reason string) error {
 // DeleteSession deletes a root session with its whole tree, helix and DBOS
 // rows; see Engine.DeleteSession. With opts.Force a run in progress is
 // aborted, wherever it runs, and its workflows are waited for.
-func (c *Client) DeleteSession(ctx context.Context, sessionID string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+func (c *Client) DeleteSession(ctx context.Context, sessionID string, opts *DeleteOptions) (*DeleteStats, error) {
 	return c.c.deleteSessions(ctx, []string{sessionID}, opts)
 }
 
 // DeleteSessions deletes root sessions with their trees in one
 // transaction; see Engine.DeleteSessions.
-func (c *Client) DeleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+func (c *Client) DeleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*DeleteStats, error) {
 	return c.c.deleteSessions(ctx, sessionIDs, opts)
 }
 
@@ -151,9 +151,6 @@ func (c *Client) PendingToolCalls(ctx context.Context, sessionID string) ([]stor
 func (c *Client) Session(ctx context.Context, sessionID string) (*store.SessionState, error) {
 	return c.c.store.LoadState(ctx, sessionID)
 }
-
-// Store returns the client's store, for queries.
-func (c *Client) Store() *postgres.Store { return c.c.store }
 
 // Close releases the client (and the pool it opened). Idempotent.
 func (c *Client) Close() error {

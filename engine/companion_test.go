@@ -87,7 +87,7 @@ func companionRef(t *testing.T, e *engine.Engine, parentID, name string) store.S
 // workflowIDs returns the workflow IDs of a session's runs, oldest first.
 func workflowIDs(t *testing.T, e *engine.Engine, sessionID string) []string {
 	t.Helper()
-	runs, err := e.Store().ListRuns(t.Context(), sessionID)
+	runs, err := engine.StoreOf(e).ListRuns(t.Context(), sessionID)
 	require.NoError(t, err)
 	out := make([]string, len(runs))
 	for i, r := range runs {
@@ -304,7 +304,7 @@ func TestCompanionWaitListTerminate(t *testing.T) {
 	require.Equal(t, helix.SessionFailed, st.Status)
 	require.Equal(t, store.FailureReasonTerminated, st.FailureReason)
 	require.Equal(t, helix.SubSessionTerminated, companionRef(t, e, h.SessionID, "slow").Status)
-	runs, err := e.Store().ListRuns(t.Context(), slowID)
+	runs, err := engine.StoreOf(e).ListRuns(t.Context(), slowID)
 	require.NoError(t, err)
 	require.Len(t, runs, 2)
 	for _, r := range runs {

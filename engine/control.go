@@ -18,6 +18,13 @@ import (
 // flag, which the run observes before its next step (from any process); a
 // run waiting for human input is woken to observe it. The run then ends
 // interrupted and the session can be resumed.
+//
+// A session that is not running is refused with *RefusedError (code
+// RefusedNotRunning). So is one whose run ended while the interrupt was
+// being recorded: the engine then takes the flag back (on the session and
+// its sub-agents), so that it does not stop the session's next turn, and
+// nothing stays written. Every surface (Client.Interrupt, the server's
+// POST /interrupt, the CLI's interrupt) behaves the same.
 func (e *Engine) Interrupt(ctx context.Context, sessionID, reason string) error {
 	if err := e.requireLaunched(); err != nil {
 		return err
@@ -516,7 +523,23 @@ func (e *Engine) SubSessionTree(ctx context.Context, sessionID string, limit int
 }
 
 // Cluster returns the executors sharing the database, the sessions each
-// owns, and the DBOS queues with work (postgres.Store.ReadCluster).
-func (e *Engine) Cluster(ctx context.Context, opts *postgres.ClusterOptions) (*postgres.Cluster, error) {
-	return e.store.ReadCluster(ctx, opts)
+// owns, and the DBOS queues with work. It reads only what is live (the
+// executors' rows and the workflows in flight), so its cost follows the
+// work in flight, not the history of runs.
+func (e *Engine) Cluster(ctx context.Context, opts *ClusterOptions) (*Cluster, error) {
+	return e.control().cluster(ctx, opts)
+}
+
+// Cluster returns the executors sharing the database, the sessions each
+// owns, and the DBOS queues with work; see Engine.Cluster.
+func (c *Client) Cluster(ctx context.Context, opts *ClusterOptions) (*Cluster, error) {
+	return c.c.cluster(ctx, opts)
+}
+
+func (c control) cluster(ctx context.Context, opts *ClusterOptions) (*Cluster, error) {
+	cl, err := c.store.ReadCluster(ctx, opts.store())
+	if err != nil {
+		return nil, err
+	}
+	return clusterOf(cl), nil
 }

@@ -229,7 +229,7 @@ func TestStaleInterruptFlagDoesNotStopNextTurn(t *testing.T) {
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "one"}, nil)
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
-	require.NoError(t, e.Store().SetInterruptFlag(t.Context(), h.SessionID, "late"))
+	require.NoError(t, engine.StoreOf(e).SetInterruptFlag(t.Context(), h.SessionID, "late"))
 	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "two"}, &engine.ExecuteOptions{SessionID: h.SessionID})
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)

@@ -193,7 +193,7 @@ func TestDBOSResumeRevivesTheSession(t *testing.T) {
 			require.EqualValues(t, 1, executions2(&runs, "t1"), "the approved tool ran once")
 
 			var requests []string
-			chunks, err := e.Store().ReadChunks(t.Context(), h.SessionID, 0, 1000)
+			chunks, err := engine.StoreOf(e).ReadChunks(t.Context(), h.SessionID, 0, 1000)
 			require.NoError(t, err)
 			for _, sc := range chunks {
 				switch c := sc.Chunk.(type) {

@@ -9,7 +9,6 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
 	helix "github.com/helix-agents/helix-dbos"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // DeleteOptions refine DeleteSession and DeleteSessions. nil means the
@@ -29,7 +28,7 @@ const deleteWaitInterval = 50 * time.Millisecond
 // DeleteSession deletes a session and its whole tree for good: its
 // sub-agent and companion sessions, their messages, checkpoints, runs,
 // streams and chunks, inbox, usage and step-journal rows, and the DBOS rows
-// of every workflow of their runs (see [postgres.Store.DeleteSessionTrees]).
+// of every workflow of their runs (all in one transaction, under the trees' row locks).
 //
 // sessionID must be a root session: a sub-agent's or companion's session is
 // refused with *helix.NotRootSessionError (they belong to their root's
@@ -38,7 +37,7 @@ const deleteWaitInterval = 50 * time.Millisecond
 // with *helix.SessionRunningError (errors.Is helix.ErrSessionRunning)
 // unless opts.Force is set. A session that does not exist is not an error:
 // the result lists it in NotFound.
-func (e *Engine) DeleteSession(ctx context.Context, sessionID string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+func (e *Engine) DeleteSession(ctx context.Context, sessionID string, opts *DeleteOptions) (*DeleteStats, error) {
 	return e.DeleteSessions(ctx, []string{sessionID}, opts)
 }
 
@@ -46,7 +45,7 @@ func (e *Engine) DeleteSession(ctx context.Context, sessionID string, opts *Dele
 // transaction, as DeleteSession does for one: when one of them is refused
 // nothing is deleted (with Force, the trees stopped before the refusal
 // stay aborted). Give it batches of at most a few hundred roots.
-func (e *Engine) DeleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+func (e *Engine) DeleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*DeleteStats, error) {
 	if opts != nil && opts.Force {
 		if err := e.requireLaunched(); err != nil {
 			return nil, err
@@ -56,7 +55,7 @@ func (e *Engine) DeleteSessions(ctx context.Context, sessionIDs []string, opts *
 }
 
 // deleteSessions implements Engine.DeleteSessions and Client.DeleteSessions.
-func (c control) deleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*postgres.DeleteStats, error) {
+func (c control) deleteSessions(ctx context.Context, sessionIDs []string, opts *DeleteOptions) (*DeleteStats, error) {
 	if opts != nil && opts.Force {
 		for _, id := range sessionIDs {
 			if err := c.stopTree(ctx, id); err != nil {
@@ -66,7 +65,8 @@ func (c control) deleteSessions(ctx context.Context, sessionIDs []string, opts *
 	}
 	// Without Force, or when a run started on a tree after it was stopped,
 	// the store refuses the batch under the tree's row locks.
-	return c.store.DeleteSessionTrees(ctx, sessionIDs, nil)
+	stats, err := c.store.DeleteSessionTrees(ctx, sessionIDs, nil)
+	return deleteStatsOf(stats), err
 }
 
 // stopTree aborts the active sessions of rootID's tree, cancels its

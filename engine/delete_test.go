@@ -145,7 +145,7 @@ func TestDeleteSessionLeavesNoRowOfTheTree(t *testing.T) {
 		Queue: &engine.QueueConfig{PollingInterval: 20 * time.Millisecond}}, agent)
 	gone := runTree(t, e, agent)
 	kept := runTree(t, e, agent)
-	pool := e.Store().Pool()
+	pool := engine.StoreOf(e).Pool()
 
 	before := rowsWithPrefix(t, pool, gone)
 	for _, table := range []string{`"helix"."sessions"`, `"helix"."messages"`, `"helix"."checkpoints"`, `"helix"."runs"`,
@@ -191,7 +191,7 @@ func TestDeleteSessionRefusesARunningSession(t *testing.T) {
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, &engine.ExecuteOptions{SessionID: uuid.NewString()})
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentSuspendedClientTool, awaitSuspended(t, h).Status)
-	pool := e.Store().Pool()
+	pool := engine.StoreOf(e).Pool()
 	before := rowsWithPrefix(t, pool, h.SessionID)
 
 	_, err = e.DeleteSession(t.Context(), h.SessionID, nil)
@@ -221,12 +221,12 @@ func TestDeleteSessionBlocksARunStartingMeanwhile(t *testing.T) {
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "hi"}, &engine.ExecuteOptions{SessionID: uuid.NewString()})
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
-	pool := e.Store().Pool()
+	pool := engine.StoreOf(e).Pool()
 
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
-	stats, err := e.Store().WithQuerier(postgres.PgxQuerier(tx)).DeleteSessionTrees(t.Context(), []string{h.SessionID}, nil)
+	stats, err := engine.StoreOf(e).WithQuerier(postgres.PgxQuerier(tx)).DeleteSessionTrees(t.Context(), []string{h.SessionID}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{h.SessionID}, stats.Deleted)
 
@@ -260,7 +260,7 @@ func TestDeleteSessionForceAbortsAWaitingTree(t *testing.T) {
 	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: uuid.NewString()})
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentSuspendedAwaitingChildren, awaitSuspended(t, h).Status)
-	pool := e.Store().Pool()
+	pool := engine.StoreOf(e).Pool()
 
 	_, err = e.DeleteSession(t.Context(), h.SessionID, nil)
 	require.ErrorIs(t, err, helix.ErrSessionRunning)

@@ -369,9 +369,6 @@ func (e *Engine) evicted(error) {
 // one it generated).
 func (e *Engine) ExecutorID() string { return e.cfg.ExecutorID }
 
-// Store returns the engine's store, for queries beyond the engine's own.
-func (e *Engine) Store() *postgres.Store { return e.store }
-
 // DBOS returns the engine's DBOS context, for applications that run their
 // own workflows beside the agents.
 func (e *Engine) DBOS() dbos.Context { return e.dbos }

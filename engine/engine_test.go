@@ -257,7 +257,7 @@ func TestReusedToolCallIDKeepsEachUsageRow(t *testing.T) {
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
-	usage, err := e.Store().ListUsage(t.Context(), h.SessionID)
+	usage, err := engine.StoreOf(e).ListUsage(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	tools := 0
 	for _, u := range usage {

@@ -70,9 +70,9 @@ func (f *formats) survey(ctx context.Context) (dead []string, err error) {
 // lowest level a live executor of the cluster reads (its own included),
 // FormatLevelBaseline until Launch read it. New formats (postgres.FormatLevel)
 // start once the last engine of an older release is gone.
-func (e *Engine) FormatLevel() postgres.FormatLevel { return e.formats.Level() }
+func (e *Engine) FormatLevel() FormatLevel { return FormatLevel(e.formats.Level()) }
 
 // FormatLevel returns the storage format level the client writes at (an
 // abort's chunks, a resume's): the lowest level a live executor reads,
 // refreshed every TakeoverSweepInterval.
-func (c *Client) FormatLevel() postgres.FormatLevel { return c.c.store.FormatLevel() }
+func (c *Client) FormatLevel() FormatLevel { return FormatLevel(c.c.store.FormatLevel()) }

@@ -15,7 +15,6 @@ import (
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/steps"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // An engine writes a storage format only once every live executor reads it
@@ -52,7 +51,7 @@ func databaseWithPool(t *testing.T) (string, *pgxpool.Pool) {
 
 // awaitFormatLevel waits (at most 30 s) until e writes at level: the level
 // it reads from the cluster at each sweep.
-func awaitFormatLevel(t *testing.T, e interface{ FormatLevel() postgres.FormatLevel }, level postgres.FormatLevel) {
+func awaitFormatLevel(t *testing.T, e interface{ FormatLevel() engine.FormatLevel }, level engine.FormatLevel) {
 	t.Helper()
 	require.Eventually(t, func() bool { return e.FormatLevel() == level }, 30*time.Second, 10*time.Millisecond,
 		"writes at format level %s, want %s", e.FormatLevel(), level)
@@ -74,39 +73,39 @@ func formatLevelAgent(x *executions) *helix.Agent {
 func TestFormatLevelOfTheCluster(t *testing.T) {
 	t.Parallel()
 	url, pool := databaseWithPool(t)
-	newer := int(postgres.FormatLevelNewest) + 1
+	newer := int(engine.FormatLevelNewest) + 1
 	stopNewer := executorAt(t, pool, "newer-release", &newer)
 	executorAt(t, pool, "just-claimed", nil)
 
 	var x executions
 	agent := formatLevelAgent(&x)
 	e := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, Quiet: true}, agent)
-	require.Equal(t, postgres.FormatLevelNewest, e.FormatLevel(), "a newer executor does not raise this release's level")
+	require.Equal(t, engine.FormatLevelNewest, e.FormatLevel(), "a newer executor does not raise this release's level")
 	var recorded *int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT format_level FROM helix.executors WHERE executor_id = $1`,
 		e.ExecutorID()).Scan(&recorded))
 	require.NotNil(t, recorded, "the engine records its level at launch")
-	require.Equal(t, int(postgres.FormatLevelNewest), *recorded)
+	require.Equal(t, int(engine.FormatLevelNewest), *recorded)
 
 	c, err := e.Cluster(t.Context(), nil)
 	require.NoError(t, err)
-	require.Equal(t, postgres.FormatLevelNewest, c.FormatLevel, "the lowest level of the alive executors")
-	levels := map[string]postgres.FormatLevel{}
+	require.Equal(t, engine.FormatLevelNewest, c.FormatLevel, "the lowest level of the alive executors")
+	levels := map[string]engine.FormatLevel{}
 	for _, x := range c.Executors {
 		levels[x.ExecutorID] = x.FormatLevel
 	}
-	require.Equal(t, map[string]postgres.FormatLevel{"newer-release": postgres.FormatLevel(newer),
-		"just-claimed": postgres.FormatLevelBaseline, e.ExecutorID(): postgres.FormatLevelNewest}, levels)
+	require.Equal(t, map[string]engine.FormatLevel{"newer-release": engine.FormatLevel(newer),
+		"just-claimed": engine.FormatLevelBaseline, e.ExecutorID(): engine.FormatLevelNewest}, levels)
 
 	client, err := engine.NewClient(t.Context(), engine.ClientConfig{DatabaseURL: url})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, client.Close()) })
-	require.Equal(t, postgres.FormatLevelNewest, client.FormatLevel(), "a client's writes too")
+	require.Equal(t, engine.FormatLevelNewest, client.FormatLevel(), "a client's writes too")
 
 	h := e.Start(agent, "go")
 	require.Equal(t, helix.AgentCompleted, e.Await(h).Status)
 	stopNewer()
-	awaitFormatLevel(t, e, postgres.FormatLevelNewest)
+	awaitFormatLevel(t, e, engine.FormatLevelNewest)
 	e.RequireTranscriptOnce(h.SessionID)
 	e.RequireStreamGapFree(h.SessionID)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/google/uuid"
@@ -128,6 +129,22 @@ func (c control) interrupt(ctx context.Context, sessionID, reason string) error 
 	if err != nil {
 		return err
 	}
+	// The status check and the flag are not one statement: a run that
+	// ended in between, or that ended after the flag was written without
+	// seeing it, would leave a flag that stops the session's next turn
+	// before its first step. Take it back and refuse, as for a session that
+	// was not running. (Interrupted means the run already stopped, on this
+	// flag.)
+	if st, err = c.store.LoadState(ctx, sessionID); err != nil {
+		return fmt.Errorf("engine: session %s: read its status after recording the interrupt: %w", sessionID, err)
+	}
+	if st.Status != helix.SessionActive && st.Status != helix.SessionInterrupted {
+		if err := c.takeBackInterrupt(ctx, sessionID, flagged); err != nil {
+			return fmt.Errorf("engine: session %s ended %s while it was being interrupted, and taking the interrupt flag back failed "+
+				"(its next turn would stop before its first step: interrupt and resume it, or retry): %w", sessionID, st.Status, err)
+		}
+		return refuse(RefusedNotRunning, sessionID, "session %s ended %s before the interrupt was recorded: nothing to interrupt", sessionID, st.Status)
+	}
 	waiting, err := c.store.ListPendingCalls(ctx, sessionID)
 	if err != nil {
 		return err
@@ -148,6 +165,21 @@ func (c control) interrupt(ctx context.Context, sessionID, reason string) error 
 	c.log.Info().Str("event", "session.interrupt_requested").Str("sessionId", sessionID).Str("reason", reason).
 		Int("sessions", len(flagged)).Msg("interrupt requested (with the running sub-agents)")
 	return nil
+}
+
+// takeBackInterrupt clears the interrupt flag of the session and of the
+// sessions of its tree that interrupt flagged: the interrupt of a session
+// that ended is void, for its sub-agents and companions too.
+func (c control) takeBackInterrupt(ctx context.Context, sessionID string, flagged []string) error {
+	ids := append([]string{sessionID}, flagged...)
+	slices.Sort(ids)
+	var errs []error
+	for _, id := range slices.Compact(ids) {
+		if err := c.store.ClearInterruptFlag(ctx, id); err != nil && !errors.Is(err, helix.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // waitingRun reports whether the session's current run waits for human

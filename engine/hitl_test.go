@@ -188,7 +188,7 @@ func TestClientToolSuspendSubmitContinue(t *testing.T) {
 	require.False(t, *ends[0].ProviderExecuted)
 	require.JSONEq(t, `{"answer":"green"}`, string(ends[0].Result))
 
-	usage, err := e.Store().ListUsage(t.Context(), h.SessionID)
+	usage, err := engine.StoreOf(e).ListUsage(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	var wait *store.UsageRecord
 	for i := range usage {
@@ -505,7 +505,7 @@ func TestClientToolDeadline(t *testing.T) {
 	require.Len(t, ends, 1)
 	require.Equal(t, helix.CodeClientToolTimeout, ends[0].ErrorCode)
 	require.False(t, *ends[0].ProviderExecuted)
-	usage, err := e.Store().ListUsage(t.Context(), h.SessionID)
+	usage, err := engine.StoreOf(e).ListUsage(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	var tool *store.UsageRecord
 	for i := range usage {

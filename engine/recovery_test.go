@@ -66,7 +66,7 @@ func TestRecoveryAfterStopMidModelCall(t *testing.T) {
 	require.Equal(t, int32(2), attempts.Load(), "the unrecorded model call ran again")
 	require.Equal(t, map[string]int{h.WorkflowID + "/n1": 1}, x.keys, "the recorded tool step was not re-run")
 
-	chunks, err := second.Store().ReadChunks(t.Context(), h.SessionID, 0, 1000)
+	chunks, err := engine.StoreOf(second).ReadChunks(t.Context(), h.SessionID, 0, 1000)
 	require.NoError(t, err)
 	var text strings.Builder
 	resyncs := 0
@@ -125,7 +125,7 @@ func TestLaunchHeartbeatAndForeignOrphans(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT executor_id, hostname, pid FROM helix.executors`).Scan(&id, &host, &pid))
 	require.Equal(t, "exec-other", id)
 	require.Equal(t, os.Getpid(), pid)
-	run, err := other.Store().GetRun(t.Context(), "r-orphan")
+	run, err := engine.StoreOf(other).GetRun(t.Context(), "r-orphan")
 	require.NoError(t, err)
 	require.Equal(t, helix.RunRunning, run.Status, "left alone by an engine without its agent")
 

@@ -136,7 +136,7 @@ type GCResult struct {
 	// TreeSize counts the sessions, workflows, rows per table and bytes per
 	// table (an estimate: pg_column_size of each row, measured before the
 	// delete) freed.
-	postgres.TreeSize
+	TreeSize
 	// Duration is how long the pass took.
 	Duration time.Duration `json:"durationNs"`
 }
@@ -260,7 +260,7 @@ func (g gc) pass(ctx context.Context, conn *pgxpool.Conn, policy *RetentionPolic
 		st = g.store.WithQuerier(postgres.PgxQuerier(conn))
 	}
 	start := time.Now()
-	res := &GCResult{DryRun: opts.DryRun, TreeSize: *postgres.NewTreeSize(), Skipped: []string{}}
+	res := &GCResult{DryRun: opts.DryRun, TreeSize: TreeSize{Rows: map[string]int64{}, Bytes: map[string]int64{}}, Skipped: []string{}}
 	sel := policy.selection()
 	var after string
 	for {
@@ -278,7 +278,7 @@ func (g gc) pass(ctx context.Context, conn *pgxpool.Conn, policy *RetentionPolic
 		}
 		if opts.DryRun {
 			res.Trees += len(ids)
-			res.Add(size)
+			res.add(size)
 		} else {
 			// One transaction per batch, on the lock's connection.
 			var stats *postgres.DeleteStats
@@ -303,7 +303,7 @@ func (g gc) pass(ctx context.Context, conn *pgxpool.Conn, policy *RetentionPolic
 			// The delete's counts are exact; the bytes are measured.
 			size.Sessions, size.Workflows, size.Rows = stats.Sessions, stats.Workflows, stats.Rows
 			res.Trees += len(stats.Deleted)
-			res.Add(size)
+			res.add(size)
 			if g.metrics != nil {
 				g.metrics.GCSessions.Add(float64(stats.Sessions))
 			}

@@ -81,7 +81,7 @@ func newRetentionFixture(t *testing.T) *retentionFixture {
 	tree := deleteTree()
 	e := newEngineWith(t, engine.Config{DatabaseURL: f.url}, f.traffic, failing, abortable, busy, tree)
 	f.runner = e
-	pool := e.Store().Pool()
+	pool := engine.StoreOf(e).Pool()
 	run := func(a *helix.Agent) string {
 		id := uuid.NewString()
 		h, err := e.Execute(t.Context(), a, engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: id})
@@ -128,7 +128,7 @@ func TestRetentionJobDeletesOnlyWhatThePolicySays(t *testing.T) {
 	t.Parallel()
 	f := newRetentionFixture(t)
 	defer close(f.release)
-	pool := f.runner.Store().Pool()
+	pool := engine.StoreOf(f.runner).Pool()
 
 	// Traffic on the first engine while the second one's job runs.
 	stop := make(chan struct{})
@@ -189,7 +189,7 @@ func TestCollectGarbageDryRunCountsWhatTheRealRunDeletes(t *testing.T) {
 	t.Parallel()
 	f := newRetentionFixture(t)
 	defer close(f.release)
-	pool := f.runner.Store().Pool()
+	pool := engine.StoreOf(f.runner).Pool()
 	policy := engine.RetentionPolicy{Completed: time.Hour, Failed: time.Hour, BatchSize: 3}
 
 	dry, err := f.runner.CollectGarbage(t.Context(), policy, &engine.GCOptions{DryRun: true})
@@ -247,7 +247,7 @@ func TestRetentionAgeIsTheTreesLastActivity(t *testing.T) {
 	t.Parallel()
 	tree := deleteTree()
 	e := newEngineWith(t, engine.Config{DatabaseURL: pgtest.NewURL(t)}, tree)
-	pool := e.Store().Pool()
+	pool := engine.StoreOf(e).Pool()
 	id := runTree(t, e, tree)
 	age(t, pool, id, 2*time.Hour)
 	_, err := pool.Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - interval '1 minute'
@@ -284,7 +284,7 @@ func TestRetentionPassNeedsOneConnection(t *testing.T) {
 	h, err := e.Execute(t.Context(), quick, engine.Input{Message: "go"}, &engine.ExecuteOptions{SessionID: "old"})
 	require.NoError(t, err)
 	result(t, h)
-	age(t, e.Store().Pool(), "old", 2*time.Hour)
+	age(t, engine.StoreOf(e).Pool(), "old", 2*time.Hour)
 
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
@@ -301,5 +301,5 @@ func TestRetentionPassNeedsOneConnection(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no retention pass within 30s on a pool of two connections")
 	}
-	require.False(t, sessionExists(t, e.Store().Pool(), "old"))
+	require.False(t, sessionExists(t, engine.StoreOf(e).Pool(), "old"))
 }

@@ -171,9 +171,9 @@ func TestHeldStartChunksPrecedeAToolsEvent(t *testing.T) {
 // streamOf returns every chunk of the session's stream.
 func streamOf(t *testing.T, e *engine.Engine, sessionID string) []store.StoredChunk {
 	t.Helper()
-	st, err := e.Store().LoadState(t.Context(), sessionID)
+	st, err := engine.StoreOf(e).LoadState(t.Context(), sessionID)
 	require.NoError(t, err)
-	chunks, err := e.Store().ReadChunks(t.Context(), st.StreamID, 0, 1000)
+	chunks, err := engine.StoreOf(e).ReadChunks(t.Context(), st.StreamID, 0, 1000)
 	require.NoError(t, err)
 	require.NotEmpty(t, chunks, fmt.Sprintf("stream of %s", sessionID))
 	return chunks

@@ -145,7 +145,7 @@ func TestSubAgentsRunAsChildSessions(t *testing.T) {
 		"start:" + h.SessionID + "-sub-s2", "complete:" + h.SessionID + "-sub-s2"}, hookLog, "children fire their own hooks")
 	mu.Unlock()
 
-	usage, err := e.Store().ListUsage(t.Context(), h.SessionID)
+	usage, err := engine.StoreOf(e).ListUsage(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	var subUsage int
 	for _, u := range usage {

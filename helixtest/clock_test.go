@@ -39,7 +39,7 @@ func asker(name string) *helix.Agent {
 // usage returns the value of the session's usage row of sourceType.
 func usage(t *testing.T, e *helixtest.Engine, sessionID, sourceType string) store.UsageRecord {
 	t.Helper()
-	rows, err := e.Store().ListUsage(t.Context(), sessionID)
+	rows, err := e.Usage(t.Context(), sessionID)
 	require.NoError(t, err)
 	for _, r := range rows {
 		if r.SourceType == sourceType {

@@ -223,7 +223,7 @@ func (e *Engine) AwaitStatus(sessionID string, status helix.SessionStatus) *stor
 	e.t.Helper()
 	var last *store.SessionState
 	ok := e.poll(func(ctx context.Context) (bool, error) {
-		st, err := e.Store().LoadState(ctx, sessionID)
+		st, err := e.Session(ctx, sessionID)
 		if err != nil {
 			return false, err
 		}
@@ -323,7 +323,7 @@ func (e *Engine) Submit(sessionID string, sub helix.ToolSubmission) helix.Submit
 	ctx, cancel := e.context()
 	defer cancel()
 	root := sessionID
-	if st, err := e.Store().LoadState(ctx, sessionID); err == nil && st.RootSessionID != "" {
+	if st, err := e.Session(ctx, sessionID); err == nil && st.RootSessionID != "" {
 		root = st.RootSessionID
 	}
 	res, err := e.SubmitToolResult(ctx, root, sub)
@@ -340,7 +340,7 @@ func (e *Engine) Messages(sessionID string) []helix.Message {
 	defer cancel()
 	var out []helix.Message
 	for offset := 0; ; {
-		page, err := e.Store().GetMessages(ctx, sessionID, &store.GetMessagesOptions{Offset: offset, Limit: store.MaxPageSize})
+		page, err := e.Engine.Messages(ctx, sessionID, &store.GetMessagesOptions{Offset: offset, Limit: store.MaxPageSize})
 		if err != nil {
 			e.t.Fatalf("helixtest: messages of session %s: %v", sessionID, err)
 		}
@@ -358,13 +358,14 @@ func (e *Engine) Stream(sessionID string) []store.StoredChunk {
 	e.t.Helper()
 	ctx, cancel := e.context()
 	defer cancel()
-	st, err := e.Store().LoadState(ctx, sessionID)
+	r, err := e.Engine.Stream(ctx, sessionID, 0)
 	if err != nil {
 		e.t.Fatalf("helixtest: stream of session %s: %v", sessionID, err)
 	}
+	defer func() { _ = r.Close() }()
 	var out []store.StoredChunk
 	for after := int64(0); ; {
-		page, err := e.Store().ReadChunks(ctx, st.StreamID, after, 500)
+		page, err := r.Chunks(ctx, after, 500)
 		if err != nil {
 			e.t.Fatalf("helixtest: stream of session %s: %v", sessionID, err)
 		}

@@ -666,7 +666,10 @@ func chaosReference(t *testing.T, server string) map[string]chaosRef {
 			require.NoError(t, err)
 		}
 		require.Equal(t, helix.AgentCompleted, res.Status, "%s: %s", kind, res.Error)
-		ref[kind] = chaosProjection(t, &crashDB{url: url, pool: pool, st: e.Store()}, sid)
+		st, err := postgres.New(pool)
+		require.NoError(t, err)
+		ref[kind] = chaosProjection(t, &crashDB{url: url, pool: pool, st: st}, sid)
+		require.NoError(t, st.Close())
 	}
 	return ref
 }

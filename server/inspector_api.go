@@ -13,8 +13,8 @@ import (
 	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // Page sizes of the inspector's session list.
@@ -257,10 +257,10 @@ func (s *Server) pageDetails(ctx context.Context, id string, page *sessionPage) 
 // the engines write at (the lowest an alive executor reads) with the
 // newest this release writes.
 type clusterPage struct {
-	Executors         []postgres.Executor  `json:"executors"`
-	Queues            []postgres.QueueLoad `json:"queues"`
-	FormatLevel       postgres.FormatLevel `json:"formatLevel"`
-	NewestFormatLevel postgres.FormatLevel `json:"newestFormatLevel"`
+	Executors         []engine.Executor  `json:"executors"`
+	Queues            []engine.QueueLoad `json:"queues"`
+	FormatLevel       engine.FormatLevel `json:"formatLevel"`
+	NewestFormatLevel engine.FormatLevel `json:"newestFormatLevel"`
 }
 
 // inspectorOwnedMax bounds the sessions listed per executor.
@@ -268,7 +268,7 @@ const inspectorOwnedMax = 50
 
 // handleInspectorCluster lists the executors and the queues.
 func (s *Server) handleInspectorCluster(w http.ResponseWriter, r *http.Request) *apiError {
-	opts := &postgres.ClusterOptions{SessionsPerExecutor: inspectorOwnedMax}
+	opts := &engine.ClusterOptions{SessionsPerExecutor: inspectorOwnedMax}
 	if p, ok := PrincipalFromContext(r.Context()); ok && s.cfg.Authenticate != nil {
 		opts.UserID = string(p) // never empty: authenticate refuses an empty principal
 	}
@@ -276,9 +276,9 @@ func (s *Server) handleInspectorCluster(w http.ResponseWriter, r *http.Request) 
 	if err != nil {
 		return internalError(fmt.Errorf("inspector: cluster: %w", err))
 	}
-	page := clusterPage{Executors: c.Executors, Queues: c.Queues, FormatLevel: c.FormatLevel, NewestFormatLevel: postgres.FormatLevelNewest}
+	page := clusterPage{Executors: c.Executors, Queues: c.Queues, FormatLevel: c.FormatLevel, NewestFormatLevel: engine.FormatLevelNewest}
 	if page.Executors == nil {
-		page.Executors = []postgres.Executor{}
+		page.Executors = []engine.Executor{}
 	}
 	for i := range page.Executors {
 		if page.Executors[i].Sessions == nil {
@@ -286,7 +286,7 @@ func (s *Server) handleInspectorCluster(w http.ResponseWriter, r *http.Request) 
 		}
 	}
 	if page.Queues == nil {
-		page.Queues = []postgres.QueueLoad{}
+		page.Queues = []engine.QueueLoad{}
 	}
 	writeJSON(w, http.StatusOK, page)
 	return nil

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -590,4 +591,14 @@ func lastID(evs []chatEvent) int64 {
 		id = max(id, ev.id)
 	}
 	return id
+}
+
+// pool opens a pool on the harness's database, for tests that check what
+// the engine wrote in its tables; it closes with the test.
+func (h *harness) pool() *pgxpool.Pool {
+	h.t.Helper()
+	p, err := pgxpool.New(h.t.Context(), h.db)
+	require.NoError(h.t, err)
+	h.t.Cleanup(p.Close)
+	return p
 }

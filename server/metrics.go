@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -27,7 +27,7 @@ type metrics struct {
 	streamLag      prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, maxAge time.Duration, log zerolog.Logger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, stats func(context.Context) (*store.DatabaseStats, error), maxAge time.Duration, log zerolog.Logger) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "helix_http_requests_total",
@@ -53,7 +53,13 @@ func newMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, maxAge time.Durat
 		}),
 	}
 	db := &dbCollector{maxAge: maxAge, log: log, now: time.Now}
-	db.load = func(ctx context.Context) ([]prometheus.Metric, error) { return queryDatabase(ctx, pool) }
+	db.load = func(ctx context.Context) ([]prometheus.Metric, error) {
+		st, err := stats(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return metricsOf(st), nil
+	}
 	collectors := []prometheus.Collector{m.requests, m.latency, m.sseConnections, m.sseChunks, m.streamLag, db}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -205,115 +211,44 @@ func (c *dbCollector) snapshot() (ms []prometheus.Metric, err error) {
 	return ms, err
 }
 
-// The queries of one scrape. The pending calls are read from the sessions
-// that have some (the JSON of store.PendingClientToolCall: an answered call
-// has "submission", a timed-out one "timedOutAt").
-const (
-	queryRuns     = `SELECT status, count(*) FROM helix.runs GROUP BY status`
-	querySessions = `SELECT status, count(*) FROM helix.sessions GROUP BY status`
-	querySteps    = `SELECT count(*) FROM helix.checkpoints`
-	queryUsage    = `SELECT source_type, success, count(*), COALESCE(sum(value), 0) FROM helix.usage_records
-		WHERE source_type IN ('model', 'tool', 'subagent', 'client_tool_wait_ms') GROUP BY source_type, success`
-	queryPending = `SELECT COALESCE(p.value->>'kind', ''), count(*)
-		FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
-		WHERE s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb AND NOT (p.value ? 'submission') AND NOT (p.value ? 'timedOutAt')
-		GROUP BY 1`
-	// The queues, from DBOS's workflow_status (its in-flight index and its
-	// (queue_name, status, started_at) index).
-	queryQueues = `SELECT queue_name, count(*) FILTER (WHERE status = 'ENQUEUED'), count(*) FILTER (WHERE status = 'PENDING'),
-		coalesce((extract(epoch FROM now()) * 1000 - min(created_at) FILTER (WHERE status = 'ENQUEUED')) / 1000.0, 0)::float8
-		FROM dbos.workflow_status WHERE status IN ('ENQUEUED', 'PENDING') AND queue_name IS NOT NULL GROUP BY queue_name`
-	queryQueueWaits = `SELECT queue_name, count(*), coalesce(avg(started_at_epoch_ms - created_at) / 1000.0, 0)::float8
-		FROM dbos.workflow_status WHERE queue_name IS NOT NULL AND status IN ('PENDING', 'SUCCESS', 'ERROR', 'CANCELLED')
-		AND started_at_epoch_ms > extract(epoch FROM now()) * 1000 - 60000 GROUP BY queue_name`
-)
-
-// queryDatabase reads the database figures in one round trip.
-func queryDatabase(ctx context.Context, pool *pgxpool.Pool) ([]prometheus.Metric, error) {
-	b := &pgx.Batch{}
+// metricsOf turns the database figures into metrics.
+func metricsOf(st *store.DatabaseStats) []prometheus.Metric {
 	var out []prometheus.Metric
-	b.Queue(queryRuns).Query(func(rows pgx.Rows) error { return collectCounts(rows, descRuns, &out) })
-	b.Queue(querySessions).Query(func(rows pgx.Rows) error { return collectCounts(rows, descSessions, &out) })
-	b.Queue(querySteps).QueryRow(func(row pgx.Row) error {
-		var n int64
-		if err := row.Scan(&n); err != nil {
-			return err
+	counts(st.Runs, descRuns, &out)
+	counts(st.Sessions, descSessions, &out)
+	out = append(out, prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps)))
+	var submissions int64
+	var waitMS float64
+	for _, u := range st.Usage {
+		ok := strconv.FormatBool(u.Success)
+		switch u.SourceType {
+		case store.UsageModel:
+			out = append(out, prometheus.MustNewConstMetric(descModelCalls, prometheus.CounterValue, float64(u.Count), ok))
+		case store.UsageTool, store.UsageSubAgent:
+			out = append(out, prometheus.MustNewConstMetric(descToolCalls, prometheus.CounterValue, float64(u.Count), u.SourceType, ok))
+		case store.UsageClientToolWaitMS:
+			submissions += u.Count
+			waitMS += u.Sum
 		}
-		out = append(out, prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(n)))
-		return nil
-	})
-	b.Queue(queryUsage).Query(func(rows pgx.Rows) error {
-		var (
-			source  string
-			success bool
-			n       int64
-			sum     float64
-		)
-		var submissions int64
-		var waitMS float64
-		_, err := pgx.ForEachRow(rows, []any{&source, &success, &n, &sum}, func() error {
-			ok := strconv.FormatBool(success)
-			switch source {
-			case store.UsageModel:
-				out = append(out, prometheus.MustNewConstMetric(descModelCalls, prometheus.CounterValue, float64(n), ok))
-			case store.UsageTool, store.UsageSubAgent:
-				out = append(out, prometheus.MustNewConstMetric(descToolCalls, prometheus.CounterValue, float64(n), source, ok))
-			case store.UsageClientToolWaitMS:
-				submissions += n
-				waitMS += sum
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		out = append(out, prometheus.MustNewConstMetric(descSubmissions, prometheus.CounterValue, float64(submissions)),
-			prometheus.MustNewConstMetric(descWait, prometheus.CounterValue, waitMS/1000))
-		return nil
-	})
-	b.Queue(queryPending).Query(func(rows pgx.Rows) error { return collectCounts(rows, descPending, &out) })
-	b.Queue(queryQueues).Query(func(rows pgx.Rows) error {
-		var (
-			queue           string
-			queued, running int64
-			oldest          float64
-		)
-		_, err := pgx.ForEachRow(rows, []any{&queue, &queued, &running, &oldest}, func() error {
-			out = append(out, prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(queued), queue),
-				prometheus.MustNewConstMetric(descQueueRunning, prometheus.GaugeValue, float64(running), queue),
-				prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, oldest, queue))
-			return nil
-		})
-		return err
-	})
-	b.Queue(queryQueueWaits).Query(func(rows pgx.Rows) error {
-		var (
-			queue string
-			n     int64
-			wait  float64
-		)
-		_, err := pgx.ForEachRow(rows, []any{&queue, &n, &wait}, func() error {
-			out = append(out, prometheus.MustNewConstMetric(descQueueStarted, prometheus.GaugeValue, float64(n), queue),
-				prometheus.MustNewConstMetric(descQueueWait, prometheus.GaugeValue, wait, queue))
-			return nil
-		})
-		return err
-	})
-	if err := pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
 	}
-	return out, nil
+	out = append(out, prometheus.MustNewConstMetric(descSubmissions, prometheus.CounterValue, float64(submissions)),
+		prometheus.MustNewConstMetric(descWait, prometheus.CounterValue, waitMS/1000))
+	counts(st.PendingCalls, descPending, &out)
+	for _, q := range st.Queues {
+		out = append(out, prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(q.Depth), q.Queue),
+			prometheus.MustNewConstMetric(descQueueRunning, prometheus.GaugeValue, float64(q.Running), q.Queue),
+			prometheus.MustNewConstMetric(descQueueOldest, prometheus.GaugeValue, q.OldestWaitSeconds, q.Queue))
+	}
+	for _, q := range st.QueueStarts {
+		out = append(out, prometheus.MustNewConstMetric(descQueueStarted, prometheus.GaugeValue, float64(q.Started), q.Queue),
+			prometheus.MustNewConstMetric(descQueueWait, prometheus.GaugeValue, q.AvgWaitSeconds, q.Queue))
+	}
+	return out
 }
 
-// collectCounts turns (label, count) rows into gauges of desc.
-func collectCounts(rows pgx.Rows, desc *prometheus.Desc, out *[]prometheus.Metric) error {
-	var (
-		label string
-		n     int64
-	)
-	_, err := pgx.ForEachRow(rows, []any{&label, &n}, func() error {
-		*out = append(*out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), label))
-		return nil
-	})
-	return err
+// counts turns (label, count) pairs into gauges of desc, by label.
+func counts(m map[string]int64, desc *prometheus.Desc, out *[]prometheus.Metric) {
+	for _, label := range slices.Sorted(maps.Keys(m)) {
+		*out = append(*out, prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(m[label]), label))
+	}
 }

@@ -125,7 +125,7 @@ func (s *Server) rootSessionServed(r *http.Request, sessionID, checkpointID stri
 // checkpointOf answers 404 checkpoint_not_found unless checkpointID is a
 // checkpoint of the session.
 func (s *Server) checkpointOf(ctx context.Context, sessionID, checkpointID string) *apiError {
-	cp, err := s.eng.Store().GetCheckpoint(ctx, checkpointID)
+	cp, err := s.eng.Checkpoint(ctx, checkpointID)
 	switch {
 	case errors.Is(err, helix.ErrNotFound) || (err == nil && cp.SessionID != sessionID):
 		return newError(http.StatusNotFound, CodeCheckpointNotFound,

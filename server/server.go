@@ -83,7 +83,7 @@ func New(eng *engine.Engine, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: register the engine's metrics: %w", err)
 		}
 	}
-	if s.metrics, err = newMetrics(reg, eng.Store().Pool(), cfg.DatabaseMetricsMaxAge, log); err != nil {
+	if s.metrics, err = newMetrics(reg, eng.DatabaseStats, cfg.DatabaseMetricsMaxAge, log); err != nil {
 		return nil, err
 	}
 	s.shell = inspectorShell()
@@ -359,7 +359,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err *apiErro
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) *apiError {
 	ctx, cancel := context.WithTimeout(r.Context(), HealthTimeout)
 	defer cancel()
-	if err := s.eng.Store().Pool().Ping(ctx); err != nil {
+	if err := s.eng.Ping(ctx); err != nil {
 		s.log.Warn().Str("event", "health.database_unavailable").Str("requestId", requestIDFrom(r.Context())).Err(err).
 			Msg("health check: the database did not answer")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable",

@@ -295,7 +295,7 @@ func (s *Server) resumeMessageCheck(ctx context.Context, st *store.SessionState)
 			return waits()
 		}
 	case helix.SessionActive:
-		run, err := s.eng.Store().GetCurrentRun(ctx, st.SessionID)
+		run, err := s.eng.CurrentRun(ctx, st.SessionID)
 		if errors.Is(err, helix.ErrNotFound) {
 			return nil
 		} else if err != nil {
@@ -346,7 +346,7 @@ func (s *Server) describe(ctx context.Context, st *store.SessionState, withRuns 
 		RootSessionID: st.RootSessionID, Status: helix.SessionStatusToAgentStatus(st.Status), StepCount: st.StepCount,
 		MessageCount: st.MessageCount, Output: st.Output, Error: st.Error, PendingToolCalls: []PendingToolCall{},
 		CreatedAt: st.CreatedAt, UpdatedAt: st.UpdatedAt}
-	run, err := s.eng.Store().GetCurrentRun(ctx, id)
+	run, err := s.eng.CurrentRun(ctx, id)
 	switch {
 	case errors.Is(err, helix.ErrNotFound):
 		run = nil
@@ -574,7 +574,7 @@ func (s *Server) streamURL(r *http.Request, h *engine.Handle) string {
 		prefix = strings.TrimSuffix(u.Path, r.URL.Path)
 	}
 	q := url.Values{"sessionId": {h.SessionID}}
-	if run, err := s.eng.Store().GetRun(r.Context(), h.RunID); err == nil {
+	if run, err := s.eng.RunInfo(r.Context(), h.RunID); err == nil {
 		q.Set("fromSequence", strconv.FormatInt(run.StartSequence, 10))
 	}
 	return prefix + "/sse?" + q.Encode()

@@ -57,15 +57,13 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 	if apiErr != nil {
 		return apiErr
 	}
-	st, apiErr := s.session(r.Context(), id)
-	if apiErr != nil {
+	if _, apiErr := s.session(r.Context(), id); apiErr != nil {
 		return apiErr
 	}
-	st2 := s.eng.Store()
 	if !explicit {
 		// No position: the current run from its first chunk, as
 		// Handle.Stream reads it.
-		run, err := st2.GetCurrentRun(r.Context(), id)
+		run, err := s.eng.CurrentRun(r.Context(), id)
 		switch {
 		case err == nil:
 			from = run.StartSequence
@@ -73,7 +71,16 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 			return internalError(err)
 		}
 	}
-	info, err := st2.GetStreamInfo(r.Context(), st.StreamID)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	// The reader subscribes before the stream's state is read: nothing
+	// written after the check is missed.
+	rd, err := s.eng.Stream(ctx, id, from)
+	if err != nil {
+		return internalError(err)
+	}
+	defer func() { _ = rd.Close() }()
+	info, err := rd.Info(r.Context())
 	if err != nil {
 		return internalError(err)
 	}
@@ -99,13 +106,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 	s.mu.Unlock()
 	defer s.streams.Done()
 
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	rd, err := st2.NewReader(ctx, st.StreamID, &store.ReaderOptions{FromSequence: from})
-	if err != nil {
-		return internalError(err)
-	}
-	log := s.log.With().Str("requestId", requestIDFrom(r.Context())).Str("sessionId", id).Str("streamId", st.StreamID).Logger()
+	log := s.log.With().Str("requestId", requestIDFrom(r.Context())).Str("sessionId", id).Str("streamId", rd.StreamID()).Logger()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -167,7 +168,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 				// Ended without a stream_end after the position (the
 				// client resumed after the end): end again.
 				final := json.RawMessage(nil)
-				if info, err := st2.GetStreamInfo(ctx, st.StreamID); err == nil {
+				if info, err := rd.Info(ctx); err == nil {
 					final = info.FinalOutput
 				}
 				out.event(0, false, endEvent(final))
@@ -175,7 +176,7 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 			case errors.As(n.err, &failed):
 				msg := failed.Message
 				if lastErrorCode == "" { // resumed after the error chunk: ask the run
-					if run, err := st2.GetCurrentRun(ctx, id); err == nil && run.Status == helix.RunFailed {
+					if run, err := s.eng.CurrentRun(ctx, id); err == nil && run.Status == helix.RunFailed {
 						lastErrorCode = run.ErrorCode
 					}
 				}
@@ -187,17 +188,13 @@ func (s *Server) handleSSE(w http.ResponseWriter, r *http.Request) *apiError {
 			case errors.As(n.err, &truncated):
 				// G4: chunks after the client's cursor were removed (crash
 				// recovery, retry). Say so, then go on from the surviving
-				// chunks: the stream's stream_resync chunk follows.
+				// chunks (the reader does): the stream's stream_resync
+				// chunk follows.
 				out.event(0, false, mustJSON(map[string]any{"type": "truncated",
 					"truncatedAtStep": truncated.TruncatedAtStep, "atSequence": truncated.AtSequence}))
 				log.Info().Str("event", "sse.truncated").Int64("lastSequence", last).Int64("atSequence", truncated.AtSequence).
 					Msg("stream truncated under an SSE client: continuing from the surviving chunks")
 				p.wait()
-				if rd, err = st2.NewReader(ctx, st.StreamID, &store.ReaderOptions{FromSequence: last}); err != nil {
-					log.Error().Str("event", "sse.error").Err(err).Msg("SSE stream: reopening the reader failed; the client reconnects")
-					out.comment("stream interrupted by a server error: reconnect with Last-Event-ID")
-					return nil
-				}
 				p.start(rd)
 			case ctx.Err() != nil:
 				return nil
@@ -253,11 +250,10 @@ func (p *pump) start(rd store.Reader) {
 	})
 }
 
-// wait waits for the goroutine, after it delivered its error, and closes
-// its reader.
+// wait waits for the goroutine, after it delivered its error; the reader
+// stays open, to go on reading.
 func (p *pump) wait() {
 	p.wg.Wait()
-	_ = p.rd.Close()
 }
 
 // stop ends the goroutine and closes the reader (a waiting Next returns).

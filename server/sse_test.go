@@ -30,7 +30,7 @@ func storedSequences(t *testing.T, h *harness, sessionID string) []int64 {
 	t.Helper()
 	runs, err := h.eng.Runs(t.Context(), sessionID)
 	require.NoError(t, err)
-	chunks, err := h.eng.Store().ReadChunks(t.Context(), sessionID, runs[len(runs)-1].StartSequence, 500)
+	chunks, err := h.eng.StreamChunks(t.Context(), sessionID, runs[len(runs)-1].StartSequence, 500)
 	require.NoError(t, err)
 	var seqs []int64
 	for _, c := range chunks {
@@ -448,7 +448,7 @@ func TestSSEResumeInsideMarkerRows(t *testing.T) {
 	require.Equal(t, "end", full[len(full)-1].typ())
 
 	var markers int
-	require.NoError(t, a.eng.Store().Pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key
+	require.NoError(t, a.pool().QueryRow(t.Context(), `SELECT count(*) FROM helix.stream_chunks c JOIN helix.streams t ON t.key = c.stream_key
 		WHERE t.stream_id = $1 AND left(c.chunk::text, 3) = '[4,'`, id).Scan(&markers))
 	require.GreaterOrEqual(t, markers, 3, "the tool steps' lifecycle chunks are marker rows")
 

@@ -54,8 +54,7 @@ func newInterruptCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sessionID := args[0]
 			return withClient(cmd.Context(), g, func(c *engine.Client) error {
-				st := c.Store()
-				s, err := st.LoadState(cmd.Context(), sessionID)
+				s, err := c.Session(cmd.Context(), sessionID)
 				if err != nil {
 					return err
 				}
@@ -65,21 +64,11 @@ func newInterruptCmd(g *globals) *cobra.Command {
 				waiting := waitingCalls(s)
 				// The client writes the flag and wakes a run that waits for
 				// human input (it would see the flag only when answered).
+				// A session that is not running, or whose run ended while
+				// the flag was written, is refused (the engine takes the
+				// flag back then).
 				if err := c.Interrupt(cmd.Context(), sessionID, reason); err != nil {
 					return err
-				}
-				// The status check and the flag are not one statement: a run
-				// that ended in between would leave a flag that stops the
-				// session's next turn before its first step. Take it back.
-				if s, err = st.LoadState(cmd.Context(), sessionID); err != nil {
-					return err
-				}
-				// (Interrupted means the run already stopped, on this flag.)
-				if s.Status != helix.SessionActive && s.Status != helix.SessionInterrupted {
-					if err := st.ClearInterruptFlag(cmd.Context(), sessionID); err != nil {
-						return err
-					}
-					return fmt.Errorf("session %s ended %s before the interrupt was recorded: nothing to interrupt", sessionID, s.Status)
 				}
 				out := cmd.OutOrStdout()
 				if len(waiting) > 0 {
@@ -91,7 +80,7 @@ func newInterruptCmd(g *globals) *cobra.Command {
 				if !wait {
 					return nil
 				}
-				s, err = waitInactive(cmd.Context(), st, sessionID, timeout)
+				s, err = waitInactive(cmd.Context(), c.Session, sessionID, timeout)
 				if err != nil {
 					return err
 				}
@@ -125,12 +114,13 @@ func waitingCalls(s *store.SessionState) []string {
 	return out
 }
 
-// waitInactive polls the session until it is no longer active.
-func waitInactive(ctx context.Context, st *postgres.Store, sessionID string, timeout time.Duration) (*store.SessionState, error) {
+// waitInactive polls the session, read by load (a Client's Session, a
+// store's LoadState), until it is no longer active.
+func waitInactive(ctx context.Context, load func(context.Context, string) (*store.SessionState, error), sessionID string, timeout time.Duration) (*store.SessionState, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		s, err := st.LoadState(ctx, sessionID)
+		s, err := load(ctx, sessionID)
 		if err != nil {
 			return nil, err
 		}

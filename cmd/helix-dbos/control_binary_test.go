@@ -126,7 +126,7 @@ func TestResumeAndRetryAgentFileAgents(t *testing.T) {
 		require.Contains(t, r.stderr, "give this command an agent file that defines it (--agents FILE, HELIX_AGENTS or agents: in the config file)")
 
 		// Another live process holds the executor ID given.
-		_, err := e.Store().Pool().Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid)
+		_, err := testStore(t, url).Pool().Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid)
 			VALUES ('busy', 'v', 'elsewhere', 1)`)
 		require.NoError(t, err)
 		r = runBin(t, o, "resume", "intake-1", "--agents", exampleAgents, "--executor-id", "busy")
@@ -137,7 +137,7 @@ func TestResumeAndRetryAgentFileAgents(t *testing.T) {
 		p := startBin(t, binOpts{env: append(o.env, "HELIX_AGENTS="+exampleAgents)}, "resume", "intake-1", "--executor-id", "resumer")
 		p.waitFor(t, "resumed session intake-1 in run ", time.Minute)
 		var pid int
-		require.NoError(t, e.Store().Pool().QueryRow(t.Context(), `SELECT pid FROM helix.executors WHERE executor_id = 'resumer'`).Scan(&pid))
+		require.NoError(t, testStore(t, url).Pool().QueryRow(t.Context(), `SELECT pid FROM helix.executors WHERE executor_id = 'resumer'`).Scan(&pid))
 		require.Equal(t, p.cmd.Process.Pid, pid, "the resuming process records its executor")
 
 		out := mustBin(t, o, "submit", "intake-1", "call-0-0", "--result", `{"answer":"Ada"}`)
@@ -147,7 +147,7 @@ func TestResumeAndRetryAgentFileAgents(t *testing.T) {
 		require.Contains(t, p.stdout.String(), "Nice to meet you!")
 		require.Contains(t, p.stdout.String(), "session intake-1 completed")
 		var stopped bool
-		require.NoError(t, e.Store().Pool().QueryRow(t.Context(), `SELECT stopped_at IS NOT NULL FROM helix.executors WHERE executor_id = 'resumer'`).Scan(&stopped))
+		require.NoError(t, testStore(t, url).Pool().QueryRow(t.Context(), `SELECT stopped_at IS NOT NULL FROM helix.executors WHERE executor_id = 'resumer'`).Scan(&stopped))
 		require.True(t, stopped, "a clean exit marks the executor stopped")
 	})
 

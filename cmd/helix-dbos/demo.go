@@ -361,10 +361,9 @@ func (d *demo) phase2(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var wfStatus, wfExecutor string
-	if err := d.rec.pool.QueryRow(ctx, `SELECT status, executor_id FROM dbos.workflow_status WHERE workflow_uuid = $1`,
-		run.WorkflowID).Scan(&wfStatus, &wfExecutor); err != nil {
-		return "", fmt.Errorf("read workflow %s: %w", run.WorkflowID, err)
+	wfStatus, wfExecutor, err := d.st.Diagnostics().WorkflowStatus(ctx, run.WorkflowID)
+	if err != nil {
+		return "", err
 	}
 	d.say("Postgres after the crash:")
 	d.say("  session %s is %s with %d step committed (checkpoint %s)", sessionID, s.Status, s.StepCount, s.CheckpointID)
@@ -600,12 +599,8 @@ func createDatabase(ctx context.Context, serverURL, name string) (string, error)
 		return "", err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
-		return "", fmt.Errorf("drop database %s: %w", name, err)
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
+	if err := postgres.RecreateDatabase(ctx, postgres.PgxQuerier(conn), name); err != nil {
+		return "", err
 	}
 	u, err := url.Parse(serverURL)
 	if err != nil {

@@ -185,7 +185,7 @@ func (d *demo) approveElsewhere(ctx context.Context, sessionID, runID string, re
 	if err != nil {
 		return 0, err
 	}
-	calls, err := pendingCalls(ctx, d.st, s)
+	calls, err := d.st.ListPendingCalls(ctx, s.SessionID)
 	if err != nil {
 		return 0, err
 	}

@@ -151,7 +151,8 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 	for range 3 {
 		t := time.Now()
 		qctx, cancel := queryContext(ctx)
-		err := conn.QueryRow(qctx, `SELECT current_setting('server_version')`).Scan(&version)
+		var err error
+		version, err = diagnostics(conn).ServerVersion(qctx)
 		cancel()
 		if err != nil {
 			add(doctorCheck{Name: "database", Title: checkTitles["database"], Status: checkFail, Summary: describeDatabase(url),
@@ -180,8 +181,11 @@ func runDoctor(ctx context.Context, url string, grace time.Duration, emit func(d
 	}
 	var dbosOK bool
 	qctx, cancel := queryContext(ctx)
-	err = conn.QueryRow(qctx, `SELECT to_regclass('dbos.workflow_status') IS NOT NULL`).Scan(&dbosOK)
+	exist, err := diagnostics(conn).RelationsExist(qctx, "dbos.workflow_status")
 	cancel()
+	if err == nil {
+		dbosOK = exist[0]
+	}
 	if err != nil {
 		add(doctorCheck{Name: "dbos", Title: checkTitles["dbos"], Status: checkFail, Problems: []doctorProblem{{Problem: queryError(ctx, "look for the dbos schema", err).Error()}}})
 	} else if dbosOK {
@@ -232,21 +236,7 @@ func checkQueues(ctx context.Context, conn *pgx.Conn, execs []executorInfo) doct
 	c := doctorCheck{Name: "queues", Title: checkTitles["queues"], Status: checkOK}
 	qctx, cancel := queryContext(ctx)
 	defer cancel()
-	rows, err := conn.Query(qctx, `SELECT queue_name, coalesce(application_version, ''), count(*),
-		(extract(epoch FROM now()) * 1000 - min(created_at)) / 1000.0
-		FROM dbos.workflow_status WHERE status IN ('ENQUEUED', 'DELAYED') AND queue_name IS NOT NULL
-		GROUP BY 1, 2 ORDER BY 1, 2`)
-	if err != nil {
-		c.Status = checkFail
-		c.Problems = []doctorProblem{{Problem: queryError(ctx, "count the queued workflows in dbos.workflow_status", err).Error()}}
-		return c
-	}
-	type group struct {
-		Queue, Version string
-		N              int
-		Oldest         float64
-	}
-	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[group])
+	groups, err := diagnostics(conn).QueuedWorkflows(qctx)
 	if err != nil {
 		c.Status = checkFail
 		c.Problems = []doctorProblem{{Problem: queryError(ctx, "count the queued workflows in dbos.workflow_status", err).Error()}}
@@ -260,14 +250,14 @@ func checkQueues(ctx context.Context, conn *pgx.Conn, execs []executorInfo) doct
 	}
 	var parts []string
 	for _, g := range groups {
-		parts = append(parts, fmt.Sprintf("%s: %d queued of version %s (oldest %s)", g.Queue, g.N, cmp.Or(g.Version, "-"), fmtAge(g.Oldest)))
-		if (g.Version == "" && len(served) > 0) || served[g.Version] || g.Oldest < queueGrace.Seconds() {
+		parts = append(parts, fmt.Sprintf("%s: %d queued of version %s (oldest %s)", g.Queue, g.Count, cmp.Or(g.Version, "-"), fmtAge(g.OldestWaitSeconds)))
+		if (g.Version == "" && len(served) > 0) || served[g.Version] || g.OldestWaitSeconds < queueGrace.Seconds() {
 			continue
 		}
 		c.Status = checkFail
 		c.Problems = append(c.Problems, doctorProblem{Subject: g.Queue,
 			Problem: fmt.Sprintf("%d workflow(s) of application version %q wait in queue %s (the oldest for %s), and no live engine runs that version",
-				g.N, g.Version, g.Queue, fmtAge(g.Oldest)),
+				g.Count, g.Version, g.Queue, fmtAge(g.OldestWaitSeconds)),
 			Hint: fmt.Sprintf("start an engine of application version %q, or give your engines of the new version "+
 				"engine.Config.AdoptVersions listing %q (docs/operations.md, rolling deploys)", g.Version, g.Version)})
 	}
@@ -311,13 +301,13 @@ func checkMigrations(ctx context.Context, conn *pgx.Conn, add func(doctorCheck))
 		add(c)
 		return false
 	}
-	var exists bool
 	qctx, cancel := queryContext(ctx)
 	defer cancel()
-	if err := conn.QueryRow(qctx, `SELECT to_regclass($1) IS NOT NULL`, migrations.VersionTable).Scan(&exists); err != nil {
+	exist, err := diagnostics(conn).RelationsExist(qctx, migrations.VersionTable)
+	if err != nil {
 		return fail("look for the migrations table", err)
 	}
-	if !exists {
+	if !exist[0] {
 		c.Status, c.Summary = checkFail, "the helix schema is missing"
 		c.Problems = []doctorProblem{{Problem: "no helix migration is applied", Hint: "run `helix-dbos migrate up` (an engine also migrates when it launches), or check --database-url"}}
 		add(c)
@@ -325,11 +315,7 @@ func checkMigrations(ctx context.Context, conn *pgx.Conn, add func(doctorCheck))
 	}
 	qctx, cancel = queryContext(ctx)
 	defer cancel()
-	rows, err := conn.Query(qctx, `SELECT DISTINCT version_id FROM `+migrations.VersionTable+` WHERE version_id > 0`)
-	if err != nil {
-		return fail("read the applied migrations", err)
-	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	applied, err := diagnostics(conn).AppliedMigrations(qctx, migrations.VersionTable)
 	if err != nil {
 		return fail("read the applied migrations", err)
 	}
@@ -482,36 +468,17 @@ func checkSessions(ctx context.Context, conn *pgx.Conn, execs []executorInfo, gr
 	}
 	qctx, cancel := queryContext(ctx)
 	defer cancel()
-	rows, err := conn.Query(qctx, `
-SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''), coalesce(r.workflow_id, ''),
-       coalesce(greatest(r.updated_at, s.updated_at, s.checkpointed_at) < now() - make_interval(secs => $1), true),
-       coalesce(w.status, ''), coalesce(w.executor_id, ''),
-       (SELECT string_agg(c.key || ' (' || coalesce(c.value->>'toolName', '?') || ')', ', ' ORDER BY c.key)
-          FROM jsonb_each(s.pending_client_tool_calls) c
-         WHERE coalesce((c.value->>'deadlineAt')::bigint, 0) > 0
-           AND (c.value->>'deadlineAt')::bigint < (extract(epoch FROM now() - make_interval(secs => $1)) * 1000)::bigint
-           AND c.value->'submission' IS NULL AND coalesce((c.value->>'timedOutAt')::bigint, 0) = 0
-           AND coalesce((c.value->>'consumedAt')::bigint, 0) = 0)
-FROM helix.sessions s
-LEFT JOIN LATERAL (SELECT r.run_id, r.status, r.workflow_id, r.updated_at FROM helix.runs r
-                   WHERE r.session_id = s.session_id ORDER BY r.turn DESC LIMIT 1) r ON true
-LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
-WHERE s.status = 'active'
-ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
+	sessions, err := diagnostics(conn).ActiveSessions(qctx, grace)
 	if err != nil {
 		return fail(readSessions, err)
 	}
 	stuck := []stuckSession{}
 	active := 0
-	for rows.Next() {
+	for _, a := range sessions {
 		active++
-		var s stuckSession
-		var old bool
-		var overdue *string
-		if err := rows.Scan(&s.SessionID, &s.AgentType, &s.RunID, &s.RunStatus, &s.WorkflowID, &old, &s.WorkflowStatus, &s.ExecutorID, &overdue); err != nil {
-			rows.Close()
-			return fail(readSessions, err)
-		}
+		s := stuckSession{SessionID: a.SessionID, AgentType: a.AgentType, RunID: a.RunID, RunStatus: a.RunStatus,
+			WorkflowID: a.WorkflowID, WorkflowStatus: a.WorkflowStatus, ExecutorID: a.ExecutorID}
+		old, overdue := a.Quiet, a.OverdueCalls
 		id := s.SessionID
 		abortRetry := fmt.Sprintf("`helix-dbos abort %s` fails it, then `helix-dbos retry %s --agents FILE` runs it again", id, id)
 		switch {
@@ -539,8 +506,8 @@ ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
 				fmtAge(e.HeartbeatAge))
 			s.Hint = fmt.Sprintf("a live engine of application version %s takes it over within seconds: start one (`helix-dbos serve --agents FILE`), "+
 				"or restart the process with executor ID %s; or %s", e.ApplicationVersion, s.ExecutorID, abortRetry)
-		case overdue != nil:
-			s.Problem = fmt.Sprintf("its run %s (%s) waits for tool call(s) past their deadline: %s; the run should have timed them out", s.RunID, s.RunStatus, *overdue)
+		case overdue != "":
+			s.Problem = fmt.Sprintf("its run %s (%s) waits for tool call(s) past their deadline: %s; the run should have timed them out", s.RunID, s.RunStatus, overdue)
 			s.Hint = fmt.Sprintf("make sure a process with executor ID %s runs (it times the calls out when it recovers the run), or answer them (`helix-dbos submit %s <call> ...`), or %s",
 				cmp.Or(s.ExecutorID, "?"), id, abortRetry)
 		default:
@@ -548,14 +515,10 @@ ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
 		}
 		stuck = append(stuck, s)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fail(readSessions, err)
-	}
-	var interrupted int
 	qctx, cancel = queryContext(ctx)
 	defer cancel()
-	if err := conn.QueryRow(qctx, `SELECT count(*) FROM helix.sessions WHERE status = 'interrupted'`).Scan(&interrupted); err != nil {
+	interrupted, err := diagnostics(conn).CountSessions(qctx, "interrupted")
+	if err != nil {
 		return fail("count the interrupted sessions", err)
 	}
 	c.Summary = fmt.Sprintf("%d active", active)

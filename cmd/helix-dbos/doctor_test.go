@@ -141,8 +141,8 @@ func TestDoctorProblems(t *testing.T) {
 // dead executor, a call waiting past its deadline, a session without a run.
 func TestDoctorStuckSessions(t *testing.T) {
 	t.Parallel()
-	url, e, _ := completedSession(t) // an engine ran: the dbos schema exists
-	st := e.Store()
+	url, _, _ := completedSession(t) // an engine ran: the dbos schema exists
+	st := testStore(t, url)
 	ctx := t.Context()
 	exec := func(sql string, args ...any) {
 		t.Helper()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.opentelemetry.io/otel/trace"
 
@@ -149,9 +150,14 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 			c.shutdown(ctx)
 		}
 	}()
-	pool := e.Store().Pool()
 	if !o.skipMigrations {
-		db := stdlib.OpenDBFromPool(pool)
+		// The engine skips its own migration (Config.SkipMigrations): the
+		// command runs it here, to say which migrations it applied.
+		pc, err := pgx.ParseConfig(url)
+		if err != nil {
+			return nil, errUnparsableURL
+		}
+		db := stdlib.OpenDB(*pc)
 		applied, err := migrations.Up(ctx, db)
 		_ = db.Close()
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // States of an executor (executorInfo.State).
@@ -131,108 +133,90 @@ var errNoExecutorsTable = errors.New("helix.executors is missing (the helix sche
 // listExecutors reads the executors for the command. Without DBOS's schema
 // no engine has run, so there are none.
 func listExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, error) {
-	var helixOK, dbosOK bool
 	qctx, cancel := queryContext(ctx)
-	err := conn.QueryRow(qctx, `SELECT to_regclass('helix.executors') IS NOT NULL, to_regclass('dbos.workflow_status') IS NOT NULL`).
-		Scan(&helixOK, &dbosOK)
+	exist, err := diagnostics(conn).RelationsExist(qctx, "helix.executors", "dbos.workflow_status")
 	cancel()
 	switch {
 	case err != nil:
 		return nil, queryError(ctx, "look for the helix and dbos schemas", err)
-	case !helixOK:
+	case !exist[0]:
 		return nil, errNoExecutorsTable
-	case !dbosOK:
+	case !exist[1]:
 		return []executorInfo{}, nil
 	}
 	return readExecutors(ctx, conn)
 }
 
+// diagnostics returns the store's diagnostic queries over conn.
+func diagnostics(conn *pgx.Conn) *postgres.Diagnostics {
+	return postgres.NewDiagnostics(postgres.PgxQuerier(conn))
+}
+
 // readExecutors reads every executor, alive ones first, then by ID: each
-// row of helix.executors with its state, and each executor ID that owns
-// pending workflows in dbos.workflow_status without a row (unrecorded);
-// with the workflows, sessions and queue slots each holds. Both schemas
-// must exist. Its errors say which read failed.
+// executor of the cluster (the store's ReadCluster) with its state and what
+// a takeover recorded, and each executor ID that owns pending workflows in
+// dbos.workflow_status without a row (unrecorded); with the workflows,
+// sessions and queue slots each holds. Both schemas must exist. Its errors
+// say which read failed.
 func readExecutors(ctx context.Context, conn *pgx.Conn) ([]executorInfo, error) {
 	const readRows, readOwned = "read helix.executors", "count the pending workflows in dbos.workflow_status"
-	byID := map[string]*executorInfo{}
+	d := diagnostics(conn)
 	qctx, cancel := queryContext(ctx)
 	defer cancel()
-	rows, err := conn.Query(qctx, `SELECT executor_id, application_version, coalesce(hostname, ''), coalesce(pid, 0),
-		started_at, heartbeat_at, extract(epoch FROM now() - heartbeat_at)::float8, lease_ms / 1000.0, stopped_at,
-		coalesce(taken_over_by, ''), taken_over_at, recovered_at, coalesce(recovered_workflows, 0), coalesce(recovery_error, ''),
-		coalesce((to_jsonb(x) ->> 'format_level')::int, 0)
-		FROM helix.executors x`) // format_level through to_jsonb: a schema before migration 00027 has none
+	cluster, err := d.ReadCluster(qctx, &postgres.ClusterOptions{SessionsPerExecutor: 1})
 	if err != nil {
 		return nil, queryError(ctx, readRows, err)
 	}
-	for rows.Next() {
-		var e executorInfo
-		var started, beat time.Time
-		if err := rows.Scan(&e.ExecutorID, &e.ApplicationVersion, &e.Hostname, &e.PID, &started, &beat, &e.HeartbeatAge,
-			&e.LeaseSeconds, &e.StoppedAt, &e.TakenOverBy, &e.TakenOverAt, &e.RecoveredAt, &e.RecoveredWorkflows, &e.RecoveryError,
-			&e.FormatLevel); err != nil {
-			rows.Close()
-			return nil, queryError(ctx, readRows, err)
-		}
-		e.Heartbeat, e.StartedAt, e.HeartbeatAt = true, &started, &beat
+	qctx, cancel = queryContext(ctx)
+	defer cancel()
+	takeovers, err := d.ExecutorTakeovers(qctx)
+	if err != nil {
+		return nil, queryError(ctx, readRows, err)
+	}
+	byID := map[string]*executorInfo{}
+	for _, x := range cluster.Executors {
+		started, beat := x.StartedAt, x.HeartbeatAt
+		e := &executorInfo{ExecutorID: x.ExecutorID, Heartbeat: true, Alive: x.Alive, Hostname: x.Hostname, PID: x.PID,
+			ApplicationVersion: x.ApplicationVersion, StartedAt: &started, HeartbeatAt: &beat, StoppedAt: x.StoppedAt,
+			TakenOverBy: x.TakenOverBy, FormatLevel: int(x.FormatLevel), LeaseSeconds: x.LeaseExpiresAt.Sub(x.HeartbeatAt).Seconds()}
 		switch {
 		case e.TakenOverBy != "":
 			e.State = stateTakenOver
 		case e.StoppedAt != nil:
 			e.State = stateStopped
-		case e.HeartbeatAge < e.LeaseSeconds:
-			e.State, e.Alive = stateAlive, true
+		case e.Alive:
+			e.State = stateAlive
 		default:
 			e.State = stateDead
 		}
-		byID[e.ExecutorID] = &e
+		byID[e.ExecutorID] = e
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, queryError(ctx, readRows, err)
+	for _, t := range takeovers {
+		if e, ok := byID[t.ExecutorID]; ok {
+			e.HeartbeatAge = t.HeartbeatAge.Seconds()
+			e.TakenOverAt, e.RecoveredAt, e.RecoveredWorkflows, e.RecoveryError = t.TakenOverAt, t.RecoveredAt, t.RecoveredWorkflows, t.RecoveryError
+		}
 	}
-	// One row per executor and queue ("" for none). A session's current
-	// run has one workflow, so its session is counted in one row only and
-	// the rows of an executor add up. The runs are found by workflow ID
-	// (runs_workflow_idx, migration 00024).
 	qctx, cancel = queryContext(ctx)
 	defer cancel()
-	rows, err = conn.Query(qctx, `
-SELECT coalesce(w.executor_id, ''), coalesce(w.queue_name, ''), count(DISTINCT w.workflow_uuid),
-       count(DISTINCT w.workflow_uuid) FILTER (WHERE w.status = 'PENDING'),
-       count(DISTINCT r.session_id) FILTER (WHERE w.status = 'PENDING')
-FROM dbos.workflow_status w
-LEFT JOIN helix.runs r ON r.workflow_id = w.workflow_uuid
-     AND NOT EXISTS (SELECT 1 FROM helix.runs later WHERE later.session_id = r.session_id AND later.turn > r.turn)
-WHERE w.status IN ('PENDING', 'ENQUEUED', 'DELAYED')
-GROUP BY 1, 2`)
+	pending, err := d.PendingWorkflows(qctx)
 	if err != nil {
 		return nil, queryError(ctx, readOwned, err)
 	}
-	for rows.Next() {
-		var id, queue string
-		var pending, running, sessions int
-		if err := rows.Scan(&id, &queue, &pending, &running, &sessions); err != nil {
-			rows.Close()
-			return nil, queryError(ctx, readOwned, err)
-		}
-		e, ok := byID[id]
+	for _, w := range pending {
+		e, ok := byID[w.ExecutorID]
 		if !ok {
-			e = &executorInfo{ExecutorID: id, State: stateUnrecorded}
-			byID[id] = e
+			e = &executorInfo{ExecutorID: w.ExecutorID, State: stateUnrecorded}
+			byID[w.ExecutorID] = e
 		}
-		e.PendingWorkflows += pending
-		e.SessionsOwned += sessions
-		if queue != "" && running > 0 {
+		e.PendingWorkflows += w.Pending
+		e.SessionsOwned += w.Sessions
+		if w.Queue != "" && w.Running > 0 {
 			if e.QueueSlots == nil {
 				e.QueueSlots = map[string]int{}
 			}
-			e.QueueSlots[queue] = running
+			e.QueueSlots[w.Queue] = w.Running
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, queryError(ctx, readOwned, err)
 	}
 	list := make([]executorInfo, 0, len(byID))
 	for _, e := range byID {

@@ -28,7 +28,7 @@ func TestGC(t *testing.T) {
 	}
 	// Its last activity 40 days ago: a step's commit writes checkpointed_at,
 	// anything else updated_at (migration 00026).
-	_, err := e.Store().Pool().Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - interval '40 days',
+	_, err := testStore(t, url).Pool().Exec(t.Context(), `UPDATE helix.sessions SET updated_at = now() - interval '40 days',
 		checkpointed_at = now() - interval '40 days' WHERE root_session_id = 'old-1'`)
 	require.NoError(t, err)
 

@@ -18,7 +18,6 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // exitRejected is the exit status of a submission the engine rejected
@@ -53,14 +52,13 @@ func checkClientDatabase(ctx context.Context, url string) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var helixOK, dbosOK bool
 	qctx, cancel := queryContext(ctx)
 	defer cancel()
-	if err := conn.QueryRow(qctx, `SELECT to_regclass('helix.sessions') IS NOT NULL, to_regclass('dbos.workflow_status') IS NOT NULL`).
-		Scan(&helixOK, &dbosOK); err != nil {
+	exist, err := diagnostics(conn).RelationsExist(qctx, "helix.sessions", "dbos.workflow_status")
+	if err != nil {
 		return queryError(ctx, "inspect "+describeDatabase(url), err)
 	}
-	switch {
+	switch helixOK, dbosOK := exist[0], exist[1]; {
 	case !helixOK:
 		return fmt.Errorf("%s has no helix schema: run `helix-dbos migrate up` against it, or check --database-url (it must be the database your engines use)", describeDatabase(url))
 	case !dbosOK:
@@ -280,7 +278,7 @@ func runSubmission(ctx context.Context, out io.Writer, g *globals, sessionID str
 		// (best effort: the submission itself is the authority).
 		calls := map[string]store.PendingClientToolCall{}
 		if s, err := c.Session(ctx, sessionID); err == nil {
-			list, err := pendingCalls(ctx, c.Store(), s)
+			list, err := c.PendingToolCalls(ctx, s.SessionID)
 			if err != nil {
 				return err
 			}
@@ -414,12 +412,6 @@ func rejectionHint(se *helix.SubmissionError, sessionID string, sub helix.ToolSu
 		return "nothing consumes the answer any more; `helix-dbos sessions show " + sessionID + "` shows why the session ended"
 	}
 	return ""
-}
-
-// pendingCalls returns the calls s waits for, and, for a root session, the
-// calls of its sub-agents, in the model's order.
-func pendingCalls(ctx context.Context, st *postgres.Store, s *store.SessionState) ([]store.PendingClientToolCall, error) {
-	return st.ListPendingCalls(ctx, s.SessionID)
 }
 
 // kindLabel names a call's kind for people.

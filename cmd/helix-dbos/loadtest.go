@@ -450,15 +450,16 @@ func checkScratch(ctx context.Context, dbURL string) error {
 		return fmt.Errorf("connect to the database: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('helix.sessions') IS NOT NULL`).Scan(&exists); err != nil {
+	d := diagnostics(conn)
+	exist, err := d.RelationsExist(ctx, "helix.sessions")
+	if err != nil {
 		return fmt.Errorf("inspect the database: %w", err)
 	}
-	if !exists {
+	if !exist[0] {
 		return nil
 	}
-	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM helix.sessions WHERE session_id LIKE 'load-%'`).Scan(&n); err != nil {
+	n, err := d.CountSessionsWithPrefix(ctx, "load-")
+	if err != nil {
 		return fmt.Errorf("inspect the database: %w", err)
 	}
 	if n > 0 {
@@ -859,16 +860,11 @@ func (r *loadRun) waitSessions(ctx context.Context, loadDone <-chan struct{}, se
 // pollSessions counts the load test's sessions by status, and the
 // workflows waiting in a DBOS queue.
 func pollSessions(ctx context.Context, conn *pgx.Conn, ids []string) (sessionCounts, error) {
-	var c sessionCounts
-	err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'failed')
-		FROM helix.sessions WHERE session_id = ANY($1)`, ids).Scan(&c.rows, &c.completed, &c.failed)
+	n, err := diagnostics(conn).CountSessionOutcomes(ctx, ids)
 	if err != nil {
-		return c, fmt.Errorf("count the sessions: %w", err)
+		return sessionCounts{}, err
 	}
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM dbos.workflow_status WHERE status = 'ENQUEUED'`).Scan(&c.enqueued); err != nil {
-		return c, fmt.Errorf("count the queued workflows: %w", err)
-	}
-	return c, nil
+	return sessionCounts{rows: n.Rows, completed: n.Completed, failed: n.Failed, enqueued: n.Enqueued}, nil
 }
 
 // sessionRow is a load test session as the database has it.
@@ -887,21 +883,13 @@ func fetchSessions(ctx context.Context, dbURL string, ids []string) (map[string]
 		return nil, fmt.Errorf("connect to the database to read the sessions: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, `SELECT s.session_id, s.status, s.created_at, greatest(s.updated_at, s.checkpointed_at),
-			COALESCE((SELECT r.error_code FROM helix.runs r WHERE r.session_id = s.session_id ORDER BY r.turn DESC LIMIT 1), '')
-		FROM helix.sessions s WHERE s.session_id = ANY($1)`, ids)
+	outcomes, err := diagnostics(conn).SessionOutcomes(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("read the sessions: %w", err)
+		return nil, err
 	}
-	out := map[string]sessionRow{}
-	var id string
-	var row sessionRow
-	_, err = pgx.ForEachRow(rows, []any{&id, &row.status, &row.created, &row.updatedAt, &row.errorCode}, func() error {
-		out[id] = row
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the sessions: %w", err)
+	out := make(map[string]sessionRow, len(outcomes))
+	for id, o := range outcomes {
+		out[id] = sessionRow{status: o.Status, created: o.CreatedAt, updatedAt: o.LastActive, errorCode: o.ErrorCode}
 	}
 	return out, nil
 }

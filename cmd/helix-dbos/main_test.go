@@ -16,6 +16,7 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/migrations"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 func TestMain(m *testing.M) {
@@ -125,4 +126,14 @@ func TestExitStatus(t *testing.T) {
 	code := execute([]string{"sessions", "show", "no-such-session", "--database-url", pgtest.NewURL(t)}, &stdout, &stderr)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr.String(), `helix-dbos: store: load state no-such-session: helix: session "no-such-session" not found`)
+}
+
+// testStore opens a store on url, for tests that check or arrange what is
+// in the tables; it closes with the test.
+func testStore(t *testing.T, url string) *postgres.Store {
+	t.Helper()
+	st, done, err := openStoreURL(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(done)
+	return st
 }

@@ -12,6 +12,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/llm/scripted"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // researchAgentName is the durable identity of the demo agent: sessions
@@ -260,32 +261,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // recorder writes every model call and tool execution of the demo agent to
-// helix_demo.executions, outside the engine's transactions: it sees every
-// attempt, including those lost in a crash, which is what proves that a
-// completed tool never runs twice.
+// the store's execution log (helix_demo.executions), outside the engine's
+// transactions: it sees every attempt, including those lost in a crash,
+// which is what proves that a completed tool never runs twice.
 type recorder struct {
 	pool *pgxpool.Pool
+	log  *postgres.ExecutionLog
 	pid  int
 }
 
-// recorderSchema creates the demo's table. Idempotent, but not safe to run
-// concurrently (CREATE SCHEMA IF NOT EXISTS can race): one process runs it
-// before any worker starts.
-const recorderSchema = `
-CREATE SCHEMA IF NOT EXISTS helix_demo;
-CREATE TABLE IF NOT EXISTS helix_demo.executions (
-	id          bigserial   PRIMARY KEY,
-	session_id  text        NOT NULL,
-	kind        text        NOT NULL, -- model or tool
-	name        text        NOT NULL, -- "step N" or the tool name
-	step        int         NOT NULL,
-	call_key    text        NOT NULL, -- the tool call's idempotency key
-	pid         int         NOT NULL,
-	executed_at timestamptz NOT NULL DEFAULT now()
-)`
-
 // newRecorder connects to the database and, when create is set, creates
-// the table.
+// the log's table (idempotent, but not safe to run concurrently: one
+// process runs it before any worker starts).
 func newRecorder(ctx context.Context, dbURL string, create bool) (*recorder, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
@@ -296,13 +283,14 @@ func newRecorder(ctx context.Context, dbURL string, create bool) (*recorder, err
 	if err != nil {
 		return nil, err
 	}
+	log := postgres.NewExecutionLog(postgres.PgxQuerier(pool))
 	if create {
-		if _, err := pool.Exec(ctx, recorderSchema); err != nil {
+		if err := log.Create(ctx); err != nil {
 			pool.Close()
-			return nil, fmt.Errorf("create helix_demo.executions: %w", err)
+			return nil, err
 		}
 	}
-	return &recorder{pool: pool, pid: os.Getpid()}, nil
+	return &recorder{pool: pool, log: log, pid: os.Getpid()}, nil
 }
 
 func (r *recorder) close() {
@@ -315,34 +303,12 @@ func (r *recorder) record(ctx context.Context, sessionID, kind, name string, ste
 	if r == nil {
 		return nil
 	}
-	_, err := r.pool.Exec(ctx, `INSERT INTO helix_demo.executions (session_id, kind, name, step, call_key, pid)
-		VALUES ($1, $2, $3, $4, $5, $6)`, sessionID, kind, name, step, key, r.pid)
-	if err != nil {
-		return fmt.Errorf("record %s %s: %w", kind, name, err)
-	}
-	return nil
+	return r.log.Record(ctx, postgres.Execution{SessionID: sessionID, Kind: kind, Name: name, Step: step, Key: key, PID: r.pid})
 }
 
-// execution is one row of helix_demo.executions.
-type execution struct {
-	Kind, Name, Key string
-	Step, PID       int
-}
+// execution is one entry of the execution log.
+type execution = postgres.Execution
 
 func (r *recorder) executions(ctx context.Context, sessionID string) ([]execution, error) {
-	rows, err := r.pool.Query(ctx, `SELECT kind, name, call_key, step, pid FROM helix_demo.executions
-		WHERE session_id = $1 ORDER BY id`, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []execution
-	for rows.Next() {
-		var e execution
-		if err := rows.Scan(&e.Kind, &e.Name, &e.Key, &e.Step, &e.PID); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return r.log.Executions(ctx, sessionID)
 }

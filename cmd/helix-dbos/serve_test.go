@@ -212,7 +212,7 @@ func TestServeAuthenticationChoices(t *testing.T) {
 		return err == nil && len(calls) == 1
 	}, time.Minute, 20*time.Millisecond)
 	mustBin(t, binOpts{env: env}, "submit", "intake-web", "call-0-0", "--result", `{"answer":"Lin"}`)
-	s, err := waitInactive(t.Context(), st, "intake-web", time.Minute)
+	s, err := waitInactive(t.Context(), st.LoadState, "intake-web", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, helix.SessionCompleted, s.Status)
 

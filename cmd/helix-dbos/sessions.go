@@ -126,7 +126,7 @@ func loadDetail(ctx context.Context, st *postgres.Store, sessionID string) (*ses
 	if d.Stream, err = st.GetStreamInfo(ctx, s.StreamID); err != nil && !errors.Is(err, helix.ErrNotFound) {
 		return nil, err
 	}
-	if d.PendingToolCalls, err = pendingCalls(ctx, st, s); err != nil {
+	if d.PendingToolCalls, err = st.ListPendingCalls(ctx, s.SessionID); err != nil {
 		return nil, err
 	}
 	if s.Status == helix.SessionActive && d.CurrentRun != nil && d.CurrentRun.Status == helix.RunRunning {

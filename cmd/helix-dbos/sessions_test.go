@@ -150,7 +150,7 @@ func TestStreamCommand(t *testing.T) {
 	db := []string{"--database-url", url}
 	cli := func(args ...string) string { t.Helper(); return mustCLI(t, append(args, db...)...) }
 
-	chunks, err := e.Store().ReadChunks(t.Context(), "research-1", 0, 1000)
+	chunks, err := e.StreamChunks(t.Context(), "research-1", 0, 1000)
 	require.NoError(t, err)
 	require.Greater(t, len(chunks), 20)
 	from := chunks[len(chunks)/2].Sequence
@@ -250,7 +250,7 @@ func TestStreamFollowsALiveRun(t *testing.T) {
 	require.Contains(t, r.out, "step_committed       research-assistant   step 1 ·")
 	require.Contains(t, r.out, "step_committed       research-assistant   step 3 ·")
 	require.Regexp(t, `stream_end\s+-\s+final output`, r.out)
-	chunks, err := e.Store().ReadChunks(t.Context(), "live", 0, 1000)
+	chunks, err := e.StreamChunks(t.Context(), "live", 0, 1000)
 	require.NoError(t, err)
 	seqs := seqOf(t, r.out)
 	require.Equal(t, chunks[len(chunks)-1].Sequence, seqs[len(seqs)-1], "it printed up to stream_end")

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
-	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 func newStreamCmd(g *globals) *cobra.Command {
@@ -34,7 +34,7 @@ func newStreamCmd(g *globals) *cobra.Command {
 			if from < 0 {
 				return fmt.Errorf("--from must be >= 0, got %d", from)
 			}
-			return withStore(cmd.Context(), g, func(st *postgres.Store) error {
+			return withClient(cmd.Context(), g, func(c *engine.Client) error {
 				p := &chunkPrinter{w: cmd.OutOrStdout(), showAgent: true, maxValue: maxValue, session: args[0]}
 				emit := p.chunk
 				if asJSON {
@@ -43,7 +43,7 @@ func newStreamCmd(g *globals) *cobra.Command {
 						_ = enc.Encode(jsonChunk{Sequence: c.Sequence, RunID: c.RunID, Step: c.Step, Chunk: c.Raw})
 					}
 				}
-				err := tailStream(cmd.Context(), st, args[0], from, follow && !noFollow, emit, p.line)
+				err := tailStream(cmd.Context(), c, args[0], from, follow && !noFollow, emit, p.line)
 				p.endLine()
 				if err == nil && p.printed == 0 && !asJSON {
 					fmt.Fprintf(cmd.OutOrStdout(), "no chunks after sequence %d\n", from)
@@ -78,16 +78,16 @@ const readPage = 500
 // returns after stream_end (unless a later turn continues the stream),
 // after the chunk that ends the current run, or when ctx ends. note
 // receives remarks about the stream itself (a truncation).
-func tailStream(ctx context.Context, st *postgres.Store, sessionID string, from int64, follow bool,
+func tailStream(ctx context.Context, c *engine.Client, sessionID string, from int64, follow bool,
 	emit func(store.StoredChunk), note func(string, ...any)) error {
-	s, err := st.LoadState(ctx, sessionID)
+	s, err := c.Session(ctx, sessionID)
 	if err != nil {
 		return err
 	}
 	seq := from
 	if !follow || s.Status != helix.SessionActive {
 		for {
-			page, err := st.ReadChunks(ctx, s.StreamID, seq, readPage)
+			page, err := c.StreamChunks(ctx, sessionID, seq, readPage)
 			if err != nil {
 				return err
 			}
@@ -101,7 +101,7 @@ func tailStream(ctx context.Context, st *postgres.Store, sessionID string, from 
 		}
 	}
 	for {
-		done, err := follow1(ctx, st, s.StreamID, sessionID, &seq, emit, note)
+		done, err := follow1(ctx, c, sessionID, &seq, emit, note)
 		if done || err != nil {
 			return err
 		}
@@ -109,42 +109,43 @@ func tailStream(ctx context.Context, st *postgres.Store, sessionID string, from 
 }
 
 // follow1 reads with one reader until the stream or the run ends (done),
-// or until the reader must be re-attached after *seq (a truncation, or a
-// stream that a later turn continued).
-func follow1(ctx context.Context, st *postgres.Store, streamID, sessionID string, seq *int64,
+// or until the reader must be re-attached after *seq (a stream that a
+// later turn continued). A truncation is noted, and the reader goes on
+// from the surviving chunks.
+func follow1(ctx context.Context, c *engine.Client, sessionID string, seq *int64,
 	emit func(store.StoredChunk), note func(string, ...any)) (done bool, err error) {
-	r, err := st.NewReader(ctx, streamID, &store.ReaderOptions{FromSequence: *seq})
+	r, err := c.Stream(ctx, sessionID, *seq)
 	if err != nil {
 		return true, err
 	}
 	defer func() { _ = r.Close() }()
 	for {
-		c, err := r.Next(ctx)
+		ch, err := r.Next(ctx)
 		var truncated *helix.StreamTruncatedError
 		var failed *helix.StreamFailedError
 		switch {
 		case errors.Is(err, io.EOF):
 			// stream_end: done, unless a later turn already continued the
 			// stream.
-			more, err := st.ReadChunks(ctx, streamID, *seq, 1)
+			more, err := r.Chunks(ctx, *seq, 1)
 			return len(more) == 0, err
 		case errors.As(err, &truncated):
 			note("  ⟲ chunks this reader had not read yet were removed (step %d cleaned up); re-attaching after sequence %d",
 				truncated.TruncatedAtStep, *seq)
-			return false, nil
+			continue
 		case errors.As(err, &failed):
 			return true, nil // the error chunk was the last one emitted
 		case err != nil:
 			return true, err
 		}
-		emit(c)
-		*seq = c.Sequence
-		if _, ok := c.Chunk.(*helix.RunInterruptedChunk); ok {
-			run, err := st.GetCurrentRun(ctx, sessionID)
+		emit(ch)
+		*seq = ch.Sequence
+		if _, ok := ch.Chunk.(*helix.RunInterruptedChunk); ok {
+			run, err := c.CurrentRun(ctx, sessionID)
 			if err != nil {
 				return true, err
 			}
-			if run.RunID == c.RunID {
+			if run.RunID == ch.RunID {
 				return true, nil // no later run continues the session
 			}
 		}

@@ -91,7 +91,7 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 		require.Equal(t, int64(2000), leaseMS, "--executor-lease reaches the engine")
 		out := mustBin(t, o, "approve", "post-a", callID, "--reason", "web-a is gone")
 		require.Contains(t, out, "post-a")
-		s, err := waitInactive(t.Context(), st, "post-a", time.Minute)
+		s, err := waitInactive(t.Context(), st.LoadState, "post-a", time.Minute)
 		require.NoError(t, err, "web-b did not take over web-a's session\n--- web-b stdout\n%s--- web-b stderr\n%s", b.stdout, b.stderr)
 		t.Logf("web-a killed → session post-a completed in web-b: %s", time.Since(killed).Round(time.Millisecond))
 		require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
@@ -117,7 +117,7 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 		serveAddr(t, again)
 		require.Contains(t, again.stdout.String(), "(executor web-c)", "the dead process's executor ID is free at once")
 		mustBin(t, o, "approve", "post-c", callID)
-		s, err := waitInactive(t.Context(), st, "post-c", time.Minute)
+		s, err := waitInactive(t.Context(), st.LoadState, "post-c", time.Minute)
 		require.NoError(t, err, "the restarted web-c did not resume its session\n--- stdout\n%s--- stderr\n%s", again.stdout, again.stderr)
 		t.Logf("web-c restarted → listening on: %s; → session post-c completed: %s",
 			listening.Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
@@ -145,7 +145,7 @@ func TestServeTakeoverAfterKill(t *testing.T) {
 		e := serveExecutor(t, o, "web-e")
 		serveAddr(t, e)
 		mustBin(t, o, "approve", "post-d", callID)
-		s, err := waitInactive(t.Context(), st, "post-d", time.Minute)
+		s, err := waitInactive(t.Context(), st.LoadState, "post-d", time.Minute)
 		require.NoError(t, err, "web-e did not take over the stopped web-d's session\n--- stdout\n%s--- stderr\n%s", e.stdout, e.stderr)
 		require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
 	})
@@ -168,7 +168,7 @@ func TestServeQueuedSessionSurvivesAKill(t *testing.T) {
 			`{"agentType":"researcher","message":"Durable agents","sessionId":"`+id+`"}`))
 	}
 	start("first")
-	s, err := waitInactive(t.Context(), st, "first", time.Minute)
+	s, err := waitInactive(t.Context(), st.LoadState, "first", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
 	start("second")
@@ -182,7 +182,7 @@ func TestServeQueuedSessionSurvivesAKill(t *testing.T) {
 
 	g := serveExecutor(t, o, "web-g")
 	serveAddr(t, g)
-	s, err = waitInactive(t.Context(), st, "second", time.Minute)
+	s, err = waitInactive(t.Context(), st.LoadState, "second", time.Minute)
 	require.NoError(t, err, "web-g did not run the queued session\n--- web-g stdout\n%s--- web-g stderr\n%s", g.stdout, g.stderr)
 	require.Equal(t, helix.SessionCompleted, s.Status, s.Error)
 	var by string

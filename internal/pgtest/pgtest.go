@@ -39,6 +39,16 @@ var (
 // first use. It fails the test when none can be provided.
 func Server(tb testing.TB) *pgprovision.Server {
 	tb.Helper()
+	s, err := provision()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return s
+}
+
+// provision returns the test binary's server, provisioning it on first
+// use.
+func provision() (*pgprovision.Server, error) {
 	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -47,16 +57,17 @@ func Server(tb testing.TB) *pgprovision.Server {
 			Logf:     func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
 		})
 	})
-	if serverErr != nil {
-		tb.Fatalf("pgtest: %v", serverErr)
-	}
-	return server
+	return server, serverErr
 }
 
 // Main runs a package's tests (use it as TestMain), then stops a container
 // the package started and checks that no goroutine leaked.
 func Main(m *testing.M) {
 	code := m.Run()
+	if err := dropExampleDatabases(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		code = max(code, 1)
+	}
 	if server != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if err := server.Close(ctx); err != nil {

@@ -166,7 +166,7 @@ func (h *Handler) streamHandle(w http.ResponseWriter, r *http.Request, hd *engin
 	if err != nil {
 		return internalError(err)
 	}
-	run, err := h.eng.Store().GetRun(r.Context(), hd.RunID)
+	run, err := h.eng.RunInfo(r.Context(), hd.RunID)
 	if err != nil {
 		return internalError(err)
 	}
@@ -184,16 +184,17 @@ func (h *Handler) continueChat(w http.ResponseWriter, r *http.Request, st *store
 	if err != nil {
 		return internalError(err)
 	}
-	run, err := h.eng.Store().GetCurrentRun(ctx, st.SessionID)
+	run, err := h.eng.CurrentRun(ctx, st.SessionID)
 	if err != nil {
 		return internalError(err)
 	}
 	// The position before any submission: while the run waits, nothing
 	// is written after it.
-	latest, err := h.eng.Store().LatestSequence(ctx, st.StreamID)
+	info, err := h.eng.StreamInfo(ctx, st.SessionID)
 	if err != nil {
 		return internalError(err)
 	}
+	latest := info.LatestSequence
 	// Every answer is checked against its call's kind before any is
 	// submitted; the engine's own rejection of one (a result its schema
 	// refuses) stops at it, and the answers before it stand: they are
@@ -279,7 +280,7 @@ func (h *Handler) getStream(w http.ResponseWriter, r *http.Request, principal, i
 	if err != nil {
 		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalidResume, Message: err.Error()}
 	}
-	run, err := h.eng.Store().GetCurrentRun(r.Context(), st.SessionID)
+	run, err := h.eng.CurrentRun(r.Context(), st.SessionID)
 	if errors.Is(err, helix.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -297,7 +298,7 @@ func (h *Handler) getStream(w http.ResponseWriter, r *http.Request, principal, i
 		// and this reconnect).
 		var rest []store.StoredChunk
 		if hasFrom {
-			if rest, err = h.eng.Store().ReadChunks(r.Context(), st.StreamID, spec.from, 1); err != nil {
+			if rest, err = h.eng.StreamChunks(r.Context(), st.SessionID, spec.from, 1); err != nil {
 				return internalError(err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
 )
 
@@ -36,14 +37,14 @@ const primePageSize = 500
 // It returns an error only before the response started.
 func (h *Handler) streamRun(w http.ResponseWriter, r *http.Request, spec streamSpec) *apiError {
 	ctx := r.Context()
-	s := h.eng.Store()
 	tr := NewTranslator(spec.st.SessionID, &TranslatorOptions{ErrorText: h.opts.ErrorText,
 		StructuredOutput: h.structured(spec.st.AgentType)})
-	if err := h.prime(ctx, tr, spec); err != nil {
+	reader, err := h.eng.Stream(ctx, spec.st.SessionID, spec.from)
+	if err != nil {
 		return internalError(err)
 	}
-	reader, err := s.NewReader(ctx, spec.st.StreamID, &store.ReaderOptions{FromSequence: spec.from})
-	if err != nil {
+	if err := h.prime(ctx, tr, reader, spec); err != nil {
+		_ = reader.Close()
 		return internalError(err)
 	}
 	readCtx, cancel := context.WithCancel(ctx)
@@ -101,7 +102,7 @@ loop:
 				return writeFailed(err)
 			}
 		case <-poll.c():
-			settled, e, err := h.settled(ctx, spec, last)
+			settled, e, err := h.settled(ctx, reader, spec, last)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -174,13 +175,13 @@ func (h *Handler) structured(agentType string) bool {
 // prime feeds the translator the run's chunks the client already has
 // (after the run's start, up to spec.from), so that the response continues
 // their parts with consistent IDs and tool states.
-func (h *Handler) prime(ctx context.Context, tr *Translator, spec streamSpec) error {
+func (h *Handler) prime(ctx context.Context, tr *Translator, rd *engine.StreamReader, spec streamSpec) error {
 	if spec.from <= spec.run.StartSequence {
 		return nil
 	}
 	after := spec.run.StartSequence
 	for after < spec.from {
-		page, err := h.eng.Store().ReadChunks(ctx, spec.st.StreamID, after, primePageSize)
+		page, err := rd.Chunks(ctx, after, primePageSize)
 		if err != nil {
 			return err
 		}
@@ -230,15 +231,15 @@ func ends(c store.StoredChunk, runID string) (ending, bool) {
 // every chunk written so far. The status is read before the chunks, and a
 // run writes its chunks before (or with) the status change, so nothing the
 // run wrote before settling is missed.
-func (h *Handler) settled(ctx context.Context, spec streamSpec, last int64) (bool, ending, error) {
-	run, err := h.eng.Store().GetRun(ctx, spec.run.RunID)
+func (h *Handler) settled(ctx context.Context, rd *engine.StreamReader, spec streamSpec, last int64) (bool, ending, error) {
+	run, err := h.eng.RunInfo(ctx, spec.run.RunID)
 	if err != nil {
 		return false, ending{}, err
 	}
 	if !run.Status.Final() && !run.Status.Suspended() {
 		return false, ending{}, nil
 	}
-	more, err := h.eng.Store().ReadChunks(ctx, spec.st.StreamID, last, 1)
+	more, err := rd.Chunks(ctx, last, 1)
 	if err != nil || len(more) > 0 {
 		return false, ending{}, err
 	}
