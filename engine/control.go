@@ -387,10 +387,7 @@ func (c control) abort(ctx context.Context, sessionID, reason string) error {
 // driverID that are still queued or running: a queued run leaves the queue
 // at once.
 func (c control) cancelSegments(ctx context.Context, driverID string) error {
-	rows, _ := c.pool.Query(ctx, `SELECT workflow_uuid FROM dbos.workflow_status
-		WHERE parent_workflow_id = $1 AND status IN ('ENQUEUED', 'PENDING', 'DELAYED') AND starts_with(workflow_uuid, $2)`,
-		driverID, workflows.SegmentPrefix(driverID))
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ids, err := postgres.ListOpenSegments(ctx, postgres.PgxQuerier(c.pool), driverID)
 	if err != nil {
 		return fmt.Errorf("engine: list the queued segments of workflow %s: %w", driverID, err)
 	}
@@ -421,14 +418,14 @@ func (c control) abortOne(ctx context.Context, st *store.SessionState, msg strin
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		// Two aborts racing (Abort, and an engine's sweep of workflows
 		// cancelled through DBOS) record one: the second finds it done.
-		var status helix.SessionStatus
-		if err := tx.QueryRow(ctx, `SELECT status FROM helix.sessions WHERE session_id = $1 FOR UPDATE`, sessionID).Scan(&status); err != nil {
+		s := c.store.WithQuerier(postgres.PgxQuerier(tx))
+		status, err := s.LockSessionStatus(ctx, sessionID)
+		if err != nil {
 			return fmt.Errorf("engine: lock session %s: %w", sessionID, err)
 		}
 		if status != helix.SessionActive {
 			return nil
 		}
-		s := c.store.WithQuerier(postgres.PgxQuerier(tx))
 		if err := s.UpdateStatus(ctx, sessionID, helix.SessionFailed, &store.StatusUpdate{Error: msg}); err != nil {
 			return err
 		}

@@ -112,6 +112,27 @@ func ListCancelledRunWorkflows(ctx context.Context, q Querier, runWorkflowID str
 	return out, rows.Err()
 }
 
+// ListOpenSegments lists the segments of the queued run whose driver is
+// workflow driverID that are still queued, delayed or running (pending).
+// Reads only.
+func ListOpenSegments(ctx context.Context, q Querier, driverID string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT workflow_uuid FROM dbos.workflow_status
+		WHERE status IN ('ENQUEUED', 'PENDING', 'DELAYED') AND `+segmentOf("", "$1"), driverID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
 // OrphanRun is a running run whose workflow DBOS never started.
 type OrphanRun struct {
 	SessionID  string

@@ -145,10 +145,18 @@ func TestSegmentsOfARun(t *testing.T) {
 			('d`+postgres.SegmentInfix+`1', 'CANCELLED', 'q', 'd', 0),
 			('d`+postgres.SegmentInfix+`2', 'SUCCESS', 'q', 'd', 0),
 			('d-child', 'CANCELLED', NULL, 'd', 0),
-			('d`+postgres.SegmentInfix+`9', 'CANCELLED', 'q', 'other', 0)`)
+			('d`+postgres.SegmentInfix+`9', 'CANCELLED', 'q', 'other', 0),
+			('d`+postgres.SegmentInfix+`3', 'ENQUEUED', 'q', 'd', 0),
+			('d`+postgres.SegmentInfix+`4', 'PENDING', 'q', 'd', 0),
+			('d-child-2', 'PENDING', NULL, 'd', 0)`)
 	require.NoError(t, err)
 	list, err := postgres.ListCancelledRunWorkflows(ctx, postgres.PgxQuerier(st.Pool()), "d")
 	require.NoError(t, err)
 	slices.SortFunc(list, func(a, b postgres.CancelledWorkflow) int { return strings.Compare(a.WorkflowID, b.WorkflowID) })
 	require.Equal(t, []postgres.CancelledWorkflow{{WorkflowID: "d"}, {WorkflowID: "d" + postgres.SegmentInfix + "1", Queue: "q"}}, list)
+	open, err := postgres.ListOpenSegments(ctx, postgres.PgxQuerier(st.Pool()), "d")
+	require.NoError(t, err)
+	slices.Sort(open)
+	require.Equal(t, []string{"d" + postgres.SegmentInfix + "3", "d" + postgres.SegmentInfix + "4"}, open,
+		"the driver's segments still queued or running, not its child workflows")
 }
