@@ -190,7 +190,7 @@ func TestDoctorStuckSessions(t *testing.T) {
 	// live engine runs (a deploy changed ApplicationVersion without
 	// AdoptVersions).
 	exec(`INSERT INTO dbos.workflow_status (workflow_uuid, status, name, queue_name, application_version, created_at) VALUES
-		('q-served', 'ENQUEUED', 'helix.turn', 'helix-sessions', 'v', (extract(epoch FROM now()) * 1000 - 5000)::bigint),
+		('q-served', 'ENQUEUED', 'helix.turn', 'helix-sessions', 'v', (extract(epoch FROM now()) * 1000 - 120000)::bigint),
 		('q-old-1', 'ENQUEUED', 'helix.turn', 'helix-sessions', 'v0', (extract(epoch FROM now()) * 1000 - 600000)::bigint),
 		('q-old-2', 'ENQUEUED', 'helix.turn', 'helix-sessions', 'v0', (extract(epoch FROM now()) * 1000 - 60000)::bigint)`)
 
@@ -203,7 +203,7 @@ func TestDoctorStuckSessions(t *testing.T) {
 		`      → alive retries at every takeover sweep \(a couple of seconds\); if it persists, check that engine's log\n`, out)
 	require.Contains(t, out, "    gone: dead (last heartbeat 5m ago, lease 30s, pid 22 on h2) with 1 pending workflow(s), not taken over\n"+
 		"      → a live engine of application version v (or one that adopts it: engine.Config.AdoptVersions) takes its sessions over within seconds: start one (`helix-dbos serve --agents FILE`, or your process with an engine), or restart the process with executor ID gone\n")
-	require.Contains(t, out, "✗ queues served        helix-sessions: 1 queued of version v (oldest 5s); helix-sessions: 2 queued of version v0 (oldest 10m)\n"+
+	require.Contains(t, out, "✗ queues served        helix-sessions: 1 queued of version v (oldest 2m); helix-sessions: 2 queued of version v0 (oldest 10m)\n"+
 		"    helix-sessions: 2 workflow(s) of application version \"v0\" wait in queue helix-sessions (the oldest for 10m), and no live engine runs that version\n"+
 		"      → start an engine of application version \"v0\", or give your engines of the new version engine.Config.AdoptVersions listing \"v0\" (docs/operations.md, rolling deploys)\n")
 	require.Contains(t, out, "✗ stuck sessions       5 stuck of 6 active\n")
