@@ -254,16 +254,16 @@ func pipelinedTx(ctx context.Context, pool *pgxpool.Pool, fn func(*postgres.Pipe
 	}
 	defer conn.Release()
 	pq := postgres.NewPipelined(conn)
-	pq.Defer(ctx, "BEGIN")
+	pq.Defer(ctx, postgres.BeginSQL)
 	err = fn(pq)
 	if err == nil {
-		pq.Defer(ctx, "COMMIT")
+		pq.Defer(ctx, postgres.CommitSQL)
 		err = pq.Flush(ctx)
 	}
 	if err != nil {
 		// Without a transaction in progress (nothing was sent) this is a
 		// no-op; a connection it cannot reset is closed on release.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		_, _ = conn.Exec(context.WithoutCancel(ctx), postgres.RollbackSQL)
 		return err
 	}
 	return nil

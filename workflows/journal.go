@@ -1081,7 +1081,7 @@ func (t *jtx) Defer(_ context.Context, sql string, args ...any) {
 func (t *jtx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	if !t.begun {
-		b.Queue("BEGIN")
+		b.Queue(postgres.BeginSQL)
 		t.begun = true
 	}
 	if t.held != nil {
@@ -1131,7 +1131,7 @@ func (t *jtx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 func (t *jtx) commitWith(ctx context.Context, sql string, args ...any) error {
 	b := t.batch()
 	b.Queue(sql, args...)
-	b.Queue("COMMIT")
+	b.Queue(postgres.CommitSQL)
 	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
@@ -1148,7 +1148,7 @@ func (t *jtx) close(ctx context.Context) {
 	if t.begun {
 		// A connection left inside a transaction is closed by the pool
 		// when released, should the rollback fail.
-		_, _ = t.conn.Exec(ctx, "ROLLBACK")
+		_, _ = t.conn.Exec(ctx, postgres.RollbackSQL)
 	}
 	t.conn.Release()
 }
