@@ -58,9 +58,10 @@ func TestDoctorHealthy(t *testing.T) {
 	require.Empty(t, rep.Stuck)
 }
 
-// An alive executor of a release before the storage format levels (a row
-// without a level, its heartbeat fresh: a rolling deploy under way) holds
-// every engine at level 0: doctor warns and says to finish the deploy,
+// An alive executor that records a lower storage format level than this
+// release's (a rolling deploy under way from a release that reads fewer
+// levels; level 0 here, as no release below the baseline exists) holds
+// every engine at its level: doctor warns and says to finish the deploy,
 // `executors` shows each executor's level. A warning: the exit status is 0.
 func TestDoctorOlderFormatLevel(t *testing.T) {
 	t.Parallel()
@@ -68,8 +69,8 @@ func TestDoctorOlderFormatLevel(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), url)
 	require.NoError(t, err)
 	defer pool.Close()
-	_, err = pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms)
-		VALUES ('previous-release', $1, 'old-host', 7, 3600000)`, engine.DefaultApplicationVersion)
+	_, err = pool.Exec(t.Context(), `INSERT INTO helix.executors (executor_id, application_version, hostname, pid, lease_ms, format_level)
+		VALUES ('previous-release', $1, 'old-host', 7, 3600000, 0)`, engine.DefaultApplicationVersion)
 	require.NoError(t, err)
 	o := binOpts{env: []string{"HELIX_DATABASE_URL=" + url}}
 

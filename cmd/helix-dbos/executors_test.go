@@ -120,14 +120,14 @@ func TestExecutors(t *testing.T) {
 	require.Regexp(t, `(?m)^`+regexp.QuoteMeta(live)+`\s+`+engine.DefaultApplicationVersion+`\s+`+regexp.QuoteMeta(host)+`\s+`+pid+
 		`\s+`+when+`\s+`+strconv.Itoa(int(postgres.FormatLevelNewest))+`\s+\d+s ago\s+30s\s+1\s+1\s+-\s+alive$`, out,
 		"the session waiting for its approval is the server's; it reads the newest level")
-	require.Regexp(t, `(?m)^dead-1\s+v0\s+h2\s+22\s+`+when+`\s+0\s+5m ago\s+30s\s+5\s+2\s+_dbos_internal_queue=1,jobs=2\s+dead$`, out)
-	require.Regexp(t, `(?m)^failing-1\s+v0\s+h5\s+55\s+`+when+`\s+0\s+1m ago\s+30s\s+0\s+0\s+-\s+`+
+	require.Regexp(t, `(?m)^dead-1\s+v0\s+h2\s+22\s+`+when+`\s+1\s+5m ago\s+30s\s+5\s+2\s+_dbos_internal_queue=1,jobs=2\s+dead$`, out)
+	require.Regexp(t, `(?m)^failing-1\s+v0\s+h5\s+55\s+`+when+`\s+1\s+1m ago\s+30s\s+0\s+0\s+-\s+`+
 		`taken over by `+regexp.QuoteMeta(live)+` at `+at+`, recovery failed: recover: connection refused$`, out)
 	require.Regexp(t, `(?m)^ghost\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+2\s+0\s+jobs=1\s+unrecorded$`, out,
 		"turned's pending workflow under ghost is not its current run's")
-	require.Regexp(t, `(?m)^old-1\s+v0\s+h4\s+44\s+`+when+`\s+0\s+10m ago\s+30s\s+0\s+0\s+-\s+`+
+	require.Regexp(t, `(?m)^old-1\s+v0\s+h4\s+44\s+`+when+`\s+1\s+10m ago\s+30s\s+0\s+0\s+-\s+`+
 		`taken over by `+regexp.QuoteMeta(live)+` at `+at+` \(3 workflow\(s\) recovered\)$`, out)
-	require.Regexp(t, `(?m)^stopped-1\s+v0\s+h1\s+11\s+`+when+`\s+0\s+1h0m ago\s+30s\s+0\s+0\s+-\s+stopped$`, out)
+	require.Regexp(t, `(?m)^stopped-1\s+v0\s+h1\s+11\s+`+when+`\s+1\s+1h0m ago\s+30s\s+0\s+0\s+-\s+stopped$`, out)
 
 	byID, raw := executorsJSON(t, o)
 	t.Logf("executors --json:\n%s", raw)
@@ -146,7 +146,7 @@ func TestExecutors(t *testing.T) {
 
 	e = byID["dead-1"]
 	require.Equal(t, stateDead, e.State)
-	require.Zero(t, e.FormatLevel, "a row of a release before the levels")
+	require.Equal(t, int(postgres.FormatLevelBaseline), e.FormatLevel, "a row whose level is not written yet reads as the baseline")
 	require.False(t, e.Alive)
 	require.Equal(t, 5, e.PendingWorkflows)
 	require.Equal(t, 2, e.SessionsOwned)
