@@ -78,10 +78,9 @@ type StepCommit struct {
 	RunID     string
 	Step      int
 	// AgentType is the session's agent type (set when the session is
-	// created, never changed). From the storage format level of derived
-	// chunks (postgres.FormatLevelDerivedChunks) the commit's chunk rows
-	// leave out the agentType their chunks share with it; empty: they keep
-	// it (the rows are written in the earlier format).
+	// created, never changed). The commit's chunk rows leave out the
+	// agentType their chunks share with it (marker rows); empty: they keep
+	// it (coded rows).
 	AgentType string
 	// Messages are appended to the message log.
 	Messages []helix.Message

@@ -490,7 +490,7 @@ func unpackEntries(id int, entries [][]json.RawMessage) ([]journalRecord, error)
 // unpackCheckpoint returns the records checkpoint's journal text carries
 // ([segment, first ID, base time, entries as unpack's]),
 // the commit's record with its checkpoint ID, which it does not repeat,
-// back in its output. From FormatLevelCompactJournals an
+// back in its output. An
 // entry's name may be coded (journalStepNames) and the commit's record
 // may be the short entry [started, completed], which stands for
 // [helix.commit_step, started, completed, null, {"<o":messageCount}]:

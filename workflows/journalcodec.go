@@ -59,7 +59,7 @@ func expandOutput(s string) string {
 
 // journalStepNames are the step names a checkpoint's journal
 // (checkpointRecords) stores as their index, a small JSON
-// integer, from FormatLevelCompactJournals: the names the engine writes
+// integer: the names the engine writes
 // into checkpoint journals, the most frequent first. Any other name is
 // stored as its string, so the two never meet: an entry's name is a
 // string or a number.
