@@ -142,7 +142,7 @@ SELECT coalesce(w.executor_id, ''), coalesce(w.queue_name, ''), count(DISTINCT w
        count(DISTINCT r.session_id) FILTER (WHERE w.status = 'PENDING')
 FROM dbos.workflow_status w
 LEFT JOIN helix.runs r ON r.workflow_id = w.workflow_uuid
-     AND NOT EXISTS (SELECT 1 FROM helix.runs later WHERE later.session_id = r.session_id AND later.turn > r.turn)
+     AND r.run_id = (`+currentRun("run_id", "r.session_id")+`)
 WHERE w.status IN ('PENDING', 'ENQUEUED', 'DELAYED')
 GROUP BY 1, 2`)
 	if err != nil {
@@ -228,8 +228,7 @@ SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''
            AND c.value->'submission' IS NULL AND coalesce((c.value->>'timedOutAt')::bigint, 0) = 0
            AND coalesce((c.value->>'consumedAt')::bigint, 0) = 0)
 FROM helix.sessions s
-LEFT JOIN LATERAL (SELECT r.run_id, r.status, r.workflow_id, r.updated_at FROM helix.runs r
-                   WHERE r.session_id = s.session_id ORDER BY r.turn DESC LIMIT 1) r ON true
+LEFT JOIN LATERAL (`+currentRun("run_id, status, workflow_id, updated_at", "s.session_id")+`) r ON true
 LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
 WHERE s.status = 'active'
 ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
@@ -307,7 +306,7 @@ type SessionOutcome struct {
 // by session ID.
 func (d *Diagnostics) SessionOutcomes(ctx context.Context, ids []string) (map[string]SessionOutcome, error) {
 	rows, err := d.q.Query(ctx, `SELECT s.session_id, s.status, s.created_at, greatest(s.updated_at, s.checkpointed_at),
-			COALESCE((SELECT r.error_code FROM helix.runs r WHERE r.session_id = s.session_id ORDER BY r.turn DESC LIMIT 1), '')
+			COALESCE((`+currentRun("error_code", "s.session_id")+`), '')
 		FROM helix.sessions s WHERE s.session_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, wrap(err, "read the sessions")
