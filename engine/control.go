@@ -90,6 +90,13 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 	var waiting *store.Run
 	var adm *workflows.Admission
 	err := e.inTx(ctx, func(s *postgres.Store) error {
+		// The session's row is locked first: the decision below reads the
+		// session, then its current run, and a run's last commit (which
+		// takes the row too) must not land between the two reads (an
+		// active session beside a completed run would read as running).
+		if _, err := s.LockSessionStatus(ctx, sessionID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("engine: resume %s: lock the session: %w", sessionID, err)
+		}
 		st, err := s.LoadState(ctx, sessionID)
 		if err != nil {
 			return err
