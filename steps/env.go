@@ -3,6 +3,7 @@ package steps
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -155,6 +156,11 @@ type Fence interface {
 type Ticket struct {
 	WorkflowID string
 	Epoch, Seq uint64
+	// Owner is the execution's DBOS owner token (the workflow's, read when
+	// the execution opened its journal): the stream writes of its steps
+	// carry it (RunInfo.StreamFence), so that the database refuses them
+	// once the workflow was taken over. Empty until the journal is open.
+	Owner string
 }
 
 // Check is e.Fence.Check, or nil without a fence.
@@ -266,6 +272,29 @@ type Failure struct {
 }
 
 func nowMS() int64 { return time.Now().UnixMilli() }
+
+// StreamFence is the fence of the run's stream writes outside a step's
+// commit (store.Fence: this execution's workflow and owner token), nil
+// before the execution knows its owner token.
+func (r RunInfo) StreamFence() *store.Fence {
+	if r.Ticket.Owner == "" {
+		return nil
+	}
+	return &store.Fence{WorkflowID: r.Ticket.WorkflowID, Owner: r.Ticket.Owner}
+}
+
+// fenced turns a stream write the database refused for its fence
+// (store.ErrFenced: the workflow was taken over since this execution
+// began) into the error of an execution fenced off by another engine: it
+// matches dbos.ErrConflictingWorkflowID, so the execution ends and records
+// nothing more. Any other error is returned as it is.
+func fenced(run RunInfo, err error) error {
+	if !errors.Is(err, store.ErrFenced) {
+		return err
+	}
+	return &dbos.Error{Code: dbos.ErrorCodeConflictingID, WorkflowID: run.Ticket.WorkflowID,
+		Message: fmt.Sprintf("helix: a stream write of run %s was refused: %v; this execution stops, the workflow's owner continues it", run.RunID, err)}
+}
 
 func base(run RunInfo, step int) helix.Base {
 	return helix.Base{AgentID: run.SessionID, AgentType: run.AgentType, Timestamp: nowMS(), Step: step}

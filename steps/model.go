@@ -95,7 +95,7 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 		}
 		req.Messages = messages
 
-		w := e.Store.NewWriter(in.Run.StreamID, &store.WriterOptions{RunID: in.Run.RunID,
+		w := e.Store.NewWriter(in.Run.StreamID, &store.WriterOptions{RunID: in.Run.RunID, Fence: in.Run.StreamFence(),
 			Guard: func(ctx context.Context) error { return e.Check(ctx, in.Run.Ticket) }})
 		defer func() { _ = w.Close(context.WithoutCancel(ctx)) }()
 		// step_start is queued with the model's first delta (it goes out
@@ -118,9 +118,9 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 		// flush writes what the step queued (step_start at least).
 		flush := func() error {
 			if start(); writeErr != nil {
-				return writeErr
+				return fenced(in.Run, writeErr)
 			}
-			return w.Flush(ctx)
+			return fenced(in.Run, w.Flush(ctx))
 		}
 		cb := helix.StreamCallbacks{
 			OnTextDelta: func(d string) { write(&helix.TextDeltaChunk{Base: base(in.Run, in.Step), Delta: d}) },
@@ -162,7 +162,7 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 			return out, flush()
 		}
 		if writeErr != nil {
-			return ModelOutput{}, writeErr
+			return ModelOutput{}, fenced(in.Run, writeErr)
 		}
 		// tool_start for every call, in the model's order; checkpointed with
 		// this step, so emitted once per committed model call.
@@ -176,10 +176,10 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 		}
 		for _, c := range own {
 			if err := w.Queue(ctx, c); err != nil {
-				return ModelOutput{}, err
+				return ModelOutput{}, fenced(in.Run, err)
 			}
 		}
-		return out, w.Flush(ctx)
+		return out, fenced(in.Run, w.Flush(ctx))
 	}
 }
 
@@ -192,7 +192,7 @@ func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.StepV
 	}
 	e.Log.Warn().Ctx(ctx).Str("event", "stream.resync").Str("sessionId", run.SessionID).Str("runId", run.RunID).
 		Int("step", step).Int("removed", res.Removed).Msg("removed the chunks of an attempt lost in a crash")
-	_, err = e.Store.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID, Chunk: &helix.StreamResyncChunk{
+	_, err = e.Store.Append(ctx, run.StreamID, []store.ChunkWrite{{RunID: run.RunID, Fence: run.StreamFence(), Chunk: &helix.StreamResyncChunk{
 		Base:         base(run, step-1),
 		CheckpointID: st.CheckpointID,
 		StepCount:    st.StepCount,
@@ -200,7 +200,7 @@ func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.StepV
 		FromSequence: res.MinSequence,
 		Reason:       helix.ResyncCrashRecovery,
 	}}})
-	return err
+	return fenced(run, err)
 }
 
 func systemPrompt(ctx context.Context, def *AgentDef, customState json.RawMessage) (prompt string, failure *Failure) {

@@ -121,9 +121,9 @@ func (h *HeldStarts) Flush(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := h.env.Store.Append(ctx, h.run.StreamID, ChunkWrites(h.run.RunID, h.chunks)); err != nil {
+	if _, err := h.env.Store.Append(ctx, h.run.StreamID, fencedWrites(h.run, h.chunks)); err != nil {
 		h.uncertain = true
-		return err
+		return fenced(h.run, err)
 	}
 	h.chunks = nil
 	return nil
@@ -134,6 +134,16 @@ func ChunkWrites(runID string, chunks []helix.Chunk) []store.ChunkWrite {
 	w := make([]store.ChunkWrite, len(chunks))
 	for i, c := range chunks {
 		w[i] = store.ChunkWrite{RunID: runID, Chunk: c}
+	}
+	return w
+}
+
+// fencedWrites is ChunkWrites for an append outside the step's commit:
+// fenced by the run's execution (RunInfo.StreamFence).
+func fencedWrites(run RunInfo, chunks []helix.Chunk) []store.ChunkWrite {
+	w := ChunkWrites(run.RunID, chunks)
+	for i := range w {
+		w[i].Fence = run.StreamFence()
 	}
 	return w
 }
@@ -191,8 +201,8 @@ func (e *Env) RestoreStarts(run RunInfo, step int, chunks []helix.Chunk) dbos.St
 		if err != nil || written {
 			return false, err
 		}
-		_, err = e.Store.Append(ctx, run.StreamID, ChunkWrites(run.RunID, chunks))
-		return err == nil, err
+		_, err = e.Store.Append(ctx, run.StreamID, fencedWrites(run, chunks))
+		return err == nil, fenced(run, err)
 	}
 }
 

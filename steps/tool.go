@@ -295,9 +295,9 @@ func (t *toolContext) Emit(eventName string, data any) error {
 	if err := t.env.Check(t.ctx, t.run.Ticket); err != nil {
 		return err
 	}
-	_, err = t.env.Store.Append(t.ctx, t.run.StreamID, []store.ChunkWrite{{RunID: t.run.RunID,
+	_, err = t.env.Store.Append(t.ctx, t.run.StreamID, []store.ChunkWrite{{RunID: t.run.RunID, Fence: t.run.StreamFence(),
 		Chunk: &helix.CustomEventChunk{Base: base(t.run, t.step), EventName: eventName, Data: b}}})
-	return err
+	return fenced(t.run, err)
 }
 
 func truncate(b []byte, n int) string {

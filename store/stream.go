@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -80,7 +81,32 @@ type WriterOptions struct {
 	// with it. The engine fences a step's stream writes with it: a process
 	// whose session was taken over writes none of its late chunks.
 	Guard func(ctx context.Context) error
+	// Fence, when set, ties every chunk of this writer to one execution of
+	// a workflow (see Fence): the statement that writes a batch drops the
+	// chunks whose fence no longer holds and fails the writer with
+	// ErrFenced. Guard is asked before the batch is sent; Fence is checked
+	// in the statement itself, so no write can land after the workflow
+	// was taken over, however long the writer paused in between.
+	Fence *Fence
 }
+
+// Fence ties a write to one execution of a DBOS workflow: the write lands
+// only while workflow WorkflowID is owned by the execution whose DBOS owner
+// token (dbos.workflow_status.owner_xid) is Owner. The writing statement
+// locks the workflow's status row (FOR SHARE) and compares the token on
+// its latest version, so a takeover that re-enqueues the workflow either
+// waits for the write to commit (the new execution then sees, and cleans
+// up, what it wrote) or makes it write nothing.
+type Fence struct {
+	WorkflowID string
+	Owner      string
+}
+
+// ErrFenced is matched (errors.Is) by the error of a write whose Fence no
+// longer holds: the workflow was taken over (or cancelled, or ended), and
+// nothing of the write landed. The execution that wrote it must stop: its
+// workflow continues elsewhere.
+var ErrFenced = errors.New("store: the workflow is no longer owned by the execution that wrote this (taken over, cancelled or ended): nothing was written")
 
 // ChunkWrite is one chunk to append with its tags. The chunk's step (from its
 // base fields) is stored alongside it for CleanupToStep. Writing a chunk whose
@@ -89,6 +115,10 @@ type ChunkWrite struct {
 	Chunk   helix.Chunk
 	RunID   string
 	Attempt int
+	// Fence, when set, writes the chunk only while its workflow execution
+	// owns its workflow (see Fence); otherwise the append fails with
+	// ErrFenced and writes none of its chunks of that fence.
+	Fence *Fence
 }
 
 // Writer appends chunks to one stream. Deltas (text, streamed thinking,

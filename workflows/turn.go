@@ -161,6 +161,9 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: in.Segment, turn: run.Turn}); err != nil {
 			return steps.Outcome{}, err
 		}
+		// The stream writes of this execution's steps are fenced by its
+		// owner token in the database itself (RunInfo.StreamFence).
+		run.Ticket.Owner = j.owner
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,

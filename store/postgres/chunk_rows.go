@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
 )
 
 // Stream chunks are stored packed: the chunks one
@@ -43,6 +44,7 @@ type chunkRow struct {
 	attempt  int
 	n        int
 	body     string
+	fence    store.Fence // zero: none
 }
 
 // packChunks groups consecutive chunks of the same stream, run, step and
@@ -73,10 +75,10 @@ func packChunksWith(chunks []encodedChunk, marker *markerWrite) ([]chunkRow, err
 	return rows, nil
 }
 
-// sameRow reports whether a and b go in one row: the same stream, run, step
-// and attempt.
+// sameRow reports whether a and b go in one row: the same stream, run,
+// step, attempt and fence.
 func sameRow(a, b encodedChunk) bool {
-	return a.streamID == b.streamID && a.runID == b.runID && a.step == b.step && a.attempt == b.attempt
+	return a.streamID == b.streamID && a.runID == b.runID && a.step == b.step && a.attempt == b.attempt && a.fence == b.fence
 }
 
 // appendRows appends the rows of chunks of one row's run, step and attempt:
@@ -86,7 +88,7 @@ func sameRow(a, b encodedChunk) bool {
 // per chunk as it is, which always reads back.
 func appendRows(rows []chunkRow, chunks []encodedChunk) []chunkRow {
 	row := func(c encodedChunk, n int, body string) chunkRow {
-		return chunkRow{streamID: c.streamID, runID: c.runID, step: c.step, attempt: c.attempt, n: n, body: body}
+		return chunkRow{streamID: c.streamID, runID: c.runID, step: c.step, attempt: c.attempt, n: n, body: body, fence: c.fence}
 	}
 	if slices.ContainsFunc(chunks, replacedUTF8) {
 		return appendSingles(rows, chunks, row)

@@ -52,8 +52,8 @@ func TestBatchTokenMakesRetriesIdempotent(t *testing.T) {
 	b := &batcher{st: st}
 	outcome, err := b.recordedOutcome(ctx, token, chunks)
 	require.NoError(t, err)
-	require.NoError(t, writeError("a", outcome["a"], true))
-	require.Error(t, writeError("b", outcome["b"], true))
+	require.NoError(t, writeError("a", outcome["a"], true, false))
+	require.Error(t, writeError("b", outcome["b"], true, false))
 
 	info, err := st.GetStreamInfo(ctx, "a")
 	require.NoError(t, err)

@@ -186,7 +186,7 @@ func (b *batcher) flush(bt *batch) {
 		itemErr := err
 		if err == nil {
 			w, ok := res[it.chunk.streamID]
-			itemErr = writeError(it.chunk.streamID, w, ok)
+			itemErr = writeError(it.chunk.streamID, w, ok, it.chunk.fence != store.Fence{})
 		}
 		if itemErr != nil {
 			it.w.fail(fmt.Errorf("store: write to stream %s: %w", it.chunk.streamID, itemErr))
@@ -324,6 +324,7 @@ type writer struct {
 	runID    string
 	attempt  int
 	guard    func(context.Context) error
+	fence    store.Fence // zero: none
 
 	mu     sync.Mutex
 	err    error  // sticky: the first failed write
@@ -336,6 +337,9 @@ func (s *Store) NewWriter(streamID string, opts *store.WriterOptions) store.Writ
 	w := &writer{st: s, streamID: streamID}
 	if opts != nil {
 		w.runID, w.attempt, w.guard = opts.RunID, opts.Attempt, opts.Guard
+		if opts.Fence != nil {
+			w.fence = *opts.Fence
+		}
 	}
 	return w
 }
@@ -370,6 +374,7 @@ func (w *writer) write(ctx context.Context, c helix.Chunk, urgent bool) error {
 	if err != nil {
 		return fmt.Errorf("store: write to stream %s: %w", w.streamID, err)
 	}
+	enc.fence = w.fence
 	if err, closed := w.state(); err != nil || closed {
 		if closed {
 			return fmt.Errorf("store: write to stream %s: writer is closed", w.streamID)

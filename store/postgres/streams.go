@@ -16,7 +16,7 @@ import (
 )
 
 // insertChunksSQL appends chunks for any number of streams in one statement,
-// packed into rows (chunkpack.go).
+// packed into rows (chunk_rows.go).
 // Stream rows are locked in stream_id order (no deadlock between concurrent
 // batches), each stream's sequence range is allocated under its row lock, so
 // ranges commit in order and readers never see a later sequence before an
@@ -25,11 +25,20 @@ import (
 // streams written) so a retry after a lost acknowledgement can tell whether
 // the batch already committed. One NOTIFY per statement wakes readers.
 // An append leaves the stream's updated_at alone (streamUpdatedAtSQL: the
-// newest chunk row's created_at is the stream's last change).
-const insertChunksSQL = `WITH input AS (
-		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
-			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
-	), counts AS (
+// newest chunk row's created_at is the stream's last change). Its last
+// column counts the stream's rows dropped by their fences (0 here; see
+// insertFencedChunksSQL).
+var insertChunksSQL = insertChunksStatement(plainInputSQL, `SELECT stream_id, 0::bigint AS n FROM counts`)
+
+// insertFencedChunksSQL is insertChunksSQL for rows with fences ($10 the
+// workflow, $11 its execution's owner token, '' for none: store.Fence):
+// a row is written only while that execution owns the workflow
+// (fencedInputSQL), and the last column counts a stream's dropped rows.
+var insertFencedChunksSQL = insertChunksStatement(fencedInputSQL,
+	`SELECT g.stream_id, count(*) - count(i.ord) AS n FROM given g LEFT JOIN input i USING (ord) GROUP BY g.stream_id`)
+
+func insertChunksStatement(input, dropped string) string {
+	return `WITH ` + input + `, counts AS (
 		SELECT stream_id, sum(n)::bigint AS n FROM input GROUP BY stream_id
 	), locked AS (
 		SELECT s.stream_id, s.status, s.latest_seq FROM helix.streams s JOIN counts c USING (stream_id)
@@ -51,10 +60,39 @@ const insertChunksSQL = `WITH input AS (
 		SELECT $6, COALESCE((SELECT array_agg(stream_id) FROM upd), '{}') WHERE $6::uuid IS NOT NULL
 	), notified AS (
 		SELECT pg_notify($7, p) FROM unnest($8::text[]) AS p WHERE EXISTS (SELECT 1 FROM upd)
+	), dropped AS (
+		` + dropped + `
 	)
-	SELECT c.stream_id, COALESCE(l.status, ''), COALESCE(u.latest, l.latest_seq, 0), u.stream_id IS NOT NULL,
-		(SELECT count(*) FROM notified)
-	FROM counts c LEFT JOIN locked l USING (stream_id) LEFT JOIN upd u USING (stream_id)`
+	SELECT d.stream_id, COALESCE(l.status, ''), COALESCE(u.latest, l.latest_seq, 0), u.stream_id IS NOT NULL,
+		(SELECT count(*) FROM notified), d.n
+	FROM dropped d LEFT JOIN locked l USING (stream_id) LEFT JOIN upd u USING (stream_id)`
+}
+
+// plainInputSQL is the start of the append statements for rows without
+// fences: the rows to write (input).
+const plainInputSQL = `input AS (
+		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
+			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
+	)`
+
+// fencedInputSQL is the start of the append statements for rows with
+// fences: the rows given (given); the status rows of their fences'
+// workflows, locked FOR SHARE in workflow order (fences): a takeover's
+// UPDATE of such a row waits for the append to commit, and an append that
+// waited for a takeover reads the row's new version, whose owner token is
+// no longer its fence's; and the rows to write (input): those without a
+// fence, and those whose workflow's owner token is still their fence's.
+const fencedInputSQL = `given AS (
+		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[], $10::text[], $11::text[])
+			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, fence_wf, fence_owner, ord)
+	), fences AS MATERIALIZED (
+		SELECT w.workflow_uuid, w.owner_xid FROM dbos.workflow_status w
+		WHERE w.workflow_uuid = ANY($10::text[]) ORDER BY w.workflow_uuid FOR SHARE
+	), input AS (
+		SELECT g.stream_id, g.chunk, g.step, g.run_id, g.attempt, g.n, g.ord
+		FROM given g LEFT JOIN fences f ON f.workflow_uuid = g.fence_wf
+		WHERE g.fence_wf = '' OR f.owner_xid = g.fence_owner
+	)`
 
 // insertStreamChunksSQL is insertChunksSQL for chunks of one stream (an
 // agent step's, a stream writer's batch of one stream): the update of the
@@ -63,12 +101,18 @@ const insertChunksSQL = `WITH input AS (
 // arguments ($1's stream IDs all the same) and result rows; a stream that
 // is not active (or missing) is read under a lock, as insertChunksSQL
 // reads it.
-const insertStreamChunksSQL = `WITH input AS (
-		SELECT * FROM unnest($1::text[], $2::json[], $3::int[], $4::text[], $5::int[], $9::int[])
-			WITH ORDINALITY AS u(stream_id, chunk, step, run_id, attempt, n, ord)
-	), upd AS (
+var insertStreamChunksSQL = insertStreamChunksStatement(plainInputSQL, `SELECT 0::bigint AS n`)
+
+// insertFencedStreamChunksSQL is insertStreamChunksSQL for rows with
+// fences, as insertFencedChunksSQL is insertChunksSQL's; a stream whose
+// rows were all dropped is read under a lock, as one not active.
+var insertFencedStreamChunksSQL = insertStreamChunksStatement(fencedInputSQL,
+	`SELECT (SELECT count(*) FROM given) - (SELECT count(*) FROM input) AS n`)
+
+func insertStreamChunksStatement(input, dropped string) string {
+	return `WITH ` + input + `, upd AS (
 		UPDATE helix.streams SET latest_seq = latest_seq + (SELECT sum(n) FROM input)
-		WHERE stream_id = ($1::text[])[1] AND status = 'active'
+		WHERE stream_id = ($1::text[])[1] AND status = 'active' AND EXISTS (SELECT 1 FROM input)
 		RETURNING latest_seq - (SELECT sum(n) FROM input) AS base, latest_seq AS latest, key
 	), ins AS (
 		INSERT INTO helix.stream_chunks (stream_key, seq, n, run_id, step, attempt, chunk)
@@ -80,13 +124,16 @@ const insertStreamChunksSQL = `WITH input AS (
 		WHERE $6::uuid IS NOT NULL
 	), notified AS (
 		SELECT pg_notify($7, p) FROM unnest($8::text[]) AS p WHERE EXISTS (SELECT 1 FROM upd)
+	), dropped AS (
+		` + dropped + `
 	)
-	SELECT ($1::text[])[1], 'active', latest, true, (SELECT count(*) FROM notified) FROM upd
+	SELECT ($1::text[])[1], 'active', latest, true, (SELECT count(*) FROM notified), (SELECT n FROM dropped) FROM upd
 	UNION ALL
-	SELECT ($1::text[])[1], COALESCE(l.status, ''), COALESCE(l.latest_seq, 0), false, 0
+	SELECT ($1::text[])[1], COALESCE(l.status, ''), COALESCE(l.latest_seq, 0), false, 0, (SELECT n FROM dropped)
 	FROM (SELECT 1) AS one LEFT JOIN LATERAL (SELECT s.status, s.latest_seq FROM helix.streams s
 		WHERE s.stream_id = ($1::text[])[1] FOR SHARE) l ON true
 	WHERE NOT EXISTS (SELECT 1 FROM upd)`
+}
 
 // encodedChunk is a chunk ready for insertChunksSQL.
 type encodedChunk struct {
@@ -95,6 +142,7 @@ type encodedChunk struct {
 	step     int
 	runID    string
 	attempt  int
+	fence    store.Fence // zero: none
 }
 
 func encodeChunk(streamID string, c helix.Chunk, runID string, attempt int) (encodedChunk, error) {
@@ -123,6 +171,7 @@ type streamWrite struct {
 	status  helix.StreamStatus // "" when the stream does not exist
 	latest  int64
 	written bool
+	fenced  int64 // rows dropped because their fence failed
 }
 
 // insertChunks runs insertChunksSQL; token may be uuid.Nil for no token.
@@ -150,11 +199,18 @@ func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string
 	n := len(packed)
 	ids, bodies, runIDs := make([]string, n), make([]string, n), make([]string, n)
 	steps, attempts, counts := make([]int32, n), make([]int32, n), make([]int32, n)
+	var fenceWFs, fenceOwners []string // nil: no row has a fence
 	seen := map[string]bool{}
 	var distinct []string
 	for i, r := range packed {
 		ids[i], bodies[i], runIDs[i] = r.streamID, r.body, r.runID
 		steps[i], attempts[i], counts[i] = int32(r.step), int32(r.attempt), int32(r.n)
+		if r.fence != (store.Fence{}) && fenceWFs == nil {
+			fenceWFs, fenceOwners = make([]string, n), make([]string, n)
+		}
+		if fenceWFs != nil {
+			fenceWFs[i], fenceOwners[i] = r.fence.WorkflowID, r.fence.Owner
+		}
 		if !seen[r.streamID] {
 			seen[r.streamID] = true
 			distinct = append(distinct, r.streamID)
@@ -164,11 +220,16 @@ func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string
 	if token != uuid.Nil {
 		tok = token
 	}
-	sql := insertChunksSQL
-	if len(distinct) == 1 {
-		sql = insertStreamChunksSQL
+	args := []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts}
+	switch {
+	case fenceWFs != nil && len(distinct) == 1:
+		return insertFencedStreamChunksSQL, append(args, fenceWFs, fenceOwners), nil
+	case fenceWFs != nil:
+		return insertFencedChunksSQL, append(args, fenceWFs, fenceOwners), nil
+	case len(distinct) == 1:
+		return insertStreamChunksSQL, args, nil
 	}
-	return sql, []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts}, nil
+	return insertChunksSQL, args, nil
 }
 
 // scanChunkWrites reads insertChunksSQL's per-stream outcomes.
@@ -178,7 +239,7 @@ func scanChunkWrites(rows Rows, streams int) (map[string]streamWrite, error) {
 		var id, status string
 		var w streamWrite
 		var notified int64
-		if err := rows.Scan(&id, &status, &w.latest, &w.written, &notified); err != nil {
+		if err := rows.Scan(&id, &status, &w.latest, &w.written, &notified, &w.fenced); err != nil {
 			return nil, err
 		}
 		w.status = helix.StreamStatus(status)
@@ -215,9 +276,13 @@ func notifyPayloads(streamIDs []string) []string {
 	return out
 }
 
-// writeError converts the outcome of one stream in a write into an error.
-func writeError(streamID string, w streamWrite, ok bool) error {
+// writeError converts the outcome of one stream in a write into an error;
+// fenced tells whether the chunks whose outcome it is had a fence (rows of
+// other writers' fences may have been dropped beside them).
+func writeError(streamID string, w streamWrite, ok, fenced bool) error {
 	switch {
+	case fenced && w.fenced > 0:
+		return store.ErrFenced
 	case !ok || w.status == "":
 		return notFound("stream", streamID)
 	case !w.written:
@@ -253,23 +318,34 @@ func (s *Store) Append(ctx context.Context, streamID string, chunks []store.Chun
 		}
 		return info.LatestSequence, nil
 	}
-	enc := make([]encodedChunk, len(chunks))
-	for i, c := range chunks {
-		e, err := encodeChunk(streamID, c.Chunk, c.RunID, c.Attempt)
-		if err != nil {
-			return 0, fmt.Errorf("store: append to stream %s: chunk %d: %w", streamID, i, err)
-		}
-		enc[i] = e
+	enc, fenced, err := encodeWrites(streamID, chunks)
+	if err != nil {
+		return 0, err
 	}
 	res, err := s.insertChunks(ctx, s.q, enc, uuid.Nil)
 	if err != nil {
 		return 0, wrap(err, "append to stream %s", streamID)
 	}
 	w, ok := res[streamID]
-	if err := writeError(streamID, w, ok); err != nil {
+	if err := writeError(streamID, w, ok, fenced); err != nil {
 		return 0, wrap(err, "append to stream %s", streamID)
 	}
 	return w.latest, nil
+}
+
+// encodeWrites encodes chunks for an append to streamID, and reports
+// whether any has a fence.
+func encodeWrites(streamID string, chunks []store.ChunkWrite) (enc []encodedChunk, fenced bool, err error) {
+	enc = make([]encodedChunk, len(chunks))
+	for i, c := range chunks {
+		if enc[i], err = encodeChunk(streamID, c.Chunk, c.RunID, c.Attempt); err != nil {
+			return nil, false, fmt.Errorf("store: append to stream %s: chunk %d: %w", streamID, i, err)
+		}
+		if c.Fence != nil {
+			enc[i].fence, fenced = *c.Fence, true
+		}
+	}
+	return enc, fenced, nil
 }
 
 // AppendHeld is Append inside a transaction that can hold writes for its
@@ -284,13 +360,11 @@ func (s *Store) AppendHeld(ctx context.Context, streamID string, chunks []store.
 		_, err := s.Append(ctx, streamID, chunks)
 		return err
 	}
-	enc := make([]encodedChunk, len(chunks))
-	for i, c := range chunks {
-		e, err := encodeChunk(streamID, c.Chunk, c.RunID, c.Attempt)
-		if err != nil {
-			return fmt.Errorf("store: append to stream %s: chunk %d: %w", streamID, i, err)
-		}
-		enc[i] = e
+	// A fence's refusal is not read either: such callers' transactions
+	// check their workflow's owner themselves.
+	enc, _, err := encodeWrites(streamID, chunks)
+	if err != nil {
+		return err
 	}
 	sql, args, err := s.insertChunksArgs(enc, uuid.Nil)
 	if err != nil {
@@ -309,13 +383,9 @@ func (s *Store) QueueAppend(b *pgx.Batch, streamID string, chunks []store.ChunkW
 	if len(chunks) == 0 {
 		return nil
 	}
-	enc := make([]encodedChunk, len(chunks))
-	for i, c := range chunks {
-		e, err := encodeChunk(streamID, c.Chunk, c.RunID, c.Attempt)
-		if err != nil {
-			return fmt.Errorf("store: append to stream %s: chunk %d: %w", streamID, i, err)
-		}
-		enc[i] = e
+	enc, fenced, err := encodeWrites(streamID, chunks)
+	if err != nil {
+		return err
 	}
 	sql, args, err := s.insertChunksArgs(enc, uuid.Nil)
 	if err != nil {
@@ -327,7 +397,7 @@ func (s *Store) QueueAppend(b *pgx.Batch, streamID string, chunks []store.ChunkW
 			return wrap(err, "append to stream %s", streamID)
 		}
 		w, ok := out[streamID]
-		return wrap(writeError(streamID, w, ok), "append to stream %s", streamID)
+		return wrap(writeError(streamID, w, ok, fenced), "append to stream %s", streamID)
 	})
 	return nil
 }
