@@ -31,7 +31,7 @@ import (
 var insertChunksSQL = insertChunksStatement(plainInputSQL, `SELECT stream_id, 0::bigint AS n FROM counts`)
 
 // insertFencedChunksSQL is insertChunksSQL for rows with fences ($10 the
-// workflow, $11 its execution's owner token, ” for none: store.Fence):
+// workflow, $11 its execution's owner token, empty for none: store.Fence):
 // a row is written only while that execution owns the workflow
 // (fencedInputSQL), and the last column counts a stream's dropped rows.
 var insertFencedChunksSQL = insertChunksStatement(fencedInputSQL,
