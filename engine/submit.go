@@ -31,7 +31,8 @@ import (
 // recovered run consumes it.
 //
 // The waiting run continues by itself; Resume returns a handle on it. A
-// process that runs no agents submits with a [Client] instead.
+// process that runs no agents submits with a [Client] instead. To commit
+// the answer with the app's own writes, use SubmitToolResultTx.
 func (e *Engine) SubmitToolResult(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	if err := e.requireLaunched(); err != nil {
 		return helix.SubmitResult{}, err
