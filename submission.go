@@ -152,6 +152,12 @@ const (
 	// SubmissionNotWaiting: the session ended (aborted, failed, completed):
 	// nothing will consume the answer.
 	SubmissionNotWaiting = "session_not_waiting"
+	// SubmissionAlreadyAnswered: the call was already answered, by an
+	// earlier submission or by a concurrent one that committed first; that
+	// answer stands. Only SubmitToolResultTx (package engine) refuses so,
+	// so that the caller rolls back the writes that went with its answer;
+	// SubmitToolResult reports SubmitResult.AlreadyCompleted instead.
+	SubmissionAlreadyAnswered = "already_answered"
 )
 
 // ErrSubmissionRejected matches every *SubmissionError.

@@ -31,7 +31,8 @@ import (
 // recovered run consumes it.
 //
 // The waiting run continues by itself; Resume returns a handle on it. A
-// process that runs no agents submits with a [Client] instead.
+// process that runs no agents submits with a [Client] instead. To commit
+// the answer with the app's own writes, use SubmitToolResultTx.
 func (e *Engine) SubmitToolResult(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	if err := e.requireLaunched(); err != nil {
 		return helix.SubmitResult{}, err
@@ -62,30 +63,49 @@ func (e *Engine) control() control {
 }
 
 func (c control) submit(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
-	res := helix.SubmitResult{ToolCallID: sub.ToolCallID}
+	var res helix.SubmitResult
 	var wf string
 	// One transaction in two round trips for a call of the root session:
 	// BEGIN with the lock and read of the conversation, then the
 	// submission's writes and the message to the waiting run with COMMIT.
-	err := pipelinedTx(ctx, c.pool, func(pq *postgres.Pipelined) error {
-		rec, err := c.store.WithQuerier(pq).RecordSubmission(ctx, rootSessionID, sub)
-		if err != nil {
-			return err
-		}
-		res.OwnerSessionID, res.RunID, res.Remaining = rec.Call.OwnerSessionID, rec.Call.RunID, rec.Unresolved
-		res.ToolName, res.Kind = rec.Call.ToolName, rec.Call.Kind
-		if res.AlreadyCompleted = rec.AlreadyCompleted; res.AlreadyCompleted {
-			return nil
-		}
-		wf = rec.Call.WorkflowID
-		sql, args, err := recv.SendStatement(wf, sub.ToolCallID,
-			recv.Message{Kind: recv.KindSubmission, Submission: &sub, SubmittedAt: rec.Call.SubmittedAt}, recv.SubmissionKey(sub.ToolCallID))
-		if err != nil {
-			return err
-		}
-		pq.Defer(ctx, sql, args...)
-		return nil
+	err := pipelinedTx(ctx, c.pool, func(pq *postgres.Pipelined) (err error) {
+		res, wf, err = c.recordAnswer(ctx, pq, rootSessionID, sub)
+		return err
 	})
+	return c.submitted(rootSessionID, sub, res, wf, err, false)
+}
+
+// recordAnswer is the body of a submission's transaction (SubmitToolResult's
+// own, SubmitToolResultTx's savepoint): it validates and records the
+// submission on pq and holds the message that wakes the waiting run for
+// pq's next statement (the COMMIT, or a Flush). wf is the waiting run's
+// workflow, empty when the call was already answered (nothing is written
+// then).
+func (c control) recordAnswer(ctx context.Context, pq *postgres.Pipelined, rootSessionID string, sub helix.ToolSubmission) (res helix.SubmitResult, wf string, err error) {
+	res.ToolCallID = sub.ToolCallID
+	rec, err := c.store.WithQuerier(pq).RecordSubmission(ctx, rootSessionID, sub)
+	if err != nil {
+		return res, "", err
+	}
+	res.OwnerSessionID, res.RunID, res.Remaining = rec.Call.OwnerSessionID, rec.Call.RunID, rec.Unresolved
+	res.ToolName, res.Kind = rec.Call.ToolName, rec.Call.Kind
+	if res.AlreadyCompleted = rec.AlreadyCompleted; res.AlreadyCompleted {
+		return res, "", nil
+	}
+	wf = rec.Call.WorkflowID
+	sql, args, err := recv.SendStatement(wf, sub.ToolCallID,
+		recv.Message{Kind: recv.KindSubmission, Submission: &sub, SubmittedAt: rec.Call.SubmittedAt}, recv.SubmissionKey(sub.ToolCallID))
+	if err != nil {
+		return res, wf, err
+	}
+	pq.Defer(ctx, sql, args...)
+	return res, wf, nil
+}
+
+// submitted turns how a submission's transaction ended (err) into what
+// SubmitToolResult (inTx false) or SubmitToolResultTx (inTx true) returns,
+// and logs it.
+func (c control) submitted(rootSessionID string, sub helix.ToolSubmission, res helix.SubmitResult, wf string, err error, inTx bool) (helix.SubmitResult, error) {
 	if recv.Cancelled(err) {
 		// Cancelled with DBOS's tools and not yet aborted by the engine's
 		// sweep: nothing would ever take the answer.
@@ -95,17 +115,29 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 	if err != nil {
 		var se *helix.SubmissionError
 		if errors.As(err, &se) {
-			c.log.Warn().Str("event", "client_tool.validation_failed").Str("sessionId", rootSessionID).
-				Str("toolCallId", sub.ToolCallID).Str("code", se.Code).Msg(se.Reason)
+			ev := c.log.Warn().Str("event", "client_tool.validation_failed").Str("sessionId", rootSessionID).
+				Str("toolCallId", sub.ToolCallID).Str("code", se.Code)
+			if inTx {
+				ev.Bool("inCallerTx", true)
+			}
+			ev.Msg(se.Reason)
 			return helix.SubmitResult{}, se
+		}
+		if inTx {
+			return helix.SubmitResult{}, fmt.Errorf("engine: submit tool call %s to session %s in the caller's transaction "+
+				"(roll that transaction back; do not retry on it): %w%s", sub.ToolCallID, rootSessionID, err, foreignTxHint(err))
 		}
 		return helix.SubmitResult{}, fmt.Errorf("engine: submit tool call %s to session %s: %w", sub.ToolCallID, rootSessionID, err)
 	}
 	ev := c.log.Info().Str("event", "client_tool.submitted").Str("sessionId", rootSessionID).
 		Str("ownerSessionId", res.OwnerSessionID).Str("runId", res.RunID).Str("toolCallId", sub.ToolCallID).Str("kind", string(sub.Kind))
-	if res.AlreadyCompleted {
+	switch {
+	case res.AlreadyCompleted:
 		ev.Bool("alreadyCompleted", true).Msg("the call was already answered; this submission changed nothing")
-	} else {
+	case inTx:
+		ev.Bool("inCallerTx", true).Strs("remaining", res.Remaining).
+			Msg("submission recorded in the caller's transaction; the waiting run gets it when that transaction commits")
+	default:
 		ev.Strs("remaining", res.Remaining).Msg("submission recorded and delivered to the waiting run")
 	}
 	return res, nil
