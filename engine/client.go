@@ -27,6 +27,12 @@ type ClientConfig struct {
 	// Logger receives the client's logs (client_tool.submitted, ...); nil
 	// is silent.
 	Logger *zerolog.Logger
+	// Queue names the queue through which ExecuteTx admits the runs it
+	// records (unless ExecuteOptions.Direct): the Name of the engines'
+	// Config.Queue. Empty (the default) records every run direct: the
+	// engine that starts it runs it at once, outside any queue. The
+	// client only names the queue; its limits are the engines'.
+	Queue string
 }
 
 // Client drives sessions from a process that runs no agents: an HTTP
@@ -37,6 +43,7 @@ type ClientConfig struct {
 // use.
 type Client struct {
 	c        control
+	queue    string // ClientConfig.Queue
 	ownsPool bool
 	// levels keeps the store's format gate at the cluster's level: what
 	// the client writes into streams (an abort's chunks, a resume's), the
@@ -54,6 +61,9 @@ const clientShutdownTimeout = 5 * time.Second
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if (cfg.DatabaseURL == "") == (cfg.Pool == nil) {
 		return nil, errors.New("engine: ClientConfig needs exactly one of DatabaseURL and Pool")
+	}
+	if cfg.Queue != "" && !queueNameRE.MatchString(cfg.Queue) {
+		return nil, fmt.Errorf("engine: ClientConfig.Queue %q is not a queue name: give the Name of the engines' Config.Queue", cfg.Queue)
 	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
@@ -106,7 +116,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 				Msg("could not read the cluster's storage format level; the client keeps writing at its last one and retries")
 		}
 	})
-	return &Client{c: control{pool: pool, store: st, dbos: dc, log: log}, ownsPool: owns, levels: levels}, nil
+	return &Client{c: control{pool: pool, store: st, dbos: dc, log: log}, queue: cfg.Queue, ownsPool: owns, levels: levels}, nil
 }
 
 // SubmitToolResult answers a tool call a run is suspended on; see

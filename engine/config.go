@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -33,6 +34,10 @@ const (
 	DefaultApplicationVersion = "helix-dbos-v1"
 	// DefaultShutdownTimeout bounds Shutdown's wait for running steps.
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultRecordedRunSweepInterval is how often a launched engine
+	// looks for recorded runs that no engine started (see
+	// Config.RecordedRunSweepInterval).
+	DefaultRecordedRunSweepInterval = 5 * time.Second
 )
 
 // Config configures an Engine. Set exactly one of DatabaseURL and Pool.
@@ -91,6 +96,15 @@ type Config struct {
 	StoreOptions []postgres.Option
 	// ShutdownTimeout bounds Shutdown; default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// RecordedRunSweepInterval is how often the engine starts the recorded
+	// runs whose workflow no engine started: a run ExecuteTx recorded whose
+	// commit's announcement no engine heard (none was listening, or none
+	// registered its agent then), or a run whose process died between
+	// recording and starting it. The announcement starts a run at once;
+	// this bounds the wait when it is lost. Default
+	// DefaultRecordedRunSweepInterval; one cheap query per sweep
+	// (postgres.ListOrphanRuns).
+	RecordedRunSweepInterval time.Duration
 	// Clock, for tests, is the time of the deadlines of calls that wait for
 	// people (helix.ClientTimeout): when a call started waiting, when its
 	// deadline passes, when it was answered. helixtest sets one that a test
@@ -139,6 +153,8 @@ func (c *Config) withDefaults() error {
 		return fmt.Errorf("engine: Config.ExecutorLease must be at least %s (0 means the default %s), got %s", MinExecutorLease, DefaultExecutorLease, c.ExecutorLease)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("engine: Config.ShutdownTimeout must not be negative, got %s", c.ShutdownTimeout)
+	case c.RecordedRunSweepInterval < 0:
+		return fmt.Errorf("engine: Config.RecordedRunSweepInterval must not be negative (0 means the default %s), got %s", DefaultRecordedRunSweepInterval, c.RecordedRunSweepInterval)
 	case c.Clock != nil && c.Queue != nil:
 		return errors.New("engine: Config.Clock cannot be combined with Config.Queue: a queued run's driver waits for a deadline in real time (a DBOS Recv timeout), so a clock moved forward would not reach it; test deadlines on an engine without a queue")
 	}
@@ -171,6 +187,7 @@ func (c *Config) withDefaults() error {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	c.RecordedRunSweepInterval = cmp.Or(c.RecordedRunSweepInterval, DefaultRecordedRunSweepInterval)
 	for i, v := range c.AdoptVersions {
 		switch {
 		case v == "":

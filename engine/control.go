@@ -159,7 +159,7 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 		if len(st.SuspendedStep) > 0 && len(msgs) > 0 {
 			return refuse(RefusedAwaitingToolResults, sessionID, "session %s was interrupted while waiting for tool results: resume it without a message and submit them", sessionID)
 		}
-		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "resume", prev.RunID, msgs, func(runID string) helix.Chunk {
+		runID, workflowID, err = beginRun(ctx, s, sessionID, "resume", prev.RunID, msgs, func(runID string) helix.Chunk {
 			return &helix.RunResumedChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
 				RunID: runID, FromCheckpointID: cp, FromStepCount: st.StepCount, Mode: mode}
 		}, adm)
@@ -317,7 +317,7 @@ func (e *Engine) Retry(ctx context.Context, sessionID string, opts *RetryOptions
 		if cp != nil {
 			cpID = cp.ID
 		}
-		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "retry", prev.RunID, msgs, func(string) helix.Chunk {
+		runID, workflowID, err = beginRun(ctx, s, sessionID, "retry", prev.RunID, msgs, func(string) helix.Chunk {
 			return &helix.StreamResyncChunk{Base: helix.Base{AgentID: sessionID, AgentType: st.AgentType, Step: st.StepCount},
 				CheckpointID: cpID, StepCount: st.StepCount, MessageCount: keep + len(msgs), FromSequence: res.MinSequence,
 				Reason: helix.ResyncRetry}

@@ -49,6 +49,7 @@ type Engine struct {
 	sweep    *loop      // the takeover sweep, set by Launch
 	levels   *loop      // the format level's sweep with Config.DisableTakeover, set by Launch
 	gcJob    *loop      // the retention job, set by Launch with Config.Retention
+	recorded *loop      // the starter of recorded runs (recorded_runs.go), set by Launch
 }
 
 // New builds an engine: it connects to the database and prepares DBOS, but
@@ -147,27 +148,49 @@ func (e *Engine) Register(agents ...*helix.Agent) error {
 // and persistent companions delegate to (a child run may be recovered in any process that runs its
 // parent).
 func (e *Engine) register(a *helix.Agent, seen map[*helix.Agent]bool) error {
+	return eachAgent(a, seen, func(a *helix.Agent) error {
+		def, err := compile(a)
+		if err != nil {
+			return err
+		}
+		if err := e.env.Register(def); err != nil {
+			return err
+		}
+		if unknown := a.UnknownPreloadSkills(); len(unknown) > 0 {
+			e.log.Warn().Str("event", "skills.unknown_preload").Str("agent", a.Name).Strs("skills", unknown).
+				Msg("PreloadSkills names skills the agent does not define; they are skipped")
+		}
+		return nil
+	})
+}
+
+// eachAgent calls fn on a and then, recursively, on the agents its
+// sub-agent tools and persistent companions delegate to, once each (seen).
+// fn validates its agent: the walk reads a's children only after fn
+// accepted a.
+func eachAgent(a *helix.Agent, seen map[*helix.Agent]bool, fn func(a *helix.Agent) error) error {
 	if seen[a] {
 		return nil
 	}
 	seen[a] = true
-	def, err := compile(a)
-	if err != nil {
+	if err := fn(a); err != nil {
 		return err
-	}
-	if err := e.env.Register(def); err != nil {
-		return err
-	}
-	if unknown := a.UnknownPreloadSkills(); len(unknown) > 0 {
-		e.log.Warn().Str("event", "skills.unknown_preload").Str("agent", a.Name).Strs("skills", unknown).
-			Msg("PreloadSkills names skills the agent does not define; they are skipped")
 	}
 	for _, sub := range append(a.SubAgents(), a.CompanionAgents()...) {
-		if err := e.register(sub, seen); err != nil {
+		if err := eachAgent(sub, seen, fn); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// validateAgent checks a and the agents it delegates to as Register does,
+// without an engine (Client.ExecuteTx).
+func validateAgent(a *helix.Agent) error {
+	return eachAgent(a, map[*helix.Agent]bool{}, func(a *helix.Agent) error {
+		_, err := compile(a)
+		return err
+	})
 }
 
 func compile(a *helix.Agent) (*steps.AgentDef, error) {
@@ -241,41 +264,14 @@ func (e *Engine) Launch(ctx context.Context) error {
 	if e.cfg.Retention != nil {
 		e.gcJob = startRetention(ctx, e.gc(), *e.cfg.Retention)
 	}
-	if err := e.startOrphans(ctx); err != nil {
+	if err := e.startOrphans(ctx, nil); err != nil {
 		return fmt.Errorf("engine: start recorded runs: %w", err)
+	}
+	if e.recorded, err = e.startRecordedRuns(ctx); err != nil {
+		return fmt.Errorf("engine: listen for recorded runs: %w", err)
 	}
 	e.log.Info().Str("event", "engine.launched").Str("executorId", e.cfg.ExecutorID).
 		Str("applicationVersion", e.cfg.ApplicationVersion).Msg("engine launched")
-	return nil
-}
-
-// startOrphans starts the workflow of every running run that has none. Safe
-// to run from several processes: workflow IDs are deterministic and DBOS
-// starts a workflow ID once.
-func (e *Engine) startOrphans(ctx context.Context) error {
-	orphans, err := postgres.ListOrphanRuns(ctx, postgres.PgxQuerier(e.pool))
-	if err != nil {
-		return err
-	}
-	for _, o := range orphans {
-		if _, err := e.env.Agent(o.AgentType); err != nil {
-			// Started here it would fail for want of its agent; a
-			// process that registers the agent starts it at its Launch.
-			e.log.Warn().Str("event", "run.orphan_skipped").Str("sessionId", o.SessionID).Str("runId", o.RunID).Str("agent", o.AgentType).
-				Msg("a recorded run whose workflow was never started belongs to an agent this process does not register: left for a process that does")
-			continue
-		}
-		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.SessionID).Str("runId", o.RunID).
-			Msg("starting a recorded run whose workflow was never started")
-		// Admitted as recorded with the run, whatever this engine's queue.
-		var adm *workflows.Admission
-		if o.Queue != "" {
-			adm = &workflows.Admission{Queue: o.Queue, PartitionKey: o.PartitionKey, Priority: uint(max(o.Priority, 0))}
-		}
-		if err := e.start(o.SessionID, o.RunID, o.WorkflowID, adm); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -330,6 +326,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		cancel()
 	}
 	e.gcJob.stop() // a batch in progress rolls back
+	e.recorded.stop()
 	e.sweep.stop()
 	e.levels.stop()
 	e.wake.stop()

@@ -83,30 +83,88 @@ type Branch struct {
 //
 // The session, the run record and the input messages are written in one
 // transaction before the workflow starts; a process that dies in between
-// leaves a recorded run that the next Launch starts.
-func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (_ *Handle, err error) {
+// leaves a recorded run that a launched engine's sweep starts (within
+// Config.RecordedRunSweepInterval). ExecuteTx writes the same rows on the
+// caller's transaction instead.
+func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (*Handle, error) {
 	if err := e.requireLaunched(); err != nil {
 		return nil, err
 	}
 	if err := e.Register(agent); err != nil {
 		return nil, err
 	}
-	if opts == nil {
-		opts = &ExecuteOptions{}
+	req, err := newExecRequest(agent, in, opts)
+	if err != nil {
+		return nil, err
 	}
-	msgs := in.messages()
-	for i, m := range msgs {
+	var p *PendingRun
+	var adm *workflows.Admission
+	err = e.inTx(ctx, func(s *postgres.Store) error {
+		p, adm, err = req.record(ctx, s, e.recording())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.launchRun(p.SessionID, p.RunID, p.WorkflowID, adm)
+}
+
+// recording is what recording an Execute needs besides the transaction.
+type recording struct {
+	// tracer makes the call's span.
+	tracer trace.Tracer
+	// queue names the queue a run is admitted through unless
+	// ExecuteOptions.Direct; "" admits every run directly.
+	queue string
+}
+
+func (e *Engine) recording() recording {
+	var queue string
+	if e.cfg.Queue != nil {
+		queue = e.cfg.Queue.Name
+	}
+	return recording{tracer: e.env.Telemetry.Tracer, queue: queue}
+}
+
+// execRequest is a validated Execute (or ExecuteTx) request.
+type execRequest struct {
+	agent     *helix.Agent
+	in        Input
+	opts      ExecuteOptions
+	msgs      []helix.Message
+	sessionID string
+}
+
+// newExecRequest validates what can be checked without the database and
+// settles the session ID (a new UUIDv7 when opts names none).
+func newExecRequest(agent *helix.Agent, in Input, opts *ExecuteOptions) (*execRequest, error) {
+	r := &execRequest{agent: agent, in: in, msgs: in.messages()}
+	if opts != nil {
+		r.opts = *opts
+	}
+	for i, m := range r.msgs {
 		if err := m.Validate(); err != nil {
 			return nil, fmt.Errorf("engine: input message %d: %w", i, err)
 		}
 	}
-	sessionID := opts.SessionID
-	if sessionID == "" {
-		sessionID = uuid.Must(uuid.NewV7()).String()
+	r.sessionID = r.opts.SessionID
+	if r.sessionID == "" {
+		r.sessionID = uuid.Must(uuid.NewV7()).String()
 	}
+	return r, nil
+}
+
+// record is the one implementation behind Execute and ExecuteTx: on s (one
+// transaction: the engine's own, or a savepoint of the caller's) it checks
+// the session ID, creates the session or reopens a completed one, and
+// records the run with its input messages (and, for a queued run, its
+// run_queued chunk). It starts nothing: it returns the recorded run and how
+// it is to be admitted. Every read goes through s.
+func (r *execRequest) record(ctx context.Context, s *postgres.Store, rec recording) (_ *PendingRun, _ *workflows.Admission, err error) {
+	agent, in, opts, sessionID := r.agent, r.in, &r.opts, r.sessionID
 	// The span of this call: a new session stores it (or, tracing off,
 	// the caller's span) as the parent of all its runs' spans.
-	ctx, span := e.env.Telemetry.Tracer.Start(ctx, "helix.execute "+agent.Name)
+	ctx, span := rec.tracer.Start(ctx, "helix.execute "+agent.Name)
 	defer func() {
 		if err != nil && span.IsRecording() {
 			span.SetStatus(codes.Error, err.Error())
@@ -116,57 +174,52 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 	if span.IsRecording() {
 		span.SetAttributes(steps.AttrSessionID.String(sessionID), steps.AttrAgentName.String(agent.Name))
 	}
-	if err := e.checkDerivable(ctx, sessionID); err != nil {
-		return nil, err
+	if err := checkDerivable(ctx, s, sessionID); err != nil {
+		return nil, nil, err
 	}
-	var runID, workflowID string
-	var adm *workflows.Admission
-	err = e.inTx(ctx, func(s *postgres.Store) error {
-		userID := opts.UserID
-		st, err := s.LoadState(ctx, sessionID)
-		switch {
-		case errors.Is(err, helix.ErrNotFound):
-			if err := e.createSession(ctx, s, agent, in, opts, sessionID, len(msgs)); err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		case opts.Branch != nil:
-			return refuse(RefusedSessionExists, sessionID, "session %s already exists: a branch needs a new session ID", sessionID)
-		case opts.UserID != "" && st.UserID != opts.UserID:
-			// Checked in the transaction that continues the session, so an
-			// ownership check before the call cannot be raced.
-			return refuse(RefusedOwnerMismatch, sessionID, "session %s belongs to another user", sessionID)
-		default:
-			if err := e.continueSession(ctx, s, agent, in, st, len(msgs)); err != nil {
-				return err
-			}
-			if sc, ok := steps.SpanContextOf(st.TracingContext); ok && span.IsRecording() {
-				// The run goes on in the session's trace: link this call
-				// (in the caller's trace) to it.
-				span.AddLink(trace.Link{SpanContext: sc})
-			}
-			userID = st.UserID
+	userID := opts.UserID
+	st, err := s.LoadState(ctx, sessionID)
+	switch {
+	case errors.Is(err, helix.ErrNotFound):
+		if err := createSession(ctx, s, agent, in, opts, sessionID, len(r.msgs)); err != nil {
+			return nil, nil, err
 		}
-		adm = e.admission(opts.PartitionKey, userID, opts.Priority, opts.Direct)
-		runID, workflowID, err = e.beginRun(ctx, s, sessionID, "turn", "", msgs, nil, adm)
-		return err
-	})
-	if err != nil {
-		return nil, err
+	case err != nil:
+		return nil, nil, err
+	case opts.Branch != nil:
+		return nil, nil, refuse(RefusedSessionExists, sessionID, "session %s already exists: a branch needs a new session ID", sessionID)
+	case opts.UserID != "" && st.UserID != opts.UserID:
+		// Checked in the transaction that continues the session, so an
+		// ownership check before the call cannot be raced.
+		return nil, nil, refuse(RefusedOwnerMismatch, sessionID, "session %s belongs to another user", sessionID)
+	default:
+		if err := continueSession(ctx, s, agent, in, st, len(r.msgs)); err != nil {
+			return nil, nil, err
+		}
+		if sc, ok := steps.SpanContextOf(st.TracingContext); ok && span.IsRecording() {
+			// The run goes on in the session's trace: link this call
+			// (in the caller's trace) to it.
+			span.AddLink(trace.Link{SpanContext: sc})
+		}
+		userID = st.UserID
 	}
-	return e.launchRun(sessionID, runID, workflowID, adm)
+	adm := admit(rec.queue, opts.PartitionKey, userID, opts.Priority, opts.Direct)
+	runID, workflowID, err := beginRun(ctx, s, sessionID, "turn", "", r.msgs, nil, adm)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &PendingRun{SessionID: sessionID, RunID: runID, WorkflowID: workflowID}, adm, nil
 }
 
 // checkDerivable refuses a session ID that another session's sub-agent or
 // companion would derive ({existing}-sub-…, {existing}-agent-…): taking it
 // would make that child impossible to create. An ID whose prefix names no
 // session is free (a "support-agent-7" with no session "support").
-func (e *Engine) checkDerivable(ctx context.Context, sessionID string) error {
+func checkDerivable(ctx context.Context, s *postgres.Store, sessionID string) error {
 	for _, infix := range reservedInfixes {
 		for i := strings.Index(sessionID, infix); i > 0; {
 			prefix := sessionID[:i]
-			if _, err := e.store.LoadState(ctx, prefix); err == nil {
+			if _, err := s.LoadState(ctx, prefix); err == nil {
 				return refuse(RefusedReservedSessionID, sessionID,
 					"session ID %q is the form of a sub-agent or companion session of session %q (%q…); choose another ID", sessionID, prefix, prefix+infix)
 			} else if !errors.Is(err, helix.ErrNotFound) {
@@ -182,7 +235,7 @@ func (e *Engine) checkDerivable(ctx context.Context, sessionID string) error {
 	return nil
 }
 
-func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, opts *ExecuteOptions, sessionID string, inputs int) error {
+func createSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, opts *ExecuteOptions, sessionID string, inputs int) error {
 	if b := opts.Branch; b != nil {
 		if len(in.State) > 0 {
 			return refuse(RefusedStateNotAllowed, sessionID, "Input.State is not allowed with a branch: the branch starts from the checkpoint's state")
@@ -217,7 +270,7 @@ func (e *Engine) createSession(ctx context.Context, s *postgres.Store, agent *he
 }
 
 // continueSession reopens a completed session for its next turn.
-func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, st *store.SessionState, inputs int) error {
+func continueSession(ctx context.Context, s *postgres.Store, agent *helix.Agent, in Input, st *store.SessionState, inputs int) error {
 	if st.AgentType != agent.Name {
 		return refuse(RefusedAgentMismatch, st.SessionID, "session %s belongs to agent %q, not %q", st.SessionID, st.AgentType, agent.Name)
 	}
@@ -259,7 +312,7 @@ func (e *Engine) continueSession(ctx context.Context, s *postgres.Store, agent *
 // beginRun records a run (kind: turn, resume or retry) with its
 // deterministic workflow ID and appends the input messages, then first's
 // chunk and, for a run admitted through the queue (adm), its run_queued.
-func (e *Engine) beginRun(ctx context.Context, s *postgres.Store, sessionID, kind, previousRunID string, msgs []helix.Message,
+func beginRun(ctx context.Context, s *postgres.Store, sessionID, kind, previousRunID string, msgs []helix.Message,
 	first func(runID string) helix.Chunk, adm *workflows.Admission) (runID, workflowID string, err error) {
 	st, err := s.LoadState(ctx, sessionID)
 	if err != nil {
@@ -315,8 +368,8 @@ func (e *Engine) beginRun(ctx context.Context, s *postgres.Store, sessionID, kin
 
 func (e *Engine) launchRun(sessionID, runID, workflowID string, adm *workflows.Admission) (*Handle, error) {
 	if err := e.start(sessionID, runID, workflowID, adm); err != nil {
-		// The run is recorded: the next Launch (here or elsewhere) starts it.
-		return nil, fmt.Errorf("%w (the run is recorded and starts at the next Launch)", err)
+		// The run is recorded: a launched engine's sweep starts it.
+		return nil, fmt.Errorf("%w (the run is recorded: a launched engine that registers its agent starts it within Config.RecordedRunSweepInterval)", err)
 	}
 	return &Handle{SessionID: sessionID, RunID: runID, WorkflowID: workflowID, e: e}, nil
 }

@@ -150,10 +150,15 @@ func (e *Engine) registerQueue(ctx context.Context) error {
 // queue with partitionKey (default the user) and priority, or directly
 // (nil) when the engine has no queue or the caller asked for direct.
 func (e *Engine) admission(partitionKey, userID string, priority uint, direct bool) *workflows.Admission {
-	if e.cfg.Queue == nil || direct {
+	return admit(e.recording().queue, partitionKey, userID, priority, direct)
+}
+
+// admit is admission through the queue named queue ("": none).
+func admit(queue, partitionKey, userID string, priority uint, direct bool) *workflows.Admission {
+	if queue == "" || direct {
 		return nil
 	}
-	return &workflows.Admission{Queue: e.cfg.Queue.Name, PartitionKey: cmp.Or(partitionKey, userID, DefaultPartitionKey), Priority: priority}
+	return &workflows.Admission{Queue: queue, PartitionKey: cmp.Or(partitionKey, userID, DefaultPartitionKey), Priority: priority}
 }
 
 // continuedAdmission is how a Resume or Retry of a session whose current

@@ -148,14 +148,28 @@ type OrphanRun struct {
 
 // ListOrphanRuns lists the running runs with a workflow ID that DBOS has
 // no workflow for (a process stopped between recording the run and
-// starting its workflow), with their session's agent type and their
-// admission. Reads only.
+// starting its workflow, or a run recorded in a caller's transaction that
+// no engine has started yet), with their session's agent type and their
+// admission. Reads only. It reads the running runs through the partial
+// index runs_running_idx and probes dbos.workflow_status by its primary
+// key for each: its cost follows the number of running runs, not the
+// size of the tables, so engines run it every few seconds.
 func ListOrphanRuns(ctx context.Context, q Querier) ([]OrphanRun, error) {
+	return listOrphanRuns(ctx, q, "")
+}
+
+// listOrphanRuns is ListOrphanRuns, of one run when runID is set.
+func listOrphanRuns(ctx context.Context, q Querier, runID string) ([]OrphanRun, error) {
+	filter, args := "", []any(nil)
+	if runID != "" {
+		filter, args = "AND r.run_id = $1", []any{runID}
+	}
 	rows, err := q.Query(ctx, `
 SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
 	coalesce(r.queue_priority, 0) FROM helix.runs r JOIN helix.sessions s USING (session_id)
 WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
-  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`)
+  `+filter+`
+  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`, args...)
 	if err != nil {
 		return nil, err
 	}

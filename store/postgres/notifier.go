@@ -20,6 +20,8 @@ type notifier struct {
 
 	mu   sync.Mutex
 	subs map[string]map[*subscription]struct{}
+	// taps see every payload (Store.WatchPayloads), and "" at each connect.
+	taps map[*tap]struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -87,6 +89,9 @@ func (n *notifier) wakeStream(streamID string) {
 	}
 }
 
+// tap receives every payload of its channel (Store.WatchPayloads).
+type tap struct{ fn func(payload string) }
+
 func (n *notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -94,6 +99,9 @@ func (n *notifier) wakeAll() {
 		for s := range set {
 			wake(s.c)
 		}
+	}
+	for t := range n.taps {
+		t.fn("")
 	}
 }
 
@@ -140,7 +148,19 @@ func (n *notifier) listen(ctx context.Context) error {
 		}
 		for id := range strings.SplitSeq(note.Payload, "\n") {
 			n.wakeStream(id)
+			n.tapPayload(id)
 		}
+	}
+}
+
+func (n *notifier) tapPayload(payload string) {
+	if payload == "" {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for t := range n.taps {
+		t.fn(payload)
 	}
 }
 

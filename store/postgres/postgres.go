@@ -218,11 +218,22 @@ func (s *Store) Close() error {
 // coalesced and only hints: re-read what they are about. Call stop when
 // done watching.
 func (s *Store) Watch(channel, key string) (wake <-chan struct{}, stop func(), err error) {
+	n, err := s.watcher(channel)
+	if err != nil {
+		return nil, nil, err
+	}
+	sub := n.subscribe(key)
+	return sub.c, sub.close, nil
+}
+
+// watcher returns the store's LISTEN connection for channel, opening it on
+// first use.
+func (s *Store) watcher(channel string) (*notifier, error) {
 	sh := s.shared
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if sh.closed {
-		sh.mu.Unlock()
-		return nil, nil, errClosed
+		return nil, errClosed
 	}
 	n := sh.watchers[channel]
 	if n == nil {
@@ -235,9 +246,7 @@ func (s *Store) Watch(channel, key string) (wake <-chan struct{}, stop func(), e
 		n = newNotifier(connect, channel, sh.opts.logger)
 		sh.watchers[channel] = n
 	}
-	sh.mu.Unlock()
-	sub := n.subscribe(key)
-	return sub.c, sub.close, nil
+	return n, nil
 }
 
 // Watching reports how many Watch calls on channel for key are active:

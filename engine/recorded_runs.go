@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/helix-agents/helix-dbos/store/postgres"
+	"github.com/helix-agents/helix-dbos/workflows"
+)
+
+// recordedBacklog is how many announced runs wait for the starter before
+// further announcements fall back to a sweep.
+const recordedBacklog = 1024
+
+// startRecordedRuns starts the starter of recorded runs; stop the returned
+// loop at Shutdown, before DBOS. It starts
+//   - the run named by each announcement on postgres.RunRecordedChannel
+//     (ExecuteTx's, sent by Postgres when the caller's transaction commits),
+//     at once;
+//   - every recorded run that has no workflow (postgres.ListOrphanRuns) every
+//     Config.RecordedRunSweepInterval, and whenever announcements may have
+//     been missed: the LISTEN connection (re)connected, or more arrived than
+//     the backlog holds.
+//
+// Every engine does this; of several that start one run, one workflow runs:
+// its ID is deterministic, and DBOS's RunWorkflow inserts the workflow's row
+// with ON CONFLICT, so the others' calls find it and return without running
+// it.
+func (e *Engine) startRecordedRuns(ctx context.Context) (*loop, error) {
+	sweep := make(chan struct{}, 1)
+	announced := make(chan string, recordedBacklog)
+	stopWatch, err := e.store.WatchPayloads(postgres.RunRecordedChannel, func(runID string) {
+		if runID == "" {
+			poke(sweep)
+			return
+		}
+		select {
+		case announced <- runID:
+		default:
+			poke(sweep)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l := &loop{cancel: cancel}
+	// The runs of agents this engine does not register, warned about once
+	// each (the sweep sees them every interval until an engine that
+	// registers their agent starts them).
+	warned := map[string]bool{}
+	l.wg.Go(func() {
+		defer stopWatch()
+		t := time.NewTicker(e.cfg.RecordedRunSweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case runID := <-announced:
+				e.startAnnounced(lctx, runID)
+				continue
+			case <-sweep:
+			case <-t.C:
+			}
+			if err := e.startOrphans(lctx, warned); err != nil && lctx.Err() == nil {
+				e.log.Warn().Err(err).Str("event", "run.orphan_sweep_failed").
+					Msg("could not start the recorded runs that have no workflow; retrying at the next sweep")
+			}
+		}
+	})
+	return l, nil
+}
+
+// poke wakes c's reader, coalesced.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// startAnnounced starts the announced run runID if it still has no
+// workflow and this engine registers its agent.
+func (e *Engine) startAnnounced(ctx context.Context, runID string) {
+	o, ok, err := postgres.GetOrphanRun(ctx, postgres.PgxQuerier(e.pool), runID)
+	if err == nil && ok {
+		err = e.startOrphan(o, true, nil)
+	}
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn().Err(err).Str("event", "run.recorded_start_failed").Str("runId", runID).
+			Msg("could not start a run recorded in an application's transaction; the sweep retries")
+	}
+}
+
+// startOrphans starts the workflow of every running run that has none
+// (postgres.ListOrphanRuns) whose agent this engine registers. Safe to run
+// from several processes: workflow IDs are deterministic and DBOS starts a
+// workflow ID once. warned, when not nil, holds the runs of other agents
+// already warned about (the periodic sweep's); nil warns of each.
+func (e *Engine) startOrphans(ctx context.Context, warned map[string]bool) error {
+	orphans, err := postgres.ListOrphanRuns(ctx, postgres.PgxQuerier(e.pool))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	seen := make(map[string]bool, len(orphans))
+	for _, o := range orphans {
+		seen[o.RunID] = true
+		if err := e.startOrphan(o, false, warned); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for id := range warned {
+		if !seen[id] {
+			delete(warned, id) // started elsewhere, or gone
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// startOrphan starts o's workflow, admitted as recorded with the run
+// whatever this engine's queue, unless this engine does not register o's
+// agent. announced: o was announced at its commit (its start is the normal
+// path, not a recovery).
+func (e *Engine) startOrphan(o postgres.OrphanRun, announced bool, warned map[string]bool) error {
+	if _, err := e.env.Agent(o.AgentType); err != nil {
+		// Started here it would fail for want of its agent; a process
+		// that registers the agent starts it.
+		if !announced && !warned[o.RunID] {
+			e.log.Warn().Str("event", "run.orphan_skipped").Str("sessionId", o.SessionID).Str("runId", o.RunID).Str("agent", o.AgentType).
+				Msg("a recorded run whose workflow was never started belongs to an agent this process does not register: left for a process that does")
+		}
+		if warned != nil {
+			warned[o.RunID] = true
+		}
+		return nil
+	}
+	if announced {
+		e.log.Debug().Str("event", "run.recorded_started").Str("sessionId", o.SessionID).Str("runId", o.RunID).
+			Msg("starting a run recorded in an application's transaction")
+	} else {
+		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.SessionID).Str("runId", o.RunID).
+			Msg("starting a recorded run whose workflow was never started")
+	}
+	var adm *workflows.Admission
+	if o.Queue != "" {
+		adm = &workflows.Admission{Queue: o.Queue, PartitionKey: o.PartitionKey, Priority: uint(max(o.Priority, 0))}
+	}
+	return e.start(o.SessionID, o.RunID, o.WorkflowID, adm)
+}
