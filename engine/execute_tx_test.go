@@ -15,17 +15,6 @@ import (
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 )
 
-// appPool is the application's own pool on url, with its table of tickets.
-func appPool(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(t.Context(), `CREATE TABLE IF NOT EXISTS tickets (id text PRIMARY KEY, session_id text)`)
-	require.NoError(t, err)
-	return pool
-}
-
 // tableCounts counts the rows of every table of the helix and dbos schemas.
 func tableCounts(t *testing.T, pool *pgxpool.Pool) map[string]int {
 	t.Helper()

@@ -17,18 +17,6 @@ import (
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 )
 
-// appPool opens a pool of the app's own on url, with the app's audit
-// table, closed at cleanup.
-func appPool(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(t.Context(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(t.Context(), `CREATE TABLE IF NOT EXISTS app_audit (id serial PRIMARY KEY, note text NOT NULL)`)
-	require.NoError(t, err)
-	return pool
-}
-
 // audit writes the app's audit row in tx.
 func audit(t *testing.T, tx pgx.Tx, note string) {
 	t.Helper()

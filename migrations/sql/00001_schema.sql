@@ -134,6 +134,14 @@ CREATE TABLE helix.runs (
     UNIQUE (session_id, turn)
 );
 CREATE INDEX runs_workflow_idx ON helix.runs (workflow_id) WHERE workflow_id IS NOT NULL;
+-- The running runs, for the sweep every launched engine runs every few
+-- seconds (postgres.ListOrphanRuns: the recorded runs whose workflow was
+-- never started, e.g. a run an app recorded in its own transaction with
+-- ExecuteTx, whose announcement no engine heard). Partial: the sweep reads
+-- as many entries as there are runs in progress, whatever the table's
+-- size. A run's status changes a few times in its life (step commits do
+-- not write its row), so few updates leave the heap-only path for it.
+CREATE INDEX runs_running_idx ON helix.runs (run_id) WHERE status = 'running';
 
 -- +goose StatementBegin
 -- A run's status change wakes the engines waiting on it (LISTEN helix_run_status).
