@@ -93,8 +93,9 @@ type Tool struct {
 	name        string
 	description string
 	input       *Schema
-	output      *Schema // nil: the output is unconstrained
-	exec        rawFunc // nil for client-executed and framework-handled tools
+	output      *Schema   // nil: the output is unconstrained
+	exec        rawFunc   // nil for client-executed, transactional and framework-handled tools
+	txExec      rawTxFunc // a transactional tool's function (NewTxTool)
 	client      bool
 	opts        toolOptions
 	subAgent    *Agent // the delegate of a sub-agent tool
@@ -216,6 +217,10 @@ func build(name, description string, inputSchema, outputSchema json.RawMessage, 
 		return nil, toolDefError(name, "ClientTimeout", "only client-executed tools have a client deadline")
 	case o.timeoutSet && o.clientTimeout <= 0:
 		return nil, toolDefError(name, "ClientTimeout", fmt.Sprintf("the deadline must be positive, got %s", o.clientTimeout))
+	case o.txOptionSet && !o.transactional:
+		return nil, toolDefError(name, "TxIsolation/TxTimeout", "only transactional tools (NewTxTool) have a transaction")
+	case o.txTimeoutSet && o.txTimeout <= 0:
+		return nil, toolDefError(name, "TxTimeout", fmt.Sprintf("the timeout must be positive, got %s", o.txTimeout))
 	}
 	return t, nil
 }
@@ -322,6 +327,9 @@ func (t *Tool) RequiresApproval(ctx context.Context, args json.RawMessage, tc To
 // cannot be executed here.
 func (t *Tool) Execute(ctx context.Context, args json.RawMessage, tc ToolContext) (out json.RawMessage, err error) {
 	if t.exec == nil {
+		if t.txExec != nil {
+			return nil, fmt.Errorf("tool %q is transactional: the engine runs it in a transaction (ExecuteTx)", t.name)
+		}
 		if t.client {
 			return nil, fmt.Errorf("tool %q executes on the client: submit its result with SubmitToolResult", t.name)
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ToolOption configures a tool at definition time.
@@ -24,6 +26,12 @@ type toolOptions struct {
 	predicate     func(ctx context.Context, args json.RawMessage, tc ToolContext) (bool, error)
 	clientTimeout time.Duration
 	timeoutSet    bool
+	// A transactional tool's (tool_tx.go).
+	transactional bool
+	txIsolation   pgx.TxIsoLevel
+	txTimeout     time.Duration
+	txTimeoutSet  bool
+	txOptionSet   bool
 }
 
 // FinishWith makes the tool end the agent's turn when it succeeds: its

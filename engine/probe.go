@@ -11,9 +11,10 @@ type (
 
 // The probe points.
 const (
-	ProbeAfterModelCall = steps.ProbeAfterModelCall
-	ProbeAfterTool      = steps.ProbeAfterTool
-	ProbeAfterCommit    = steps.ProbeAfterCommit
+	ProbeAfterModelCall  = steps.ProbeAfterModelCall
+	ProbeAfterTool       = steps.ProbeAfterTool
+	ProbeAfterToolCommit = steps.ProbeAfterToolCommit
+	ProbeAfterCommit     = steps.ProbeAfterCommit
 )
 
 // ProbeStop is the error a Config.Probe returns to stop a run where it is

@@ -19,12 +19,14 @@ import (
 // from its last recorded step, as a new process would.
 type CrashPoint struct {
 	// At is the loop's point: engine.ProbeAfterModelCall,
-	// engine.ProbeAfterTool or engine.ProbeAfterCommit.
+	// engine.ProbeAfterTool, engine.ProbeAfterToolCommit or
+	// engine.ProbeAfterCommit.
 	At engine.ProbePoint
 	// Step, when not 0, crashes only at that step of a session (steps
 	// count from 1).
 	Step int
-	// Tool, for ProbeAfterTool, crashes only after that tool ("" any).
+	// Tool, for ProbeAfterTool and ProbeAfterToolCommit, crashes only
+	// after that tool ("" any).
 	Tool string
 }
 
@@ -42,6 +44,16 @@ func AfterModelCall(step int) CrashPoint {
 // tool again, with the same idempotency key (ToolContext.IdempotencyKey):
 // the crash point that proves a tool idempotent.
 func AfterTool(tool string) CrashPoint { return CrashPoint{At: engine.ProbeAfterTool, Tool: tool} }
+
+// AfterToolCommit crashes once a transactional tool's transaction
+// (helix.NewTxTool) committed its writes with its record, before its
+// step's commit. The replacement does not run the tool again: its writes
+// are in the app's tables once, and the replay returns the recorded
+// result. With a transactional tool, AfterTool crashes before that
+// commit: its writes roll back and the replacement runs it again, once.
+func AfterToolCommit(tool string) CrashPoint {
+	return CrashPoint{At: engine.ProbeAfterToolCommit, Tool: tool}
+}
 
 // AfterCommit crashes once step (0: the first step) committed, before the
 // next step begins.

@@ -25,6 +25,10 @@ const (
 	// a crash here runs it again (tools are at least once: that is what
 	// ToolContext.IdempotencyKey is for).
 	ProbeAfterTool ProbePoint = "after_tool"
+	// ProbeAfterToolCommit: a transactional tool's transaction committed
+	// its writes with its record, before the step's commit: a crash here
+	// never runs it again (the replay returns the recorded result).
+	ProbeAfterToolCommit ProbePoint = "after_tool_commit"
 	// ProbeAfterCommit: the step committed, before the next step (and
 	// before the hooks of the step).
 	ProbeAfterCommit ProbePoint = "after_commit"
@@ -37,7 +41,8 @@ type ProbeInfo struct {
 	RunID     string
 	// Step is the step's number in the session (the commit's step count).
 	Step int
-	// ToolCallID and ToolName are set at ProbeAfterTool.
+	// ToolCallID and ToolName are set at ProbeAfterTool and
+	// ProbeAfterToolCommit.
 	ToolCallID string
 	ToolName   string
 }

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
+	"github.com/jackc/pgx/v5"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/internal/statepatch"
 	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // Tool error codes carried in tool_end chunks.
@@ -40,6 +42,10 @@ type ToolInput struct {
 	// (HeldStarts): the tool's first event writes them first. Never
 	// recorded.
 	Starts *HeldStarts `json:"-"`
+	// Tx is the transaction a transactional tool's call runs in (its
+	// writes commit with the call's record, which the journal writes in
+	// it); nil for other tools. Never recorded.
+	Tx pgx.Tx `json:"-"`
 }
 
 // ToolResult is the checkpointed outcome of one tool call.
@@ -134,13 +140,28 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 			return res, nil
 		}
 		tc := &toolContext{env: e, ctx: ctx, run: in.Run, step: in.Step, call: in.Call, staged: in.Staged, starts: in.Starts}
+		if tool.IsTransactional() {
+			if in.Tx == nil {
+				res.Error, res.ErrorCode = fmt.Sprintf("transactional tool %q was called without its transaction", in.Call.Name), helix.CodeInternal
+				return res, nil
+			}
+			tc.tx = in.Tx
+		}
 		hc := helix.HookContext{SessionID: in.Run.SessionID, RunID: in.Run.RunID, AgentType: in.Run.AgentType, Step: in.Step}
 		hooks := def.Agent.Hooks
 		if hooks != nil && hooks.BeforeTool != nil {
 			e.hook(ctx, "beforeTool", hc, func() error { return hooks.BeforeTool(ctx, hc, in.Call) })
 		}
 		began := time.Now()
-		out, err := tool.Execute(ctx, args, tc)
+		var out json.RawMessage
+		if tc.tx != nil {
+			out, err = e.executeTx(ctx, tool, args, tc)
+			if RetriesTx(err) {
+				return res, err // the journal runs the call again, on a fresh transaction
+			}
+		} else {
+			out, err = tool.Execute(ctx, args, tc)
+		}
 		res.DurationMS = time.Since(began).Milliseconds()
 		if perr := e.CallProbe(ctx, ProbeInfo{Point: ProbeAfterTool, SessionID: in.Run.SessionID, RunID: in.Run.RunID,
 			Step: in.Step, ToolCallID: in.Call.ID, ToolName: in.Call.Name}); perr != nil {
@@ -201,6 +222,9 @@ type toolContext struct {
 	// starts are the step's held start chunks, which precede the tool's
 	// events (nil when none are held).
 	starts *HeldStarts
+	// tx is a transactional tool's savepoint (nil for other tools): its
+	// events are written in it.
+	tx pgx.Tx
 
 	mu sync.Mutex
 	// base is the state the tool started from (the committed state with
@@ -295,8 +319,15 @@ func (t *toolContext) Emit(eventName string, data any) error {
 	if err := t.env.Check(t.ctx, t.run.Ticket); err != nil {
 		return err
 	}
-	_, err = t.env.Store.Append(t.ctx, t.run.StreamID, []store.ChunkWrite{{RunID: t.run.RunID, Fence: t.run.StreamFence(),
-		Chunk: &helix.CustomEventChunk{Base: base(t.run, t.step), EventName: eventName, Data: b}}})
+	chunk := &helix.CustomEventChunk{Base: base(t.run, t.step), EventName: eventName, Data: b}
+	if t.tx != nil {
+		// A transactional tool's event commits with its writes and its
+		// record (the record's owner check fences it).
+		_, err = t.env.Store.WithQuerier(postgres.PgxQuerier(t.tx)).Append(t.ctx, t.run.StreamID,
+			[]store.ChunkWrite{{RunID: t.run.RunID, Chunk: chunk}})
+		return err
+	}
+	_, err = t.env.Store.Append(t.ctx, t.run.StreamID, []store.ChunkWrite{{RunID: t.run.RunID, Fence: t.run.StreamFence(), Chunk: chunk}})
 	return fenced(t.run, err)
 }
 

@@ -470,8 +470,7 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 		if k == len(phase2)-1 {
 			mode = recordLater
 		}
-		r, err := runStep(ctx, t.j, steps.NameRunTool, mode,
-			fenced(t, env.RunTool(steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged, Starts: t.starts})))
+		r, err := t.runToolStep(mode, steps.ToolInput{Run: run, Step: step, Call: res.ToolCalls[i], Staged: staged, Starts: t.starts})
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
@@ -559,7 +558,7 @@ func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, re
 	}
 	if len(tools) == 1 && len(subs) == 0 {
 		// A lone call runs without the goroutine hand-off.
-		r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater, fenced(t, t.env.RunTool(input(tools[0]))))
+		r, err := t.runToolStep(recordLater, input(tools[0]))
 		results[tools[0]] = r
 		return nil, err
 	}
@@ -582,6 +581,9 @@ func (t *turn) runTools(step int, calls []helix.ToolCall, tools []int, results [
 	type done struct {
 		k   int
 		err error
+		// recorded: a transactional tool's call, recorded in its own
+		// transaction (runTxTool).
+		recorded bool
 	}
 	ids := make([]int, len(tools))
 	errs := make([]error, len(tools))
@@ -599,15 +601,29 @@ func (t *turn) runTools(step int, calls []helix.ToolCall, tools []int, results [
 			continue
 		}
 		running++
-		fn := fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts}))
+		in := steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts}
+		if tool := t.txTool(calls[i]); tool != nil {
+			id := ids[k]
+			go func() {
+				r, err := t.runTxTool(id, tool, in)
+				results[i] = r
+				ended <- done{k, err, true}
+			}()
+			continue
+		}
+		fn := fenced(t, t.env.RunTool(in))
 		go func() {
 			r, err := execute(t.ctx, steps.NameRunTool, fn)
 			results[i] = r
-			ended <- done{k, err}
+			ended <- done{k, err, false}
 		}()
 	}
 	for n := 1; n <= running; n++ {
 		d := <-ended
+		if d.recorded {
+			errs[d.k] = d.err
+			continue
+		}
 		mode := recordNow
 		if n == running {
 			mode = recordLater

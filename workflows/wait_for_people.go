@@ -194,8 +194,7 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 			t.traceWait(step, c, calls[c.Index])
 		}
 		if s := c.Submission; s != nil && s.IsApproved() {
-			r, err := runStep(t.ctx, t.j, steps.NameRunTool, recordLater,
-				fenced(t, t.env.RunTool(steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index], Approval: steps.OutcomeApproved})))
+			r, err := t.runToolStep(recordLater, steps.ToolInput{Run: t.run, Step: step, Call: calls[c.Index], Approval: steps.OutcomeApproved})
 			if err != nil {
 				return steps.Outcome{}, true, err
 			}

@@ -1,0 +1,220 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+)
+
+type entry struct {
+	ID string
+}
+
+// ledger reads the app's ledger ids in order.
+func ledger(t *testing.T, url string) []string {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.WithoutCancel(t.Context())) }()
+	rows, err := conn.Query(t.Context(), `SELECT id FROM ledger ORDER BY id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
+}
+
+func createLedger(t *testing.T, url string) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.WithoutCancel(t.Context())) }()
+	_, err = conn.Exec(t.Context(), `CREATE TABLE ledger (id text PRIMARY KEY, note text);
+		CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL); INSERT INTO counter VALUES (1, 0)`)
+	require.NoError(t, err)
+}
+
+// A step with three parallel transactional calls: the two that succeed
+// commit their rows, their state change and their events with their
+// records; the one that fails after writing (and emitting) leaves no row
+// and no event, and the model sees its error.
+func TestTxToolWritesCommitWithTheRecord(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	book := helix.MustNewTxTool("book", "Book an entry", func(ctx context.Context, tx pgx.Tx, in entry, tc helix.ToolContext) (string, error) {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID); err != nil {
+			return "", err
+		}
+		if err := tc.Emit("booked", in.ID); err != nil {
+			return "", err
+		}
+		if err := helix.UpdateState(tc, func(s *map[string]int) error { (*s)[in.ID] = 1; return nil }); err != nil {
+			return "", err
+		}
+		return "booked " + in.ID, nil
+	})
+	refuse := helix.MustNewTxTool("refuse", "Book, then refuse", func(ctx context.Context, tx pgx.Tx, in entry, tc helix.ToolContext) (string, error) {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID); err != nil {
+			return "", err
+		}
+		if err := tc.Emit("booked", in.ID); err != nil {
+			return "", err
+		}
+		require.ErrorContains(t, tx.Commit(ctx), "does not commit or roll back")
+		return "", errNoFunds
+	})
+	agent := &helix.Agent{Name: "bookkeeper", Tools: []*helix.Tool{book, refuse}, InitialState: []byte(`{}`), Model: script(
+		calls(call("c1", "book", `{"ID":"a"}`), call("c2", "refuse", `{"ID":"c"}`), call("c3", "book", `{"ID":"b"}`)),
+		text("booked"),
+	)}
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "book"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+
+	require.Equal(t, []string{"a", "b"}, ledger(t, url), "the refused call's row was rolled back")
+	got := toolResults(t, e, h.SessionID)
+	require.Equal(t, `"booked a"`, got["c1"])
+	require.Equal(t, `"booked b"`, got["c3"])
+	require.Contains(t, got["c2"], "no funds")
+	st, err := e.Session(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a":1,"b":1}`, string(st.CustomState))
+	var events []string
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for c, err := range h.Stream(ctx) {
+		require.NoError(t, err)
+		if ev, ok := c.Chunk.(*helix.CustomEventChunk); ok {
+			events = append(events, string(ev.Data))
+		}
+	}
+	require.ElementsMatch(t, []string{`"a"`, `"b"`}, events, "the refused call's event was rolled back with it")
+}
+
+var errNoFunds = &toolError{"no funds on this account"}
+
+type toolError struct{ s string }
+
+func (e *toolError) Error() string { return e.s }
+
+// Two parallel calls that read and increment one counter under
+// SERIALIZABLE, both after both read: one commits, the other fails with a
+// serialization failure, runs again on a fresh transaction and commits.
+// A call that always fails so gives up after helix.TxToolAttempts
+// transactions, and the model sees the error.
+func TestTxToolSerializationFailuresAreRetried(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	var attempts, hopeless atomic.Int32
+	var read sync.WaitGroup
+	read.Add(2)
+	bump := helix.MustNewTxTool("bump", "Increment the counter", func(ctx context.Context, tx pgx.Tx, _ struct{}, _ helix.ToolContext) (int, error) {
+		first := attempts.Add(1) <= 2
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&n); err != nil {
+			return 0, err
+		}
+		if first { // both first attempts read before either writes
+			read.Done()
+			read.Wait()
+		}
+		if _, err := tx.Exec(ctx, `UPDATE counter SET n = $1 WHERE id = 1`, n+1); err != nil {
+			return 0, err
+		}
+		return n + 1, nil
+	}, helix.TxIsolation(pgx.Serializable))
+	never := helix.MustNewTxTool("never", "Always a serialization failure", func(ctx context.Context, tx pgx.Tx, _ struct{}, _ helix.ToolContext) (int, error) {
+		hopeless.Add(1)
+		return 0, &pgconn.PgError{Code: "40001", Message: "could not serialize access (simulated)"}
+	})
+	agent := &helix.Agent{Name: "counter", Tools: []*helix.Tool{bump, never}, Model: script(
+		calls(call("b1", "bump", `{}`), call("b2", "bump", `{}`)),
+		calls(call("n1", "never", `{}`)),
+		text("done"),
+	)}
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "count"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.WithoutCancel(t.Context())) }()
+	var n int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT n FROM counter`).Scan(&n))
+	require.Equal(t, 2, n, "each call incremented once")
+	require.EqualValues(t, 3, attempts.Load(), "one of the two calls ran again")
+	got := toolResults(t, e, h.SessionID)
+	require.ElementsMatch(t, []string{"1", "2"}, []string{got["b1"], got["b2"]})
+	require.EqualValues(t, helix.TxToolAttempts, hopeless.Load())
+	require.Contains(t, got["n1"], "failed 5 times on a serialization failure or a deadlock")
+}
+
+// A transactional tool that outlives its TxTimeout is cancelled: its
+// write rolls back and the model sees the timeout.
+func TestTxToolTimeout(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	slow := helix.MustNewTxTool("slow", "Book, then take too long", func(ctx context.Context, tx pgx.Tx, in entry, _ helix.ToolContext) (string, error) {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID); err != nil {
+			return "", err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_sleep(30)`)
+		return "slept", err
+	}, helix.TxTimeout(300*time.Millisecond))
+	agent := &helix.Agent{Name: "sleeper", Tools: []*helix.Tool{slow}, Model: script(
+		calls(call("s1", "slow", `{"ID":"x"}`)),
+		text("done"),
+	)}
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "sleep"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Empty(t, ledger(t, url))
+	require.Contains(t, toolResults(t, e, h.SessionID)["s1"], "ran longer than its timeout of 300ms")
+}
+
+// An approval-gated transactional tool runs once it is approved, its row
+// once.
+func TestTxToolBehindAnApproval(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	pay := helix.MustNewTxTool("pay", "Pay an entry", func(ctx context.Context, tx pgx.Tx, in entry, _ helix.ToolContext) (string, error) {
+		_, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID)
+		return "paid " + in.ID, err
+	}, helix.RequireApproval())
+	agent := &helix.Agent{Name: "payer", Tools: []*helix.Tool{pay}, Model: script(
+		calls(call("p1", "pay", `{"ID":"p"}`)),
+		text("paid"),
+	)}
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentSuspendedClientTool, res.Status, res.Error)
+	require.Empty(t, ledger(t, url))
+	_, err = e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("p1", "ok"))
+	require.NoError(t, err)
+	h, err = e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	res = result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Equal(t, []string{"p"}, ledger(t, url))
+}

@@ -1,0 +1,159 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// txTool returns the transactional tool the call names, nil for any other
+// call (a plain tool, a sub-agent, a name the model made up).
+func (t *turn) txTool(call helix.ToolCall) *helix.Tool {
+	if t.def == nil {
+		return nil
+	}
+	if tool, ok := t.def.Tools[call.Name]; ok && tool.IsTransactional() {
+		return tool
+	}
+	return nil
+}
+
+// runToolStep runs a tool call as the journal's next step (or returns its
+// record): a transactional tool's in a transaction of its own that
+// commits the call's record (runTxTool), any other with mode.
+func (t *turn) runToolStep(mode recordMode, in steps.ToolInput) (steps.ToolResult, error) {
+	tool := t.txTool(in.Call)
+	if tool == nil {
+		return runStep(t.ctx, t.j, steps.NameRunTool, mode, fenced(t, t.env.RunTool(in)))
+	}
+	id := t.j.reserve()
+	if r, ok, err := t.j.recorded(id, steps.NameRunTool); ok || err != nil {
+		if err != nil {
+			return steps.ToolResult{}, err
+		}
+		return decode[steps.ToolResult](r)
+	}
+	return t.runTxTool(id, tool, in)
+}
+
+// runTxTool runs transactional tool tool's call in (journal step id, not
+// recorded) in a transaction on the engine's pool whose last statement
+// records the call's result (helix.record_steps: it fails unless this
+// execution still owns the workflow, and holds the workflow's status row
+// until the commit, so a takeover either waits for the commit, and the new
+// owner replays the record, or makes this transaction roll back). So the
+// tool's writes and its record commit together, once:
+//
+//   - a tool error rolls back to the tool's savepoint (steps' executeTx)
+//     and the error is recorded, without the writes;
+//   - a serialization failure or a deadlock rolls the whole transaction
+//     back and runs the call again, up to helix.TxToolAttempts times;
+//     then its error is recorded as the call's result, without writes;
+//   - a connection lost at the commit runs a new transaction that first
+//     looks for the record (a commit whose acknowledgement was lost), and
+//     runs the call again only when it is not there;
+//   - a database outage is waited out, as the journal's writes do.
+//
+// It touches none of the journal's mutable state (only its pool, workflow
+// and owner), so calls of one step run in parallel goroutines; the caller
+// does not record the result again. Safe to call from a goroutine.
+func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.ToolResult, error) {
+	j := t.j
+	started := time.Now()
+	var out steps.ToolResult
+	retried := false
+	var conflicts []error
+	err := j.retry(t.ctx, "run transactional tool "+in.Call.Name, func(c context.Context) error {
+		tx, err := j.pool.BeginTx(c, pgx.TxOptions{IsoLevel: tool.TxIsolation()})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(c)) }()
+		if retried {
+			// The last attempt may have committed before its
+			// acknowledgement was lost.
+			r, done, err := j.committed(c, postgres.PgxQuerier(tx), id)
+			if err != nil {
+				return err
+			}
+			if done {
+				out, err = decode[steps.ToolResult](r)
+				return err
+			}
+		}
+		retried = true
+		run := in
+		run.Tx = tx
+		res, err := fenced(t, t.env.RunTool(run))(stepContext{t.ctx})
+		if err == nil {
+			var rec journalRecord
+			if rec, err = encode(id, steps.NameRunTool, res, nil, started); err != nil {
+				return err
+			}
+			sql, args := postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords([]journalRecord{rec}))
+			if _, err = tx.Exec(c, sql, args...); err == nil {
+				err = tx.Commit(c)
+			}
+		}
+		switch {
+		case err == nil:
+			out = res
+			return nil
+		case steps.RetriesTx(err):
+			conflicts = append(conflicts, err)
+			if len(conflicts) < helix.TxToolAttempts {
+				return err // transient: run again on a fresh transaction
+			}
+			out = steps.ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name, ErrorCode: steps.CodeToolError,
+				DurationMS: time.Since(started).Milliseconds(),
+				Error: fmt.Sprintf("the transaction of tool %q failed %d times on a serialization failure or a deadlock; "+
+					"its writes were rolled back each time (last: %v)", in.Call.Name, len(conflicts), err)}
+			return nil // recorded below, without writes
+		}
+		return err
+	})
+	if err != nil {
+		return steps.ToolResult{}, j.recordError(err)
+	}
+	if len(conflicts) == helix.TxToolAttempts {
+		if err := t.recordAlone(id, out, started); err != nil {
+			return out, err
+		}
+	}
+	return out, t.env.CallProbe(t.ctx, steps.ProbeInfo{Point: steps.ProbeAfterToolCommit, SessionID: t.run.SessionID,
+		RunID: t.run.RunID, Step: in.Step, ToolCallID: in.Call.ID, ToolName: in.Call.Name})
+}
+
+// recordAlone records step id's result in a statement of its own (a
+// transactional tool's call that could not commit its writes), waiting
+// out an outage; a write retried after a lost acknowledgement finds the
+// record.
+func (t *turn) recordAlone(id int, res steps.ToolResult, started time.Time) error {
+	j := t.j
+	rec, err := encode(id, steps.NameRunTool, res, nil, started)
+	if err != nil {
+		return err
+	}
+	retried := false
+	err = j.retry(t.ctx, "record transactional tool "+res.ToolName, func(c context.Context) error {
+		if retried {
+			if _, done, err := j.committed(c, j.db, id); done || err != nil {
+				return err
+			}
+		}
+		retried = true
+		sql, args := postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords([]journalRecord{rec}))
+		_, err := j.pool.Exec(c, sql, args...)
+		return err
+	})
+	if err != nil {
+		return j.recordError(err)
+	}
+	return nil
+}
