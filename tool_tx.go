@@ -3,6 +3,7 @@ package helix
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,10 @@ type TxToolFunc[In, Out any] func(ctx context.Context, tx pgx.Tx, in In, tc Tool
 
 // rawTxFunc is a transactional tool function over raw JSON.
 type rawTxFunc func(ctx context.Context, tx pgx.Tx, args json.RawMessage, tc ToolContext) (json.RawMessage, error)
+
+// ErrTxToolTimeout is matched (errors.Is) by the error of a transactional
+// tool's call that ran past its TxTimeout: its writes were rolled back.
+var ErrTxToolTimeout = errors.New("helix: the transactional tool ran longer than its timeout")
 
 // DefaultTxToolTimeout is how long a transactional tool's function may
 // run when the tool sets no TxTimeout.
@@ -144,7 +149,7 @@ func (t *Tool) ExecuteTx(ctx context.Context, tx pgx.Tx, args json.RawMessage, t
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, t.TxTimeout(),
-		fmt.Errorf("transactional tool %q ran longer than its timeout of %s: its writes were rolled back", t.name, t.TxTimeout()))
+		fmt.Errorf("%w: tool %q ran longer than its timeout of %s, and its writes were rolled back", ErrTxToolTimeout, t.name, t.TxTimeout()))
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {

@@ -154,11 +154,15 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 		}
 		began := time.Now()
 		var out json.RawMessage
+		lost := false
 		if tc.tx != nil {
 			out, err = e.executeTx(ctx, tool, args, tc)
 			if RetriesTx(err) {
 				return res, err // the journal runs the call again, on a fresh transaction
 			}
+			// Cancelling a statement at the timeout may close the
+			// connection: the result is recorded without the transaction.
+			lost = errors.Is(err, helix.ErrTxToolTimeout)
 		} else {
 			out, err = tool.Execute(ctx, args, tc)
 		}
@@ -177,6 +181,9 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 				res.ErrorCode = CodeToolPanic
 				e.Log.Error().Ctx(ctx).Str("event", "tool.panic").Str("sessionId", in.Run.SessionID).Str("tool", in.Call.Name).
 					Str("stack", panicErr.Stack).Msg(panicErr.Error())
+			}
+			if lost {
+				return res, &TxLostError{Result: res}
 			}
 			return res, nil // a failed tool's state changes are dropped
 		}
@@ -241,7 +248,14 @@ func (t *toolContext) load() error {
 	if t.loaded {
 		return nil
 	}
-	st, err := t.env.Store.LoadState(t.ctx, t.run.SessionID)
+	s := t.env.Store
+	if t.tx != nil {
+		// A transactional tool holds a connection: everything it reads
+		// goes through it (no second connection, which a pool that its
+		// tools' transactions fill could not give).
+		s = s.WithQuerier(postgres.PgxQuerier(t.tx))
+	}
+	st, err := s.LoadState(t.ctx, t.run.SessionID)
 	if err != nil {
 		return fmt.Errorf("load custom state: %w", err)
 	}

@@ -39,6 +39,17 @@ func (e *Env) executeTx(ctx context.Context, tool *helix.Tool, args json.RawMess
 	return nil, err
 }
 
+// TxLostError comes with the result of a transactional tool's call whose
+// transaction cannot record it: the tool ran past its timeout, and
+// cancelling its statement may have closed the connection (its writes went
+// with the transaction). Result (the timeout, as a tool error) is final:
+// the journal records it alone.
+type TxLostError struct{ Result ToolResult }
+
+func (e *TxLostError) Error() string {
+	return fmt.Sprintf("the transaction of tool %q is lost: %s", e.Result.ToolName, e.Result.Error)
+}
+
 // RetriesTx reports whether err is a serialization failure (40001) or a
 // deadlock (40P01): the transaction of a transactional tool's call that
 // fails so is rolled back and run again.

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,8 +67,14 @@ func (t *turn) runToolStep(mode recordMode, in steps.ToolInput) (steps.ToolResul
 func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.ToolResult, error) {
 	j := t.j
 	started := time.Now()
+	// The step's held start chunks go first, on a connection of their own:
+	// inside the transaction an event could wait for a second connection
+	// that a pool full of the step's tool transactions never gives.
+	if err := in.Starts.Flush(t.ctx); err != nil {
+		return steps.ToolResult{}, err
+	}
 	var out steps.ToolResult
-	retried := false
+	retried, alone := false, false
 	var conflicts []error
 	err := j.retry(t.ctx, "run transactional tool "+in.Call.Name, func(c context.Context) error {
 		tx, err := j.pool.BeginTx(c, pgx.TxOptions{IsoLevel: tool.TxIsolation()})
@@ -101,9 +108,13 @@ func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.To
 				err = tx.Commit(c)
 			}
 		}
+		var lost *steps.TxLostError
 		switch {
 		case err == nil:
 			out = res
+			return nil
+		case errors.As(err, &lost):
+			out, alone = lost.Result, true
 			return nil
 		case steps.RetriesTx(err):
 			conflicts = append(conflicts, err)
@@ -114,6 +125,7 @@ func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.To
 				DurationMS: time.Since(started).Milliseconds(),
 				Error: fmt.Sprintf("the transaction of tool %q failed %d times on a serialization failure or a deadlock; "+
 					"its writes were rolled back each time (last: %v)", in.Call.Name, len(conflicts), err)}
+			alone = true
 			return nil // recorded below, without writes
 		}
 		return err
@@ -121,7 +133,7 @@ func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.To
 	if err != nil {
 		return steps.ToolResult{}, j.recordError(err)
 	}
-	if len(conflicts) == helix.TxToolAttempts {
+	if alone {
 		if err := t.recordAlone(id, out, started); err != nil {
 			return out, err
 		}
