@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	helix "github.com/helix-agents/helix-dbos"
 )
 
@@ -78,6 +80,8 @@ func (t *trace) fail(err error) {
 // harness; sessions are found by ID.
 type script struct {
 	tracer *sqlTracer
+	// txTool makes the tool transactional (Config.TxTool).
+	txTool bool
 
 	mu     sync.RWMutex
 	traces map[string]*trace
@@ -159,9 +163,31 @@ type noopOutput struct {
 	OK bool `json:"ok"`
 }
 
+// TxEffectsTable is the table the transactional bench tool writes
+// (Config.TxTool): a row per call.
+const TxEffectsTable = "helix_bench_tx_effects"
+
 // tool is the no-op tool; it records its own duration so the overhead can
-// exclude it.
+// exclude it. With Config.TxTool it is a transactional tool whose one
+// write is a row of TxEffectsTable.
 func (s *script) tool() *helix.Tool {
+	if s.txTool {
+		insert := `INSERT INTO ` + pgx.Identifier{TxEffectsTable}.Sanitize() + ` (session_id, step) VALUES ($1, $2)`
+		return helix.MustNewTxTool(ToolName, "Writes one row.", func(ctx context.Context, tx pgx.Tx, _ noopInput, tc helix.ToolContext) (noopOutput, error) {
+			began := time.Now()
+			t := s.trace(tc.SessionID())
+			if t == nil || tc.Step() < 1 || tc.Step() > t.steps {
+				return noopOutput{}, fmt.Errorf("bench: tool called for unknown session %q or step %d", tc.SessionID(), tc.Step())
+			}
+			if _, err := tx.Exec(ctx, insert, tc.SessionID(), tc.Step()); err != nil {
+				return noopOutput{}, err
+			}
+			t.mu.Lock()
+			t.tool[tc.Step()] = time.Since(began)
+			t.mu.Unlock()
+			return noopOutput{OK: true}, nil
+		})
+	}
 	return helix.MustNewTool(ToolName, "Does nothing.", func(_ context.Context, _ noopInput, tc helix.ToolContext) (noopOutput, error) {
 		began := time.Now()
 		t := s.trace(tc.SessionID())

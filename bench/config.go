@@ -74,6 +74,11 @@ type Config struct {
 	// (Sequential.SamplesMS) and every human-in-the-loop sample
 	// (HITL.SamplesMS) in the report, for plots.
 	KeepSamples bool
+	// TxTool makes the bench tool transactional (helix.NewTxTool): each
+	// call INSERTs one row into TxEffectsTable in its transaction, which
+	// commits the row with the call's record. Run creates the table and
+	// drops it at the end.
+	TxTool bool
 	// Progress receives a line now and then while Run works, from more
 	// than one goroutine but never concurrently; nil is silent.
 	Progress func(string)

@@ -57,6 +57,8 @@ type ReportConfig struct {
 	// did not run.
 	StreamSessions int `json:"streamSessions"`
 	StreamDeltas   int `json:"streamDeltas"`
+	// TxTool is set when the bench tool was transactional (Config.TxTool).
+	TxTool bool `json:"txTool,omitempty"`
 }
 
 // Floors are the costs the engine builds on, measured on the same pool.
@@ -260,6 +262,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "postgres: %s\n", firstWords(m.Postgres, 2))
 	fmt.Fprintf(&b, "          host %s, pool of %d, fsync=%s synchronous_commit=%s wal_sync_method=%s shared_buffers=%s\n\n",
 		m.DatabaseHost, m.PoolMaxConns, m.Settings["fsync"], m.Settings["synchronous_commit"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
+	if r.Config.TxTool {
+		fmt.Fprintf(&b, "the bench tool is transactional (--tx-tool): each call writes a row of %s in its transaction\n\n", TxEffectsTable)
+	}
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "per step (ms)\tsamples\tp50\tp95\tp99\tmean\tmax\tstatements\tround trips\tin SQL\tclient CPU\tPostgres CPU\tother CPU\thost CPU\t")

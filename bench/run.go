@@ -9,6 +9,7 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -48,7 +49,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer h.close(ctx)
 
 	r := &Report{Config: ReportConfig{Steps: cfg.Steps, Sessions: cfg.Sessions, StepsPerSession: cfg.StepsPerSession, FloorSteps: cfg.FloorSteps,
-		HITLSamples: max(cfg.HITLSamples, 0)}}
+		HITLSamples: max(cfg.HITLSamples, 0), TxTool: cfg.TxTool}}
 	if cfg.StreamDeltas > 0 {
 		r.Config.StreamSessions, r.Config.StreamDeltas = cfg.StreamSessions, cfg.StreamDeltas
 	}
@@ -120,6 +121,8 @@ type harness struct {
 	hitlAgent *helix.Agent
 	floors    *floors
 	prefix    string
+	// dropTxEffects: Config.TxTool's table was created, and close drops it.
+	dropTxEffects bool
 
 	mu   sync.Mutex
 	next int
@@ -161,7 +164,15 @@ func newHarness(ctx context.Context, cfg Config, maxSteps int, tweak ...func(*en
 	if h.floors, err = newFloors(eng.DBOS(), pool); err != nil {
 		return nil, err
 	}
-	h.script = &script{tracer: tracer, traces: map[string]*trace{}}
+	h.script = &script{tracer: tracer, traces: map[string]*trace{}, txTool: cfg.TxTool}
+	if cfg.TxTool {
+		table := pgx.Identifier{TxEffectsTable}.Sanitize()
+		if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+table+`; CREATE TABLE `+table+
+			` (id bigserial PRIMARY KEY, session_id text NOT NULL, step int NOT NULL, UNIQUE (session_id, step))`); err != nil {
+			return nil, fmt.Errorf("bench: create the transactional tool's table %s: %w", TxEffectsTable, err)
+		}
+		h.dropTxEffects = true
+	}
 	h.agent, h.hitlAgent = h.script.agent(maxSteps), h.script.hitlAgent()
 	if err := eng.Register(h.agent, h.hitlAgent); err != nil {
 		return nil, err
@@ -176,6 +187,9 @@ func newHarness(ctx context.Context, cfg Config, maxSteps int, tweak ...func(*en
 func (h *harness) close(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	if h.dropTxEffects {
+		_, _ = h.pool.Exec(sctx, `DROP TABLE IF EXISTS `+pgx.Identifier{TxEffectsTable}.Sanitize())
+	}
 	_ = h.eng.Shutdown(sctx)
 	h.pool.Close()
 }

@@ -43,10 +43,12 @@ func createLedger(t *testing.T, url string) {
 	require.NoError(t, err)
 }
 
-// A step with three parallel transactional calls: the two that succeed
+// A step with four parallel transactional calls: the two that succeed
 // commit their rows, their state change and their events with their
 // records; the one that fails after writing (and emitting) leaves no row
-// and no event, and the model sees its error.
+// and no event, and the model sees its error; so does the one that
+// ignored a failed statement and returned a result its aborted
+// transaction cannot commit.
 func TestTxToolWritesCommitWithTheRecord(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -73,8 +75,16 @@ func TestTxToolWritesCommitWithTheRecord(t *testing.T) {
 		require.ErrorContains(t, tx.Commit(ctx), "does not commit or roll back")
 		return "", errNoFunds
 	})
-	agent := &helix.Agent{Name: "bookkeeper", Tools: []*helix.Tool{book, refuse}, InitialState: []byte(`{}`), Model: script(
-		calls(call("c1", "book", `{"ID":"a"}`), call("c2", "refuse", `{"ID":"c"}`), call("c3", "book", `{"ID":"b"}`)),
+	sloppy := helix.MustNewTxTool("sloppy", "Ignore a failed statement", func(ctx context.Context, tx pgx.Tx, in entry, tc helix.ToolContext) (string, error) {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID); err != nil {
+			return "", err
+		}
+		_, _ = tx.Exec(ctx, `INSERT INTO ledger (id) VALUES (NULL)`) // fails, and the tool looks away
+		return "fine", nil
+	})
+	agent := &helix.Agent{Name: "bookkeeper", Tools: []*helix.Tool{book, refuse, sloppy}, InitialState: []byte(`{}`), Model: script(
+		calls(call("c1", "book", `{"ID":"a"}`), call("c2", "refuse", `{"ID":"c"}`), call("c3", "book", `{"ID":"b"}`),
+			call("c4", "sloppy", `{"ID":"d"}`)),
 		text("booked"),
 	)}
 	e := newEngineOn(t, url, agent)
@@ -88,6 +98,7 @@ func TestTxToolWritesCommitWithTheRecord(t *testing.T) {
 	require.Equal(t, `"booked a"`, got["c1"])
 	require.Equal(t, `"booked b"`, got["c3"])
 	require.Contains(t, got["c2"], "no funds")
+	require.Contains(t, got["c4"], "left its transaction aborted")
 	st, err := e.Session(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":1,"b":1}`, string(st.CustomState))

@@ -154,15 +154,11 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 		}
 		began := time.Now()
 		var out json.RawMessage
-		lost := false
 		if tc.tx != nil {
-			out, err = e.executeTx(ctx, tool, args, tc)
+			out, err = tool.ExecuteTx(ctx, toolTx{tc.tx}, args, tc)
 			if RetriesTx(err) {
 				return res, err // the journal runs the call again, on a fresh transaction
 			}
-			// Cancelling a statement at the timeout may close the
-			// connection: the result is recorded without the transaction.
-			lost = errors.Is(err, helix.ErrTxToolTimeout)
 		} else {
 			out, err = tool.Execute(ctx, args, tc)
 		}
@@ -182,8 +178,9 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 				e.Log.Error().Ctx(ctx).Str("event", "tool.panic").Str("sessionId", in.Run.SessionID).Str("tool", in.Call.Name).
 					Str("stack", panicErr.Stack).Msg(panicErr.Error())
 			}
-			if lost {
-				return res, &TxLostError{Result: res}
+			if tc.tx != nil {
+				// Its writes and events go with its transaction.
+				return res, &TxRolledBackError{Result: res}
 			}
 			return res, nil // a failed tool's state changes are dropped
 		}

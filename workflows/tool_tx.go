@@ -48,14 +48,16 @@ func (t *turn) runToolStep(mode recordMode, in steps.ToolInput) (steps.ToolResul
 // records the call's result (helix.record_steps: it fails unless this
 // execution still owns the workflow, and holds the workflow's status row
 // until the commit, so a takeover either waits for the commit, and the new
-// owner replays the record, or makes this transaction roll back). So the
-// tool's writes and its record commit together, once:
+// owner replays the record, or makes this transaction roll back), sent
+// with the COMMIT in one round trip. So the tool's writes and its record
+// commit together, once:
 //
-//   - a tool error rolls back to the tool's savepoint (steps' executeTx)
-//     and the error is recorded, without the writes;
-//   - a serialization failure or a deadlock rolls the whole transaction
-//     back and runs the call again, up to helix.TxToolAttempts times;
-//     then its error is recorded as the call's result, without writes;
+//   - a tool error (a panic, its timeout) rolls the transaction back, with
+//     the tool's writes and events, and the error is recorded alone
+//     (steps.TxRolledBackError);
+//   - a serialization failure or a deadlock rolls the transaction back and
+//     runs the call again, up to helix.TxToolAttempts times; then its error
+//     is recorded alone;
 //   - a connection lost at the commit runs a new transaction that first
 //     looks for the record (a commit whose acknowledgement was lost), and
 //     runs the call again only when it is not there;
@@ -63,7 +65,7 @@ func (t *turn) runToolStep(mode recordMode, in steps.ToolInput) (steps.ToolResul
 //
 // It touches none of the journal's mutable state (only its pool, workflow
 // and owner), so calls of one step run in parallel goroutines; the caller
-// does not record the result again. Safe to call from a goroutine.
+// does not record the result again.
 func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.ToolResult, error) {
 	j := t.j
 	started := time.Now()
@@ -77,11 +79,23 @@ func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.To
 	retried, alone := false, false
 	var conflicts []error
 	err := j.retry(t.ctx, "run transactional tool "+in.Call.Name, func(c context.Context) error {
-		tx, err := j.pool.BeginTx(c, pgx.TxOptions{IsoLevel: tool.TxIsolation()})
+		conn, err := j.pool.Acquire(c)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(c)) }()
+		// Released idle after the COMMIT or the rollback below; a
+		// connection left in a transaction is closed by the pool.
+		defer conn.Release()
+		tx, err := conn.BeginTx(c, pgx.TxOptions{IsoLevel: tool.TxIsolation()})
+		if err != nil {
+			return err
+		}
+		committed := false
+		defer func() {
+			if !committed {
+				_ = tx.Rollback(context.WithoutCancel(c))
+			}
+		}()
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
@@ -103,18 +117,31 @@ func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.To
 			if rec, err = encode(id, steps.NameRunTool, res, nil, started); err != nil {
 				return err
 			}
+			// The record and the COMMIT in one round trip (the COMMIT is
+			// skipped when the record fails: the rollback above ends it).
 			sql, args := postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords([]journalRecord{rec}))
-			if _, err = tx.Exec(c, sql, args...); err == nil {
-				err = tx.Commit(c)
+			b := &pgx.Batch{}
+			b.Queue(sql, args...)
+			b.Queue(postgres.CommitSQL)
+			if err = conn.SendBatch(c, b).Close(); err == nil || conn.Conn().PgConn().TxStatus() == 'I' {
+				committed = true // or ended by the failed COMMIT
+			}
+			if postgres.IsAbortedTransaction(err) {
+				// The tool swallowed a failed statement and returned a
+				// result: its transaction can commit nothing.
+				err = &steps.TxRolledBackError{Result: steps.ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name,
+					ErrorCode: steps.CodeToolError, DurationMS: res.DurationMS,
+					Error: fmt.Sprintf("tool %q left its transaction aborted (a statement failed and was not rolled back to a savepoint): "+
+						"its writes were rolled back", in.Call.Name)}}
 			}
 		}
-		var lost *steps.TxLostError
+		var rolledBack *steps.TxRolledBackError
 		switch {
 		case err == nil:
 			out = res
 			return nil
-		case errors.As(err, &lost):
-			out, alone = lost.Result, true
+		case errors.As(err, &rolledBack):
+			out, alone = rolledBack.Result, true
 			return nil
 		case steps.RetriesTx(err):
 			conflicts = append(conflicts, err)

@@ -19,7 +19,7 @@ const benchDatabase = "helix_bench"
 type benchFlags struct {
 	steps, sessions, stepsPerSession, floorSteps, hitlSamples, maxConns int
 	streamSessions, streamDeltas                                        int
-	asJSON, samples                                                     bool
+	asJSON, samples, txTool                                             bool
 	// The churn mode (--churn): sessions started without end on an
 	// engine with a short retention, the tables sampled.
 	churn, churnRetention, churnInterval time.Duration
@@ -65,6 +65,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.streamDeltas, "stream-deltas", bench.DefaultStreamDeltas, "text deltas each stream writes, one every 20 ms (negative for no streaming phase)")
 	fl.IntVar(&f.maxConns, "max-conns", 0, "pool size (0: pgx's default, as an engine built from a URL gets)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	fl.BoolVar(&f.txTool, "tx-tool", false, "make the bench tool transactional (helix.NewTxTool): each call writes a row in its transaction")
 	fl.DurationVar(&f.churn, "churn", 0, "run the churn mode for this long instead of the benchmark (e.g. 3m)")
 	fl.DurationVar(&f.churnRetention, "churn-retention", bench.DefaultChurnRetention, "churn mode: retention of completed sessions")
 	fl.DurationVar(&f.churnInterval, "churn-interval", bench.DefaultChurnInterval, "churn mode: time between two retention passes")
@@ -107,7 +108,7 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 	r, err := bench.Run(ctx, bench.Config{
 		DatabaseURL: dbURL, Steps: f.steps, Sessions: f.sessions, StepsPerSession: f.stepsPerSession,
 		FloorSteps: f.floorSteps, HITLSamples: f.hitlSamples, StreamSessions: f.streamSessions, StreamDeltas: f.streamDeltas,
-		MaxConns: f.maxConns, KeepSamples: f.samples,
+		MaxConns: f.maxConns, KeepSamples: f.samples, TxTool: f.txTool,
 		Progress: func(s string) { say("%s", s) },
 	})
 	if err != nil {

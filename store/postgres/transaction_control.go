@@ -16,3 +16,8 @@ const (
 	// Postgres answers with a warning and does nothing.
 	RollbackSQL = "ROLLBACK"
 )
+
+// IsAbortedTransaction reports whether err is Postgres refusing a
+// statement in a transaction that an earlier failed statement aborted
+// (25P02, in_failed_sql_transaction): nothing more of it can commit.
+func IsAbortedTransaction(err error) bool { return pgCode(err) == "25P02" }
