@@ -44,7 +44,10 @@ const DefaultTxToolTimeout = 30 * time.Second
 //     again). To act on the outside world exactly once, write an outbox row
 //     (or a River job with InsertTx) in tx and act from there.
 //   - Do not commit or roll back tx (Commit and Rollback return an error);
-//     nested transactions (tx.Begin, savepoints) are yours.
+//     nested transactions (tx.Begin, savepoints) are yours. A failed
+//     statement aborts tx: return its error, or roll back to a savepoint
+//     of yours (a result returned from an aborted transaction becomes a
+//     tool error).
 //   - A returned error (or a panic) rolls the tool's writes back and
 //     reaches the model as a tool error, recorded like any tool's.
 //   - Serialization failures (40001) and deadlocks (40P01) run the
@@ -132,7 +135,7 @@ func (t *Tool) TxTimeout() time.Duration {
 }
 
 // ExecuteTx validates args and runs a transactional tool's function on tx
-// (the engine gives a savepoint of the call's transaction), under the
+// (the engine gives the call's transaction, whose end is its own), under the
 // tool's timeout, and returns its JSON output. A panic is recovered and
 // returned as a *ToolPanicError. Only for tools made with NewTxTool.
 func (t *Tool) ExecuteTx(ctx context.Context, tx pgx.Tx, args json.RawMessage, tc ToolContext) (out json.RawMessage, err error) {
