@@ -330,19 +330,7 @@ func newSkillTools(skills []Skill) ([]*Tool, error) {
 // does the same for user tools but also rejects the reserved names.)
 func skillToolFunc[In, Out any](name string, fn func(in In, tc ToolContext) (Out, error)) rawFunc {
 	return func(_ context.Context, args json.RawMessage, tc ToolContext) (json.RawMessage, error) {
-		var in In
-		if err := json.Unmarshal(args, &in); err != nil {
-			return nil, fmt.Errorf("decode arguments of tool %q: %w", name, err)
-		}
-		out, err := fn(in, tc)
-		if err != nil {
-			return nil, err
-		}
-		b, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("encode output of tool %q: %w", name, err)
-		}
-		return b, nil
+		return callTyped(name, args, func(in In) (Out, error) { return fn(in, tc) })
 	}
 }
 

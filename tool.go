@@ -111,21 +111,27 @@ func NewTool[In, Out any](name, description string, fn ToolFunc[In, Out], opts .
 		return nil, toolDefError(name, "fn", "the tool function is nil")
 	}
 	exec := func(ctx context.Context, args json.RawMessage, tc ToolContext) (json.RawMessage, error) {
-		var in In
-		if err := json.Unmarshal(args, &in); err != nil {
-			return nil, fmt.Errorf("decode arguments of tool %q: %w", name, err)
-		}
-		out, err := fn(ctx, in, tc)
-		if err != nil {
-			return nil, err
-		}
-		b, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("encode output of tool %q: %w", name, err)
-		}
-		return b, nil
+		return callTyped(name, args, func(in In) (Out, error) { return fn(ctx, in, tc) })
 	}
 	return newTyped[In, Out](name, description, exec, false, opts)
+}
+
+// callTyped decodes a tool's arguments as an In, calls fn with them and
+// encodes its Out for the model.
+func callTyped[In, Out any](name string, args json.RawMessage, fn func(in In) (Out, error)) (json.RawMessage, error) {
+	var in In
+	if err := json.Unmarshal(args, &in); err != nil {
+		return nil, fmt.Errorf("decode arguments of tool %q: %w", name, err)
+	}
+	out, err := fn(in)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode output of tool %q: %w", name, err)
+	}
+	return b, nil
 }
 
 // MustNewTool is NewTool that panics on a definition error, for package-level

@@ -71,19 +71,7 @@ func NewTxTool[In, Out any](name, description string, fn TxToolFunc[In, Out], op
 		return nil, toolDefError(name, "fn", "the tool function is nil")
 	}
 	exec := func(ctx context.Context, tx pgx.Tx, args json.RawMessage, tc ToolContext) (json.RawMessage, error) {
-		var in In
-		if err := json.Unmarshal(args, &in); err != nil {
-			return nil, fmt.Errorf("decode arguments of tool %q: %w", name, err)
-		}
-		out, err := fn(ctx, tx, in, tc)
-		if err != nil {
-			return nil, err
-		}
-		b, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("encode output of tool %q: %w", name, err)
-		}
-		return b, nil
+		return callTyped(name, args, func(in In) (Out, error) { return fn(ctx, tx, in, tc) })
 	}
 	t, err := newTyped[In, Out](name, description, nil, false, append(opts, func(o *toolOptions) { o.transactional = true }))
 	if err != nil {

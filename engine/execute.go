@@ -90,12 +90,22 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 	if err := e.requireLaunched(); err != nil {
 		return nil, err
 	}
-	if err := e.Register(agent); err != nil {
+	p, adm, err := e.recordRun(ctx, agent, in, opts)
+	if err != nil {
 		return nil, err
+	}
+	return e.launchRun(p.SessionID, p.RunID, p.WorkflowID, adm)
+}
+
+// recordRun registers agent and records the run in a transaction of the
+// engine's own (execRequest.record), starting nothing.
+func (e *Engine) recordRun(ctx context.Context, agent *helix.Agent, in Input, opts *ExecuteOptions) (*PendingRun, *workflows.Admission, error) {
+	if err := e.Register(agent); err != nil {
+		return nil, nil, err
 	}
 	req, err := newExecRequest(agent, in, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var p *PendingRun
 	var adm *workflows.Admission
@@ -103,10 +113,7 @@ func (e *Engine) Execute(ctx context.Context, agent *helix.Agent, in Input, opts
 		p, adm, err = req.record(ctx, s, e.recording())
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return e.launchRun(p.SessionID, p.RunID, p.WorkflowID, adm)
+	return p, adm, err
 }
 
 // recording is what recording an Execute needs besides the transaction.

@@ -15,17 +15,6 @@ func StoreOf(e *Engine) *postgres.Store { return e.store }
 // no announcement: what a process that died between Execute's commit and
 // its start leaves, for the tests of the recorded-run sweep.
 func RecordUnstarted(ctx context.Context, e *Engine, agent *helix.Agent, in Input, opts *ExecuteOptions) (*PendingRun, error) {
-	if err := e.Register(agent); err != nil {
-		return nil, err
-	}
-	req, err := newExecRequest(agent, in, opts)
-	if err != nil {
-		return nil, err
-	}
-	var p *PendingRun
-	err = e.inTx(ctx, func(s *postgres.Store) error {
-		p, _, err = req.record(ctx, s, e.recording())
-		return err
-	})
+	p, _, err := e.recordRun(ctx, agent, in, opts)
 	return p, err
 }
