@@ -112,7 +112,8 @@ func TestChaosWorkersDieAndSessionsComplete(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	require.True(t, done, "every session completes (%d of %d did; %s)", c.completed(sessions), sessions, c.events())
+	require.True(t, done, "every session completes (%d of %d did; unfinished: %s; %s)",
+		c.completed(sessions), sessions, c.unfinished(), c.events())
 	c.awaitNoPendingWorkflows(ctx)
 	c.check(ref, sessions)
 	c.report(sessions)
@@ -425,6 +426,29 @@ func (c *chaos) completed(int) int {
 	return done
 }
 
+// unfinished describes the requested sessions that did not complete: the
+// request's claim, the session's status, its runs and the workflows of its
+// turns (a failed test's diagnosis).
+func (c *chaos) unfinished() string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.t.Context()), 10*time.Second)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, `SELECT r.session_id || ' (claimed by ' || coalesce(r.claimed_by, '-') || ', started ' || r.started ||
+		', session ' || coalesce(s.status, 'missing') || ', runs [' || coalesce((SELECT string_agg(u.status || ' on ' || coalesce(u.workflow_id, '?'), ', ')
+			FROM helix.runs u WHERE u.session_id = r.session_id), '') || '], workflows [' ||
+		coalesce((SELECT string_agg(w.workflow_uuid || ' ' || w.status || ' on ' || coalesce(w.executor_id, '?'), ', ' ORDER BY w.created_at)
+			FROM dbos.workflow_status w WHERE starts_with(w.workflow_uuid, r.session_id)), '') || '])'
+		FROM chaos_requests r LEFT JOIN helix.sessions s USING (session_id)
+		WHERE s.status IS DISTINCT FROM 'completed' ORDER BY r.session_id`)
+	if err != nil {
+		return err.Error()
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(list, "; ")
+}
+
 // awaitNoPendingWorkflows waits until DBOS holds nothing unfinished: the
 // hooks and child workflows of the last sessions end just after them.
 func (c *chaos) awaitNoPendingWorkflows(ctx context.Context) {
@@ -479,6 +503,9 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	}
 	rows.Close()
 	require.Len(t, kinds, n)
+	// The transactional tool first: its failure names the repeated effect
+	// that the transcripts' comparison would only show as a difference.
+	c.tx = c.checkRefunds(d, kinds)
 	resyncs, queuedChunks := 0, 0
 	for sid, kind := range kinds {
 		got := chaosProjection(t, d, sid)
@@ -487,7 +514,6 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 		resyncs += got.resyncs
 		queuedChunks += got.queued
 	}
-	c.tx = c.checkRefunds(d, kinds)
 
 	// Tool executions: none began after its step was checkpointed; every
 	// effect completed; one idempotency key per call.
