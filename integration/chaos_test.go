@@ -285,10 +285,11 @@ func (c *chaos) submit(ctx context.Context, stop <-chan struct{}) {
 }
 
 // havoc runs the scripted events, then random kills, every 2–5 s (an
-// aimed kill waits up to aimWait more for its target) until stop: kill, kill (never replaced), freeze one worker past its lease,
-// restart Postgres (unless HELIX_CHAOS_PG_RESTART=0), then kills, with a
-// freeze every 15 events and a restart every 30 (reached in the soak's
-// longer runs).
+// aimed kill waits up to aimWait more for its target) until stop: kill,
+// kill (never replaced), freeze one worker past its lease, restart
+// Postgres (unless HELIX_CHAOS_PG_RESTART=0), then kills, with a freeze
+// every 15 events and a restart every 30 (reached in the soak's longer
+// runs).
 func (c *chaos) havoc(ctx context.Context, stop <-chan struct{}, scripted chan<- struct{}) {
 	restarts := os.Getenv(chaosEnvPGRestart) != "0"
 	script := []func(){c.kill(true), c.kill(false), c.freeze, c.kill(true)}
