@@ -54,7 +54,8 @@ const chaosLease = 2 * time.Second
 
 // TestChaosWorkersDieAndSessionsComplete runs sessions of every kind (tools
 // in parallel, a client tool and an approval answered from this process, a
-// sub-agent, a persistent companion consulted twice) on three worker
+// sub-agent, a persistent companion consulted twice, a transactional tool
+// called in parallel then once more) on three worker
 // processes while it SIGKILLs a random worker every 2–5 s and replaces it
 // with one of a new executor ID (one is never replaced; half of the dead
 // are made to look like processes of another machine, taken over only once
@@ -67,6 +68,12 @@ const chaosLease = 2 * time.Second
 //     besides one stream_resync per discarded model attempt;
 //   - no tool execution began after its step was checkpointed, every tool
 //     effect completed, and each call kept one idempotency key;
+//   - each transactional tool call's effect (a row of a table UNIQUE on the
+//     call, written with no ON CONFLICT, in the tool's transaction)
+//     exists exactly once, each tool result has its row and none is an
+//     error: a kill inside the tool's transaction rolled its row back and
+//     the call ran again, a kill after its commit never ran it again (the
+//     repeated effects, 0, are logged and written to HELIX_CHAOS_REPORT);
 //   - each answer was one message, consumed once;
 //   - no workflow is left pending, on a dead executor or anywhere;
 //   - every dead executor that held sessions was taken over (the
@@ -105,7 +112,8 @@ func TestChaosWorkersDieAndSessionsComplete(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	require.True(t, done, "every session completes (%d of %d did; %s)", c.completed(sessions), sessions, c.events())
+	require.True(t, done, "every session completes (%d of %d did; unfinished: %s; %s)",
+		c.completed(sessions), sessions, c.unfinished(), c.events())
 	c.awaitNoPendingWorkflows(ctx)
 	c.check(ref, sessions)
 	c.report(sessions)
@@ -125,6 +133,7 @@ type chaos struct {
 	frozen  []*crashChild // the zombies
 	log     []string      // the events, in order
 	submits int
+	tx      chaosTxStats // the transactional tool's figures (check)
 }
 
 // chaosKill is one SIGKILLed worker.
@@ -132,6 +141,8 @@ type chaosKill struct {
 	id        string
 	at        time.Time
 	elsewhere bool // made to look like a process of another machine
+	aim       chaosAim
+	target    string // the refund call (session/call ID) it was aimed at, if one was found
 }
 
 func (c *chaos) event(format string, args ...any) {
@@ -273,11 +284,12 @@ func (c *chaos) submit(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// havoc runs the scripted events, then random kills, every 2–5 s until
-// stop: kill, kill (never replaced), freeze one worker past its lease,
-// restart Postgres (unless HELIX_CHAOS_PG_RESTART=0), then kills, with a
-// freeze every 15 events and a restart every 30 (reached in the soak's
-// longer runs).
+// havoc runs the scripted events, then random kills, every 2–5 s (an
+// aimed kill waits up to aimWait more for its target) until stop: kill,
+// kill (never replaced), freeze one worker past its lease, restart
+// Postgres (unless HELIX_CHAOS_PG_RESTART=0), then kills, with a freeze
+// every 15 events and a restart every 30 (reached in the soak's longer
+// runs).
 func (c *chaos) havoc(ctx context.Context, stop <-chan struct{}, scripted chan<- struct{}) {
 	restarts := os.Getenv(chaosEnvPGRestart) != "0"
 	script := []func(){c.kill(true), c.kill(false), c.freeze, c.kill(true)}
@@ -308,17 +320,21 @@ func (c *chaos) havoc(ctx context.Context, stop <-chan struct{}, scripted chan<-
 	}
 }
 
-// kill SIGKILLs a random worker; replace starts one with a new executor ID.
+// kill SIGKILLs a worker; replace starts one with a new executor ID. Two
+// kills in three are aimed at a transactional tool (aimRefund): the first
+// at a worker inside a refund's transaction, the second just after one
+// committed; the third worker is picked at random, and so on.
 // Every other dead worker dies as a process of another machine would: it
 // is frozen, its row rewritten to another host and pid namespace (whose
 // pids this machine cannot check), then killed, so that its sessions move
 // only once its lease expired.
 func (c *chaos) kill(replace bool) func() {
 	return func() {
-		id, w := c.pick()
 		c.mu.Lock()
 		elsewhere := len(c.kills)%2 == 1
+		aim := chaosAim(len(c.kills) % 3)
 		c.mu.Unlock()
+		id, w, target := c.aimRefund(aim)
 		if elsewhere {
 			require.NoError(c.t, w.cmd.Process.Signal(syscall.SIGSTOP))
 			c.retry(func(ctx context.Context) error {
@@ -331,14 +347,14 @@ func (c *chaos) kill(replace bool) func() {
 		at := time.Now()
 		c.mu.Lock()
 		delete(c.workers, id)
-		c.kills = append(c.kills, chaosKill{id: id, at: at, elsewhere: elsewhere})
+		c.kills = append(c.kills, chaosKill{id: id, at: at, elsewhere: elsewhere, aim: aim, target: target})
 		c.mu.Unlock()
 		// Its claims go back to the pool: it is certainly dead.
 		c.retry(func(ctx context.Context) error {
 			_, err := c.pool.Exec(ctx, `UPDATE chaos_requests SET claimed_by = NULL WHERE claimed_by = $1 AND NOT started`, id)
 			return err
 		})
-		c.event("killed %s (elsewhere=%v, replaced=%v)", id, elsewhere, replace)
+		c.event("killed %s (elsewhere=%v, replaced=%v%s)", id, elsewhere, replace, aim.describe(target))
 		if replace {
 			c.spawn()
 		}
@@ -411,6 +427,29 @@ func (c *chaos) completed(int) int {
 	return done
 }
 
+// unfinished describes the requested sessions that did not complete: the
+// request's claim, the session's status, its runs and the workflows of its
+// turns (a failed test's diagnosis).
+func (c *chaos) unfinished() string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.t.Context()), 10*time.Second)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, `SELECT r.session_id || ' (claimed by ' || coalesce(r.claimed_by, '-') || ', started ' || r.started ||
+		', session ' || coalesce(s.status, 'missing') || ', runs [' || coalesce((SELECT string_agg(u.status || ' on ' || coalesce(u.workflow_id, '?'), ', ')
+			FROM helix.runs u WHERE u.session_id = r.session_id), '') || '], workflows [' ||
+		coalesce((SELECT string_agg(w.workflow_uuid || ' ' || w.status || ' on ' || coalesce(w.executor_id, '?'), ', ' ORDER BY w.created_at)
+			FROM dbos.workflow_status w WHERE starts_with(w.workflow_uuid, r.session_id)), '') || '])'
+		FROM chaos_requests r LEFT JOIN helix.sessions s USING (session_id)
+		WHERE s.status IS DISTINCT FROM 'completed' ORDER BY r.session_id`)
+	if err != nil {
+		return err.Error()
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(list, "; ")
+}
+
 // awaitNoPendingWorkflows waits until DBOS holds nothing unfinished: the
 // hooks and child workflows of the last sessions end just after them.
 func (c *chaos) awaitNoPendingWorkflows(ctx context.Context) {
@@ -465,6 +504,9 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	}
 	rows.Close()
 	require.Len(t, kinds, n)
+	// The transactional tool first: its failure names the repeated effect
+	// that the transcripts' comparison would only show as a difference.
+	c.tx = c.checkRefunds(d, kinds)
 	resyncs, queuedChunks := 0, 0
 	for sid, kind := range kinds {
 		got := chaosProjection(t, d, sid)
@@ -598,11 +640,12 @@ func (c *chaos) report(n int) {
 	}
 	zombie := fmt.Sprintf("%d frozen, taken over %d time(s), %d session loop(s) fenced, rejoined %d time(s)",
 		len(c.frozen), takenOver, fenced, rejoined)
-	summary := fmt.Sprintf("%d sessions, %d kills, %d answers submitted; takeover after kill (lease %s): another machine %s; this machine %s; "+
-		"zombie: %s; events: %s", n, len(c.kills), c.submits, chaosLease, distribution(lease), distribution(here), zombie, c.events())
+	summary := fmt.Sprintf("%d sessions, %d kills, %d answers submitted; %s; takeover after kill (lease %s): another machine %s; this machine %s; "+
+		"zombie: %s; events: %s", n, len(c.kills), c.submits, c.tx, chaosLease, distribution(lease), distribution(here), zombie, c.events())
 	t.Log(summary)
 	if path := os.Getenv(chaosEnvReport); path != "" {
-		b, err := json.MarshalIndent(map[string]any{"sessions": n, "leaseSeconds": chaosLease.Seconds(), "takeovers": all, "summary": summary}, "", "  ")
+		b, err := json.MarshalIndent(map[string]any{"sessions": n, "leaseSeconds": chaosLease.Seconds(), "takeovers": all,
+			"txTool": c.tx, "summary": summary}, "", "  ")
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, b, 0o644))
 	}

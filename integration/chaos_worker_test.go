@@ -30,12 +30,16 @@ const (
 	chaosHITL       = "chaos-hitl"       // a client tool, an approval and a server tool in one step
 	chaosLead       = "chaos-lead"       // delegates to a sub-agent
 	chaosCompanions = "chaos-companions" // spawns a persistent companion and consults it again
+	chaosRefunds    = "chaos-refunds"    // a transactional tool: parallel refunds, then one more
 )
 
-var chaosKinds = []string{chaosTools, chaosHITL, chaosLead, chaosCompanions}
+var chaosKinds = []string{chaosTools, chaosHITL, chaosLead, chaosCompanions, chaosRefunds}
 
-// chaosSchema: the requests the parent makes and the workers claim, and
-// one row per tool execution (no uniqueness: the test counts).
+// chaosSchema: the requests the parent makes and the workers claim, one
+// row per tool execution (no uniqueness: the test counts), and the
+// refunds the transactional tool writes: UNIQUE on the effect's identity
+// and written with no ON CONFLICT, so a refund written twice is a unique
+// violation the model would see, never a silent no-op.
 const chaosSchema = `
 CREATE TABLE chaos_requests (
 	session_id text PRIMARY KEY,
@@ -50,6 +54,14 @@ CREATE TABLE chaos_tool_runs (
 	phase        text NOT NULL, -- 'start' when the body begins, 'done' when its effect is complete
 	worker       text NOT NULL,
 	at           timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE chaos_refunds (
+	session_id text NOT NULL,
+	call_id    text NOT NULL,
+	order_id   text NOT NULL,
+	amount     int  NOT NULL,
+	worker     text NOT NULL,
+	UNIQUE (session_id, call_id)
 );`
 
 // chaosRig is a worker's view: its pool and executor ID.
@@ -145,6 +157,32 @@ func (r *chaosRig) agents() map[string]*helix.Agent {
 	type answer struct {
 		Answer string `json:"answer"`
 	}
+	type refundIn struct {
+		Order  string `json:"order"`
+		Amount int    `json:"amount"`
+	}
+	// refund is transactional: its row (and its 'done' mark) commit with
+	// the call's record or not at all. Its 'start' mark is written on the
+	// rig's own pool, outside the transaction, so that every attempt is
+	// counted, the rolled-back ones too. The pause inside the transaction
+	// is there for the kills to land in it.
+	refund := helix.MustNewTxTool("refund", "Refund an order", func(ctx context.Context, tx pgx.Tx, in refundIn, tc helix.ToolContext) (map[string]any, error) {
+		if err := r.toolRun(ctx, tc, "start"); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO chaos_refunds (session_id, call_id, order_id, amount, worker) VALUES ($1, $2, $3, $4, $5)`,
+			tc.SessionID(), tc.ToolCallID(), in.Order, in.Amount, r.worker); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO chaos_tool_runs (key, session_id, tool_call_id, phase, worker) VALUES ($1, $2, $3, 'done', $4)`,
+			tc.IdempotencyKey(), tc.SessionID(), tc.ToolCallID(), r.worker); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_sleep($1)`, float64(20+rand.IntN(70))/1000); err != nil {
+			return nil, err
+		}
+		return map[string]any{"refunded": in.Order, "amount": in.Amount}, nil
+	})
 	ask := helix.MustNewClientTool[question, answer]("ask_user", "Ask the user a question")
 	schema := json.RawMessage(`{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}`)
 	finish := func(id, answer string) helix.StepResult {
@@ -202,7 +240,17 @@ func (r *chaosRig) agents() map[string]*helix.Agent {
 			}
 			return textStep("The scribe drafted and revised.")
 		})}
-	return map[string]*helix.Agent{chaosTools: tools, chaosHITL: hitl, chaosLead: lead, chaosCompanions: companions}
+	refunds := &helix.Agent{Name: chaosRefunds, Tools: []*helix.Tool{refund}, Model: chaosModel(func(step int, _ helix.ModelRequest) helix.StepResult {
+		switch step {
+		case 1:
+			return toolStep("Refunding two orders.", chaosCall("r-a", "refund", `{"order":"A-1","amount":10}`),
+				chaosCall("r-b", "refund", `{"order":"B-2","amount":20}`))
+		case 2:
+			return toolStep("And the third.", chaosCall("r-c", "refund", `{"order":"C-3","amount":30}`))
+		}
+		return textStep("Three orders are refunded.")
+	})}
+	return map[string]*helix.Agent{chaosTools: tools, chaosHITL: hitl, chaosLead: lead, chaosCompanions: companions, chaosRefunds: refunds}
 }
 
 // toolRun records a tool execution's phase. Like any tool with a

@@ -7,8 +7,10 @@
 #   scripts/soak.sh                      # 600 sessions over 10 minutes
 #   SESSIONS=400 DURATION=20m scripts/soak.sh
 #
-# The figures (takeover times, kills, events) go to REPORT (default
-# soak-report.json) and to the test's log; docs/reliability.md records them.
+# The figures (takeover times, kills, events, and the transactional tool's
+# executions, rollbacks and repeated effects under "txTool") go to REPORT
+# (default soak-report.json) and to the test's log; docs/reliability.md
+# records them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HELIX_CHAOS_SESSIONS=${SESSIONS:-600}
