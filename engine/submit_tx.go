@@ -40,11 +40,12 @@ import (
 //
 // It locks the conversation (the root session's row) until tx ends: every
 // other submission to the conversation waits for it, and so do the
-// engine's writes to the root session. Commit promptly, and run SubmitToolResultTx last in tx (after the
-// app's own locks, so that the order is always the app's rows, then
-// helix's). Under REPEATABLE READ or SERIALIZABLE, a conversation that
-// changed after tx's snapshot fails with a serialization failure (SQLSTATE
-// 40001): roll back and retry the whole transaction.
+// engine's writes to the root session. Commit promptly, and run
+// SubmitToolResultTx last in tx (after the app's own locks, so that the
+// order is always the app's rows, then helix's). Under REPEATABLE READ or
+// SERIALIZABLE, a conversation that changed after tx's snapshot fails with
+// a serialization failure (SQLSTATE 40001): roll back and retry the whole
+// transaction.
 //
 // On any other error tx may be aborted: roll it back, and do not retry on
 // it. The engine must be launched, as for SubmitToolResult.
