@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -228,4 +229,60 @@ func TestTxToolBehindAnApproval(t *testing.T) {
 	res = result(t, h)
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	require.Equal(t, []string{"p"}, ledger(t, url))
+}
+
+// A transactional tool of a sub-agent, called in parallel with the
+// sub-agent by the lead: each row once. And a run interrupted while its
+// transactional tool runs commits the call (its row once, its result in the
+// transcript) and ends interrupted after the step; its resume does not run
+// the tool again.
+func TestTxToolInASubAgentAndUnderAnInterrupt(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	book := helix.MustNewTxTool("book", "Book an entry", func(ctx context.Context, tx pgx.Tx, in entry, _ helix.ToolContext) (string, error) {
+		_, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID)
+		return "booked " + in.ID, err
+	})
+	clerk := &helix.Agent{Name: "clerk", Description: "Books", Tools: []*helix.Tool{book}, OutputSchema: json.RawMessage(summarySchema),
+		Model: script(calls(call("k1", "book", `{"ID":"sub"}`)), calls(call("fin", helix.FinishToolName, `{"summary":"booked"}`)))}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	slowBook := helix.MustNewTxTool("slow_book", "Book an entry, slowly", func(ctx context.Context, tx pgx.Tx, in entry, _ helix.ToolContext) (string, error) {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID); err != nil {
+			return "", err
+		}
+		once.Do(func() { close(entered) })
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return "booked " + in.ID, nil
+	})
+	lead := &helix.Agent{Name: "lead", Tools: []*helix.Tool{helix.MustSubAgentTool(clerk, nil, nil), book, slowBook}, Model: script(
+		calls(call("s1", "subagent__clerk", `{"task":"book"}`), call("b1", "book", `{"ID":"lead"}`)),
+		calls(call("w1", "slow_book", `{"ID":"slow"}`)),
+		text("all booked"),
+	)}
+	e := newEngineOn(t, url, lead)
+	h, err := e.Execute(t.Context(), lead, engine.Input{Message: "book"}, nil)
+	require.NoError(t, err)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow tool never ran")
+	}
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "stop"))
+	close(release)
+	res := result(t, h)
+	require.Equal(t, helix.AgentInterrupted, res.Status, res.Error)
+	require.Equal(t, []string{"lead", "slow", "sub"}, ledger(t, url))
+	require.Equal(t, `"booked slow"`, toolResults(t, e, h.SessionID)["w1"])
+
+	h, err = e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	res = result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Equal(t, []string{"lead", "slow", "sub"}, ledger(t, url), "the resume ran no tool again")
 }
