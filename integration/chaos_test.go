@@ -407,16 +407,37 @@ func (c *chaos) restartPostgres() {
 }
 
 // awaitCompleted waits until every requested session completed.
+//
+// Meanwhile it hands the claims of killed workers back, again and again: a
+// worker killed while its claiming statement was in flight can have that
+// statement commit after the kill's own release ran (the server finishes a
+// statement its client no longer waits for), which would leave the session
+// claimed by a dead worker for ever.
 func (c *chaos) awaitCompleted(ctx context.Context, n int) bool {
 	for {
 		if c.completed(n) == n {
 			return true
 		}
+		c.releaseDeadClaims(ctx)
 		select {
 		case <-ctx.Done():
 			return false
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// releaseDeadClaims hands the unstarted claims of every killed worker
+// back; an error (Postgres restarting) waits for the next call.
+func (c *chaos) releaseDeadClaims(ctx context.Context) {
+	c.mu.Lock()
+	dead := make([]string, len(c.kills))
+	for i, k := range c.kills {
+		dead[i] = k.id
+	}
+	c.mu.Unlock()
+	if len(dead) > 0 {
+		_, _ = c.pool.Exec(ctx, `UPDATE chaos_requests SET claimed_by = NULL WHERE claimed_by = ANY($1) AND NOT started`, dead)
 	}
 }
 
