@@ -141,9 +141,9 @@ func ChunkWrites(runID string, chunks []helix.Chunk) []store.ChunkWrite {
 // fencedWrites is ChunkWrites for an append outside the step's commit:
 // fenced by the run's execution (RunInfo.StreamFence).
 func fencedWrites(run RunInfo, chunks []helix.Chunk) []store.ChunkWrite {
-	w := ChunkWrites(run.RunID, chunks)
+	w, f := ChunkWrites(run.RunID, chunks), run.StreamFence()
 	for i := range w {
-		w[i].Fence = run.StreamFence()
+		w[i].Fence = f
 	}
 	return w
 }

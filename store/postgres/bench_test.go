@@ -105,16 +105,31 @@ func benchLatency(b *testing.B, streams, perSecond int) {
 }
 
 // BenchmarkStreamWriteThroughput measures how many deltas per second the
-// batcher stores when N writers write as fast as they can.
+// batcher stores when N writers write as fast as they can, without and
+// with fences (store.Fence: each writer's workflow row locked by each
+// batch, as an agent step's writer does).
 func BenchmarkStreamWriteThroughput(b *testing.B) {
-	for _, streams := range []int{1, 32} {
-		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
-			st := newTestStore(b, postgres.WithMaxBatch(512))
+	for _, c := range []struct {
+		streams int
+		fenced  bool
+	}{{1, false}, {32, false}, {1, true}, {32, true}} {
+		b.Run(fmt.Sprintf("streams=%d,fenced=%v", c.streams, c.fenced), func(b *testing.B) {
+			streams := c.streams
+			var st *postgres.Store
+			if c.fenced {
+				st = newClusterStore(b, postgres.WithMaxBatch(512))
+			} else {
+				st = newTestStore(b, postgres.WithMaxBatch(512))
+			}
 			ctx := context.Background()
 			ids := make([]string, streams)
 			for i := range ids {
 				ids[i] = fmt.Sprintf("tp-%d", i)
 				if _, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: ids[i], AgentType: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := st.Pool().Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, owner_xid, created_at)
+					VALUES ($1, 'PENDING', 'owner', 0)`, ids[i]); c.fenced && err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -127,7 +142,11 @@ func BenchmarkStreamWriteThroughput(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					w := st.NewWriter(id, nil)
+					var opts *store.WriterOptions
+					if c.fenced {
+						opts = &store.WriterOptions{Fence: &store.Fence{WorkflowID: id, Owner: "owner"}}
+					}
+					w := st.NewWriter(id, opts)
 					d := &helix.TextDeltaChunk{Base: helix.Base{AgentID: id, AgentType: "bench", Step: 1, Timestamp: 1}, Delta: "token "}
 					for range per {
 						if err := w.Write(ctx, d); err != nil {

@@ -17,7 +17,7 @@ import (
 // newClusterStore returns a store on a fresh migrated database that also
 // has DBOS's system tables (DBOS migrates them when a context is created;
 // nothing is launched).
-func newClusterStore(t *testing.T, opts ...postgres.Option) *postgres.Store {
+func newClusterStore(t testing.TB, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
 	url := pgtest.NewURL(t)
 	dc, err := dbos.NewContext(t.Context(), dbos.Config{DatabaseURL: url, AppName: "helix-store-test"})

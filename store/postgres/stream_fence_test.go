@@ -97,15 +97,10 @@ func TestFencedStreamWrites(t *testing.T) {
 // its fence's workflow).
 func waitBlocked(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
 			WHERE cardinality(pg_blocking_pids(pid)) > 0 AND query LIKE '%fences AS MATERIALIZED%'`).Scan(&n))
-		if n > 0 {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "the fenced append never waited for the takeover's lock")
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n > 0
+	}, 30*time.Second, 10*time.Millisecond, "the fenced append waits for the takeover's lock")
 }
