@@ -63,6 +63,17 @@ const DefaultTxToolTimeout = 30 * time.Second
 //     state change is part of the recorded result, and an emitted event is
 //     written in tx, visible (and streamed) when it commits, never for a
 //     rolled-back attempt.
+//   - Cost: when the tool's call is the only call of its step (no other
+//     tool, sub-agent or approval in it), tx is the step's commit
+//     transaction: the tool runs first, then the step's messages, state and
+//     stream chunks are written and everything commits once, so the step
+//     costs the commits of a step with a plain tool. The step's commit then
+//     runs at the tool's isolation level too, and a serialization failure
+//     or deadlock of either runs the tool again (within TxToolAttempts),
+//     and the step's tool_start chunk is streamed with the commit. Calls
+//     made in parallel with others each run in a transaction of their own,
+//     committed before the step's (one commit more each), so they run in
+//     parallel.
 //
 // Approval gates, parallel calls, sub-agents, queued runs, interrupts and
 // takeover behave as for other tools.
@@ -106,8 +117,9 @@ func TxTimeout(d time.Duration) ToolOption {
 }
 
 // IsTransactional reports whether the tool was made with NewTxTool: the
-// engine runs it in a transaction of its own that commits its writes with
-// its record (ExecuteTx).
+// engine runs each call in a transaction that commits its writes with its
+// record (ExecuteTx): the step's commit transaction for a step's only
+// call, one of its own otherwise.
 func (t *Tool) IsTransactional() bool { return t.txExec != nil }
 
 // TxIsolation returns the isolation level of a transactional tool's

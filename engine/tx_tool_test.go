@@ -54,6 +54,40 @@ func TestTxToolWritesCommitWithTheRecord(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
 	createLedger(t, url)
+	e, h := runBookkeeper(t, url,
+		calls(call("c1", "book", `{"ID":"a"}`), call("c2", "refuse", `{"ID":"c"}`), call("c3", "book", `{"ID":"b"}`),
+			call("c4", "sloppy", `{"ID":"d"}`)),
+		text("booked"),
+	)
+
+	require.Equal(t, []string{"a", "b"}, ledger(t, url), "the refused call's row was rolled back")
+	got := toolResults(t, e, h.SessionID)
+	require.Equal(t, `"booked a"`, got["c1"])
+	require.Equal(t, `"booked b"`, got["c3"])
+	require.Contains(t, got["c2"], "no funds")
+	require.Contains(t, got["c4"], "left its transaction aborted")
+	st, err := e.Session(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a":1,"b":1}`, string(st.CustomState))
+	var events []string
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for c, err := range h.Stream(ctx) {
+		require.NoError(t, err)
+		if ev, ok := c.Chunk.(*helix.CustomEventChunk); ok {
+			events = append(events, string(ev.Data))
+		}
+	}
+	require.ElementsMatch(t, []string{`"a"`, `"b"`}, events, "the refused call's event was rolled back with it")
+}
+
+// runBookkeeper runs a session of an agent with the model's steps and
+// three transactional tools, book (writes its ledger row, emits its ID
+// and sets it in the state), refuse (writes and emits, then fails) and
+// sloppy (writes, then ignores a failed statement, at REPEATABLE READ),
+// and waits for it to complete.
+func runBookkeeper(t *testing.T, url string, steps ...func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error)) (*engine.Engine, *engine.Handle) {
+	t.Helper()
 	book := helix.MustNewTxTool("book", "Book an entry", func(ctx context.Context, tx pgx.Tx, in entry, tc helix.ToolContext) (string, error) {
 		if _, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID); err != nil {
 			return "", err
@@ -82,37 +116,48 @@ func TestTxToolWritesCommitWithTheRecord(t *testing.T) {
 		}
 		_, _ = tx.Exec(ctx, `INSERT INTO ledger (id) VALUES (NULL)`) // fails, and the tool looks away
 		return "fine", nil
-	})
-	agent := &helix.Agent{Name: "bookkeeper", Tools: []*helix.Tool{book, refuse, sloppy}, InitialState: []byte(`{}`), Model: script(
-		calls(call("c1", "book", `{"ID":"a"}`), call("c2", "refuse", `{"ID":"c"}`), call("c3", "book", `{"ID":"b"}`),
-			call("c4", "sloppy", `{"ID":"d"}`)),
-		text("booked"),
-	)}
+	}, helix.TxIsolation(pgx.RepeatableRead))
+	agent := &helix.Agent{Name: "bookkeeper", Tools: []*helix.Tool{book, refuse, sloppy}, InitialState: []byte(`{}`), Model: script(steps...)}
 	e := newEngineOn(t, url, agent)
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "book"}, nil)
 	require.NoError(t, err)
 	res := result(t, h)
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	return e, h
+}
 
-	require.Equal(t, []string{"a", "b"}, ledger(t, url), "the refused call's row was rolled back")
-	got := toolResults(t, e, h.SessionID)
-	require.Equal(t, `"booked a"`, got["c1"])
-	require.Equal(t, `"booked b"`, got["c3"])
-	require.Contains(t, got["c2"], "no funds")
-	require.Contains(t, got["c4"], "left its transaction aborted")
-	st, err := e.Session(t.Context(), h.SessionID)
-	require.NoError(t, err)
-	require.JSONEq(t, `{"a":1,"b":1}`, string(st.CustomState))
-	var events []string
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	for c, err := range h.Stream(ctx) {
-		require.NoError(t, err)
-		if ev, ok := c.Chunk.(*helix.CustomEventChunk); ok {
-			events = append(events, string(ev.Data))
+// racingBump is a SERIALIZABLE tool that increments the counter; its
+// first two calls both read it before either writes (read counts them).
+func racingBump(attempts *atomic.Int32, read *sync.WaitGroup) *helix.Tool {
+	read.Add(2)
+	return helix.MustNewTxTool("bump", "Increment the counter", func(ctx context.Context, tx pgx.Tx, _ struct{}, _ helix.ToolContext) (int, error) {
+		first := attempts.Add(1) <= 2
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&n); err != nil {
+			return 0, err
 		}
-	}
-	require.ElementsMatch(t, []string{`"a"`, `"b"`}, events, "the refused call's event was rolled back with it")
+		if first { // both first attempts read before either writes
+			read.Done()
+			read.Wait()
+		}
+		if _, err := tx.Exec(ctx, `UPDATE counter SET n = $1 WHERE id = 1`, n+1); err != nil {
+			return 0, err
+		}
+		return n + 1, nil
+	}, helix.TxIsolation(pgx.Serializable))
+}
+
+// requireRaced asserts that racingBump's two calls incremented the
+// counter once each, one of them in a second transaction.
+func requireRaced(t *testing.T, url string, attempts *atomic.Int32) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.WithoutCancel(t.Context())) }()
+	var n int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT n FROM counter`).Scan(&n))
+	require.Equal(t, 2, n, "each call incremented once")
+	require.EqualValues(t, 3, attempts.Load(), "one of the two calls ran again")
 }
 
 var errNoFunds = &toolError{"no funds on this account"}
@@ -132,22 +177,7 @@ func TestTxToolSerializationFailuresAreRetried(t *testing.T) {
 	createLedger(t, url)
 	var attempts, hopeless atomic.Int32
 	var read sync.WaitGroup
-	read.Add(2)
-	bump := helix.MustNewTxTool("bump", "Increment the counter", func(ctx context.Context, tx pgx.Tx, _ struct{}, _ helix.ToolContext) (int, error) {
-		first := attempts.Add(1) <= 2
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&n); err != nil {
-			return 0, err
-		}
-		if first { // both first attempts read before either writes
-			read.Done()
-			read.Wait()
-		}
-		if _, err := tx.Exec(ctx, `UPDATE counter SET n = $1 WHERE id = 1`, n+1); err != nil {
-			return 0, err
-		}
-		return n + 1, nil
-	}, helix.TxIsolation(pgx.Serializable))
+	bump := racingBump(&attempts, &read)
 	never := helix.MustNewTxTool("never", "Always a serialization failure", func(ctx context.Context, tx pgx.Tx, _ struct{}, _ helix.ToolContext) (int, error) {
 		hopeless.Add(1)
 		return 0, &pgconn.PgError{Code: "40001", Message: "could not serialize access (simulated)"}
@@ -163,13 +193,7 @@ func TestTxToolSerializationFailuresAreRetried(t *testing.T) {
 	res := result(t, h)
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 
-	conn, err := pgx.Connect(t.Context(), url)
-	require.NoError(t, err)
-	defer func() { _ = conn.Close(context.WithoutCancel(t.Context())) }()
-	var n int
-	require.NoError(t, conn.QueryRow(t.Context(), `SELECT n FROM counter`).Scan(&n))
-	require.Equal(t, 2, n, "each call incremented once")
-	require.EqualValues(t, 3, attempts.Load(), "one of the two calls ran again")
+	requireRaced(t, url, &attempts)
 	got := toolResults(t, e, h.SessionID)
 	require.ElementsMatch(t, []string{"1", "2"}, []string{got["b1"], got["b2"]})
 	require.EqualValues(t, helix.TxToolAttempts, hopeless.Load())
@@ -285,4 +309,101 @@ func TestTxToolInASubAgentAndUnderAnInterrupt(t *testing.T) {
 	res = result(t, h)
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	require.Equal(t, []string{"lead", "slow", "sub"}, ledger(t, url), "the resume ran no tool again")
+}
+
+// Steps whose only call is a transactional tool's run it in the step's
+// commit transaction: the tool's row and the step's committed messages
+// share a transaction ID, the stream shows each step's start, the tool's
+// event and its end in that order, and a call that fails (an error after
+// writing and emitting, or a swallowed failed statement) leaves no row and
+// no event while the model sees its error and the run goes on.
+func TestTxToolAloneJoinsTheStepCommit(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	e, h := runBookkeeper(t, url,
+		calls(call("c1", "book", `{"ID":"a"}`)),
+		calls(call("c2", "refuse", `{"ID":"b"}`)),
+		calls(call("c3", "sloppy", `{"ID":"c"}`)),
+		calls(call("c4", "book", `{"ID":"d"}`)),
+		text("booked"),
+	)
+
+	require.Equal(t, []string{"a", "d"}, ledger(t, url), "the failed calls' rows were rolled back")
+	got := toolResults(t, e, h.SessionID)
+	require.Equal(t, `"booked a"`, got["c1"])
+	require.Contains(t, got["c2"], "no funds")
+	require.Contains(t, got["c3"], "left its transaction aborted")
+	require.Equal(t, `"booked d"`, got["c4"])
+	st, err := e.Session(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a":1,"d":1}`, string(st.CustomState))
+
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.WithoutCancel(t.Context())) }()
+	for id, callID := range map[string]string{"a": "c1", "d": "c4"} {
+		var row, message string
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT xmin::text FROM ledger WHERE id = $1`, id).Scan(&row))
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT m.xmin::text FROM helix.messages m
+			JOIN helix.sessions s ON s.key = m.session_key
+			WHERE s.session_id = $1 AND m.message->>'toolCallId' = $2`, h.SessionID, callID).Scan(&message))
+		require.Equal(t, row, message, "call %s's row and the step's messages commit in one transaction", callID)
+	}
+
+	var trace []string
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for c, err := range h.Stream(ctx) {
+		require.NoError(t, err)
+		switch c := c.Chunk.(type) {
+		case *helix.StepStartChunk:
+			trace = append(trace, "step")
+		case *helix.ToolStartChunk:
+			trace = append(trace, "start "+c.ToolCallID)
+		case *helix.CustomEventChunk:
+			trace = append(trace, "event "+string(c.Data))
+		case *helix.ToolEndChunk:
+			trace = append(trace, "end "+c.ToolCallID)
+		}
+	}
+	require.Equal(t, []string{
+		"step", "start c1", `event "a"`, "end c1",
+		"step", "start c2", "end c2",
+		"step", "start c3", "end c3",
+		"step", "start c4", `event "d"`, "end c4",
+		"step",
+	}, trace)
+}
+
+// Two sessions whose steps each make one SERIALIZABLE call (run in the
+// step's commit transaction) read one counter before either writes: one
+// step commits, the other's transaction fails on the conflict and runs
+// again, call and commit, on a fresh transaction.
+func TestTxToolAloneConflictRunsTheStepCommitAgain(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	var attempts atomic.Int32
+	var read sync.WaitGroup
+	bump := racingBump(&attempts, &read)
+	agent := &helix.Agent{Name: "counter", Tools: []*helix.Tool{bump}, Model: script(
+		calls(call("b", "bump", `{}`)),
+		text("done"),
+	)}
+	e := newEngineOn(t, url, agent)
+	var hs []*engine.Handle
+	for range 2 {
+		h, err := e.Execute(t.Context(), agent, engine.Input{Message: "count"}, nil)
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	var got []string
+	for _, h := range hs {
+		res := result(t, h)
+		require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+		got = append(got, toolResults(t, e, h.SessionID)["b"])
+	}
+	require.ElementsMatch(t, []string{"1", "2"}, got)
+	requireRaced(t, url, &attempts)
 }

@@ -46,9 +46,10 @@ func AfterModelCall(step int) CrashPoint {
 func AfterTool(tool string) CrashPoint { return CrashPoint{At: engine.ProbeAfterTool, Tool: tool} }
 
 // AfterToolCommit crashes once a transactional tool's transaction
-// (helix.NewTxTool) committed its writes with its record, before its
-// step's commit. The replacement does not run the tool again: its writes
-// are in the app's tables once, and the replay returns the recorded
+// (helix.NewTxTool) committed its writes with its record: the step's
+// commit, for a step whose only call it is, or the call's own transaction,
+// for parallel calls. The replacement does not run the tool again: its
+// writes are in the app's tables once, and the replay returns the recorded
 // result. With a transactional tool, AfterTool crashes before that
 // commit: its writes roll back and the replacement runs it again, once.
 func AfterToolCommit(tool string) CrashPoint {

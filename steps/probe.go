@@ -26,8 +26,10 @@ const (
 	// ToolContext.IdempotencyKey is for).
 	ProbeAfterTool ProbePoint = "after_tool"
 	// ProbeAfterToolCommit: a transactional tool's transaction committed
-	// its writes with its record, before the step's commit: a crash here
-	// never runs it again (the replay returns the recorded result).
+	// its writes with its record: a crash here never runs it again (the
+	// replay returns the recorded result). A step's lone transactional
+	// call commits in the step's commit, so this comes right after that
+	// commit, before ProbeAfterCommit; parallel calls commit before it.
 	ProbeAfterToolCommit ProbePoint = "after_tool_commit"
 	// ProbeAfterCommit: the step committed, before the next step (and
 	// before the hooks of the step).

@@ -76,6 +76,9 @@ type journal struct {
 	// deferred are transaction steps whose bodies run, and records are
 	// written, in the next transaction step's transaction, first.
 	deferred []deferredTxn
+	// call is a transactional tool's call that runs in the next
+	// transaction step's transaction, after the deferred steps (joinCommit).
+	call *txCall
 	// ran reports that the last step ran in this execution (false: its
 	// record was replayed).
 	ran bool
@@ -300,6 +303,9 @@ func (j *journal) write(ctx context.Context, recs ...journalRecord) error {
 // row (postgres.RecordModelMessageStatement); row reports what the write
 // found.
 func (j *journal) writeRow(ctx context.Context, row *modelRow, recs ...journalRecord) error {
+	// A write before the step's commit means the step does not reach it
+	// (it failed): its transactional call did not run, and is not recorded.
+	j.call = nil
 	all := append(j.pending, recs...)
 	if len(all) == 0 && len(j.deferred) == 0 {
 		return nil
@@ -946,13 +952,16 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	var stepErr error
 	retried, locked := false, false
 	j.carriedBy = nil
-	defer func() { j.carriedBy = nil }()
-	attempt := func(c context.Context) error {
+	defer func() { j.carriedBy, j.call = nil, nil }()
+	once := func(c context.Context) error {
 		tx, err := j.begin(c)
 		if err != nil {
 			return err
 		}
 		defer tx.close(c)
+		if err := j.beginCall(c, tx); err != nil {
+			return err
+		}
 		if retried {
 			// The last attempt may have committed before its
 			// acknowledgement was lost.
@@ -973,6 +982,13 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		first, err := j.runDeferred(ctx, c, tx)
 		if err != nil {
 			return err
+		}
+		if j.call != nil {
+			rec, err := j.runCall(ctx, tx)
+			if err != nil {
+				return err
+			}
+			first = append(first, rec)
 		}
 		body := context.Context(ctx)
 		if locked {
@@ -999,7 +1015,8 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 				return ferr
 			}
 			// The body's error is its outcome: recorded without its
-			// writes.
+			// writes (and without the call, whose writes they include:
+			// a replay runs it again before the recorded failure).
 			tx.close(c)
 			out, stepErr = o, ferr
 			return j.record(ctx, id, name, recordNow, o, ferr, started)
@@ -1028,6 +1045,15 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		j.pending, j.appends, j.deferred = nil, nil, nil
 		out = o
 		return nil
+	}
+	attempt := func(c context.Context) error {
+		for {
+			// A call that settled without its writes (it failed) is
+			// recorded with the commit of a transaction of its own.
+			if err := once(c); !j.callSettled(err) {
+				return err
+			}
+		}
 	}
 	err := j.retry(ctx, "run step "+name, func(c context.Context) error {
 		err := attempt(c)
@@ -1066,6 +1092,17 @@ type jtx struct {
 	// held are writes whose results nobody reads, sent with the next
 	// statement (postgres.Deferrer).
 	held *pgx.Batch
+	// call is the transaction as pgx began it for a transactional call
+	// that runs in it (beginCall), nil otherwise.
+	call pgx.Tx
+}
+
+// flush sends the held writes, if any, in a round trip of their own.
+func (t *jtx) flush(ctx context.Context) error {
+	if !t.pipelined() {
+		return nil
+	}
+	return t.conn.SendBatch(ctx, t.batch()).Close()
 }
 
 // Defer holds a write for the next statement (postgres.Deferrer).

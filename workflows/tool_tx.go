@@ -127,12 +127,7 @@ func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.To
 				committed = true // or ended by the failed COMMIT
 			}
 			if postgres.IsAbortedTransaction(err) {
-				// The tool swallowed a failed statement and returned a
-				// result: its transaction can commit nothing.
-				err = &steps.TxRolledBackError{Result: steps.ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name,
-					ErrorCode: steps.CodeToolError, DurationMS: res.DurationMS,
-					Error: fmt.Sprintf("tool %q left its transaction aborted (a statement failed and was not rolled back to a savepoint): "+
-						"its writes were rolled back", in.Call.Name)}}
+				err = abortedCall(in.Call, res)
 			}
 		}
 		var rolledBack *steps.TxRolledBackError
@@ -148,11 +143,7 @@ func (t *turn) runTxTool(id int, tool *helix.Tool, in steps.ToolInput) (steps.To
 			if len(conflicts) < helix.TxToolAttempts {
 				return err // transient: run again on a fresh transaction
 			}
-			out = steps.ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name, ErrorCode: steps.CodeToolError,
-				DurationMS: time.Since(started).Milliseconds(),
-				Error: fmt.Sprintf("the transaction of tool %q failed %d times on a serialization failure or a deadlock; "+
-					"its writes were rolled back each time (last: %v)", in.Call.Name, len(conflicts), err)}
-			alone = true
+			out, alone = conflictedCall(in.Call, conflicts, started), true
 			return nil // recorded below, without writes
 		}
 		return err
@@ -195,4 +186,23 @@ func (t *turn) recordAlone(id int, res steps.ToolResult, started time.Time) erro
 		return j.recordError(err)
 	}
 	return nil
+}
+
+// abortedCall is the result of a transactional tool's call that swallowed
+// a failed statement and returned res: its transaction can commit nothing.
+func abortedCall(call helix.ToolCall, res steps.ToolResult) *steps.TxRolledBackError {
+	return &steps.TxRolledBackError{Result: steps.ToolResult{ToolCallID: call.ID, ToolName: call.Name,
+		ErrorCode: steps.CodeToolError, DurationMS: res.DurationMS,
+		Error: fmt.Sprintf("tool %q left its transaction aborted (a statement failed and was not rolled back to a savepoint): "+
+			"its writes were rolled back", call.Name)}}
+}
+
+// conflictedCall is the result of a transactional tool's call whose
+// transactions all failed on a serialization failure or a deadlock
+// (conflicts, helix.TxToolAttempts of them).
+func conflictedCall(call helix.ToolCall, conflicts []error, started time.Time) steps.ToolResult {
+	return steps.ToolResult{ToolCallID: call.ID, ToolName: call.Name, ErrorCode: steps.CodeToolError,
+		DurationMS: time.Since(started).Milliseconds(),
+		Error: fmt.Sprintf("the transaction of tool %q failed %d times on a serialization failure or a deadlock; "+
+			"its writes were rolled back each time (last: %v)", call.Name, len(conflicts), conflicts[len(conflicts)-1])}
 }

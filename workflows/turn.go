@@ -362,7 +362,7 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if t.segment > 0 && len(p.subs) > 0 && len(p.comps) == 0 {
 		return t.detachChildren(step, res, p, results)
 	}
-	stopped, err := t.runPhase1(step, res.ToolCalls, p.phase1, p.subs, results)
+	stopped, err := t.runPhase1(step, res.ToolCalls, p.phase1, p.subs, results, t.joinsCommit(res.ToolCalls, p))
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -514,9 +514,25 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 			return steps.Outcome{}, true, err
 		}
 	}
+	joined := t.j.call
+	if joined != nil && len(in.Starts) > 0 {
+		// The call that runs in the commit's transaction writes its
+		// events before the commit's own chunks: the start chunks go out
+		// first in that transaction, with the call's first statement.
+		t.j.appends = append(t.j.appends, streamAppend{stream: run.StreamID, chunks: steps.ChunkWrites(run.RunID, in.Starts)})
+		in.Starts = nil
+	}
+	// A joined call stores its result in results (in.Tools) in the
+	// commit's transaction, before the commit's body reads it.
 	c, err := runTxn(ctx, t.j, steps.NameCommitStep, env.CommitStep(in))
 	if err != nil {
 		return steps.Outcome{}, true, err
+	}
+	if joined != nil {
+		if err := env.CallProbe(ctx, steps.ProbeInfo{Point: steps.ProbeAfterToolCommit, SessionID: run.SessionID,
+			RunID: run.RunID, Step: step, ToolCallID: joined.call.ID, ToolName: joined.call.Name}); err != nil {
+			return steps.Outcome{}, true, err
+		}
 	}
 	// The next step starts from what this commit wrote, when it was
 	// written by this execution (after a replay, the next step reads the
@@ -552,9 +568,15 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 // calls at subs as child workflows, all in parallel, and stores their results
 // at the same indexes. Step IDs are taken in a fixed order (the dispatches,
 // the children, the tools, then the awaits), so a replay finds each one.
-func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult) (stopped []int, err error) {
+// joins runs the lone transactional call in the step's commit (joinsCommit):
+// its result is stored there.
+func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult,
+	joins bool) (stopped []int, err error) {
 	input := func(i int) steps.ToolInput {
 		return steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts}
+	}
+	if joins {
+		return nil, t.joinCommit(input(tools[0]), &results[tools[0]])
 	}
 	if len(tools) == 1 && len(subs) == 0 {
 		// A lone call runs without the goroutine hand-off.
