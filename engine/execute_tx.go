@@ -97,6 +97,7 @@ func executeTx(ctx context.Context, tx pgx.Tx, st *postgres.Store, rec recording
 		// ROLLBACK TO SAVEPOINT: the caller's transaction goes on without
 		// anything of this call. Not with ctx: a cancelled call must still
 		// leave the transaction usable.
+		err = onForeignTx(err)
 		if rerr := sp.Rollback(context.WithoutCancel(ctx)); rerr != nil {
 			return nil, errors.Join(err, fmt.Errorf("engine: ExecuteTx: roll back to the savepoint: %w (the transaction is no longer usable: roll it back)", rerr))
 		}

@@ -302,3 +302,44 @@ func TestExecuteTxTwoEnginesStartOneWorkflow(t *testing.T) {
 		require.Equal(t, 1, n, "tool call %s ran once", key)
 	}
 }
+
+// A transaction on a database without helix's tables (the app's pool
+// pointed elsewhere) gets errors that say so, from every call on the
+// caller's transaction, and a nil transaction is refused.
+func TestTxCallsOnAnotherDatabaseSayWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "triage", Model: script(text("on it"))}
+	e := newEngineOn(t, pgtest.NewURL(t), agent)
+	other, err := pgxpool.New(t.Context(), pgtest.NewEmptyURL(t))
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	const hint = "is the transaction on the engine's database?"
+	calls := map[string]func(pgx.Tx) error{
+		"ExecuteTx": func(tx pgx.Tx) error {
+			_, err := e.ExecuteTx(t.Context(), tx, agent, engine.Input{Message: "hi"}, nil)
+			return err
+		},
+		"SessionTx": func(tx pgx.Tx) error {
+			_, err := e.SessionTx(t.Context(), tx, "s-1")
+			return err
+		},
+		"PendingToolCallsTx": func(tx pgx.Tx) error {
+			_, err := e.PendingToolCallsTx(t.Context(), tx, "s-1")
+			return err
+		},
+		"SubmitToolResultTx": func(tx pgx.Tx) error {
+			_, err := e.SubmitToolResultTx(t.Context(), tx, "s-1", helix.ToolSubmission{ToolCallID: "c-1",
+				Kind: helix.SubmissionApprovalResponse, Approved: new(true)})
+			return err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			tx, err := other.Begin(t.Context())
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) }()
+			require.ErrorContains(t, call(tx), hint)
+			require.ErrorContains(t, call(nil), "nil")
+		})
+	}
+}

@@ -60,7 +60,9 @@ func (e *Engine) SubmitToolResultTx(ctx context.Context, tx pgx.Tx, rootSessionI
 // under REPEATABLE READ, in the same snapshot as the app's other reads of
 // tx. tx must be on the engine's database.
 func (e *Engine) SessionTx(ctx context.Context, tx pgx.Tx, sessionID string) (*store.SessionState, error) {
-	return onTx(e.store, tx).LoadState(ctx, sessionID)
+	return readTx(ctx, "SessionTx", e.store, tx, func(ctx context.Context, s *postgres.Store) (*store.SessionState, error) {
+		return s.LoadState(ctx, sessionID)
+	})
 }
 
 // PendingToolCallsTx returns the tool calls waiting in a session and its
@@ -69,7 +71,9 @@ func (e *Engine) SessionTx(ctx context.Context, tx pgx.Tx, sessionID string) (*s
 // decides what to show or answer from one consistent view. tx must be on
 // the engine's database.
 func (e *Engine) PendingToolCallsTx(ctx context.Context, tx pgx.Tx, sessionID string) ([]store.PendingClientToolCall, error) {
-	return onTx(e.store, tx).ListPendingCalls(ctx, sessionID)
+	return readTx(ctx, "PendingToolCallsTx", e.store, tx, func(ctx context.Context, s *postgres.Store) ([]store.PendingClientToolCall, error) {
+		return s.ListPendingCalls(ctx, sessionID)
+	})
 }
 
 // SubmitToolResultTx answers a tool call a run is suspended on, in the
@@ -83,18 +87,36 @@ func (c *Client) SubmitToolResultTx(ctx context.Context, tx pgx.Tx, rootSessionI
 // SessionTx returns a session's stored state as tx sees it; see
 // Engine.SessionTx.
 func (c *Client) SessionTx(ctx context.Context, tx pgx.Tx, sessionID string) (*store.SessionState, error) {
-	return onTx(c.c.store, tx).LoadState(ctx, sessionID)
+	return readTx(ctx, "SessionTx", c.c.store, tx, func(ctx context.Context, s *postgres.Store) (*store.SessionState, error) {
+		return s.LoadState(ctx, sessionID)
+	})
 }
 
 // PendingToolCallsTx returns the tool calls waiting in a session and its
 // sub-agents as tx sees them; see Engine.PendingToolCallsTx.
 func (c *Client) PendingToolCallsTx(ctx context.Context, tx pgx.Tx, sessionID string) ([]store.PendingClientToolCall, error) {
-	return onTx(c.c.store, tx).ListPendingCalls(ctx, sessionID)
+	return readTx(ctx, "PendingToolCallsTx", c.c.store, tx, func(ctx context.Context, s *postgres.Store) ([]store.PendingClientToolCall, error) {
+		return s.ListPendingCalls(ctx, sessionID)
+	})
 }
 
-// onTx returns the store on the caller's transaction.
-func onTx(s *postgres.Store, tx pgx.Tx) *postgres.Store {
-	return s.WithQuerier(postgres.PgxQuerier(tx))
+// readTx runs read (call, for errors) with s on the caller's transaction.
+func readTx[R any](ctx context.Context, call string, s *postgres.Store, tx pgx.Tx, read func(context.Context, *postgres.Store) (R, error)) (R, error) {
+	if tx == nil {
+		var zero R
+		return zero, fmt.Errorf("engine: %s needs a transaction (begin one on the engine's database), got nil", call)
+	}
+	out, err := read(ctx, s.WithQuerier(postgres.PgxQuerier(tx)))
+	return out, onForeignTx(err)
+}
+
+// onForeignTx adds foreignTxHint to err, an error of a call on the caller's
+// transaction, when it has one.
+func onForeignTx(err error) error {
+	if hint := foreignTxHint(err); hint != "" {
+		return fmt.Errorf("%w%s", err, hint)
+	}
+	return err
 }
 
 // submitTx is submit in a savepoint of the caller's transaction, so that a
