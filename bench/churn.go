@@ -82,9 +82,7 @@ func (c *ChurnConfig) withDefaults() error {
 	c.Steps = cmp.Or(c.Steps, DefaultChurnSteps)
 	c.Sample = cmp.Or(c.Sample, DefaultChurnSample)
 	c.Rate = cmp.Or(c.Rate, DefaultChurnRate)
-	inner := Config{Progress: c.Progress}
-	_ = inner.withDefaults() // only for its serialized Progress
-	c.Progress = inner.Progress
+	c.Progress = serialProgress(c.Progress)
 	switch {
 	case c.DatabaseURL == "":
 		return errors.New("bench: ChurnConfig.DatabaseURL is empty: give the URL of a scratch database")

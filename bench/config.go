@@ -93,17 +93,22 @@ func (c *Config) withDefaults() error {
 	c.HITLSamples = cmp.Or(c.HITLSamples, DefaultHITLSamples)
 	c.StreamSessions = cmp.Or(c.StreamSessions, DefaultStreamSessions)
 	c.StreamDeltas = cmp.Or(c.StreamDeltas, DefaultStreamDeltas)
-	if c.Progress == nil {
-		c.Progress = func(string) {}
-	} else {
-		progress, mu := c.Progress, &sync.Mutex{}
-		c.Progress = func(s string) {
-			mu.Lock()
-			defer mu.Unlock()
-			progress(s)
-		}
-	}
+	c.Progress = serialProgress(c.Progress)
 	return c.validate()
+}
+
+// serialProgress returns a Progress function that calls progress from one
+// goroutine at a time, or does nothing when progress is nil.
+func serialProgress(progress func(string)) func(string) {
+	if progress == nil {
+		return func(string) {}
+	}
+	var mu sync.Mutex
+	return func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		progress(s)
+	}
 }
 
 func (c *Config) validate() error {

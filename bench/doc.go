@@ -101,4 +101,35 @@
 // table (exact rows, total size, live and dead tuples, autovacuum runs). Its
 // report shows whether the tables reach a plateau and what the job costs
 // per deleted session, read from the job's gc.pass log lines.
+//
+// # Waiting sessions
+//
+// [Waiting] is another mode (`helix-dbos bench --waiting 10000`): what
+// sessions waiting for a person cost today, each a workflow of the process
+// that runs it, parked until the answer comes. The engine under measure
+// runs in a worker process ([ServeWaitingWorker], the same binary run
+// again, driven over stdin and stdout), so its resident set and goroutines
+// are its own. The agent (type [WaitingAgentName]) calls a tool that needs
+// approval at step 1 and answers in text at step 2; the tool and the step-2
+// model call report the wall-clock time they ran. In order:
+//
+//   - a first worker launches (migrating a new database) and stops;
+//     worker A launches, and its idle footprint is read: VmRSS from
+//     /proc, goroutines and Go heap and stacks, each after a forced GC that
+//     returns freed memory to the system; and the size of the helix and
+//     dbos tables;
+//   - A starts the sessions, 16 at a time, and the bench waits until each
+//     run waits for its approval in A; A's footprint and the tables' size
+//     again, divided by the sessions;
+//   - A is killed (SIGKILL) and worker B launches with its executor ID, as
+//     a restarted process: its Launch is timed, then the time until every
+//     session waits again in B, and B's footprint once its goroutine count
+//     holds still;
+//   - sessions approved one at a time through an [engine.Client]: from just
+//     before SubmitToolResult to the tool's run and to the model's next
+//     call;
+//   - the other sessions approved by concurrent callers: approvals per
+//     second until the last SubmitToolResult returned, sessions completed
+//     per second until all have;
+//   - B stops cleanly. Every session must have woken once and completed.
 package bench

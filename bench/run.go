@@ -131,19 +131,10 @@ type harness struct {
 // newHarness launches the bench engine; tweak, when given, adjusts its
 // engine.Config (the churn mode adds a retention policy and a logger).
 func newHarness(ctx context.Context, cfg Config, maxSteps int, tweak ...func(*engine.Config)) (_ *harness, err error) {
-	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("bench: parse the database URL: %w", err)
-	}
 	tracer := newSQLTracer()
-	pc.ConnConfig.Tracer = tracer
-	if cfg.MaxConns > 0 {
-		pc.MaxConns = int32(min(cfg.MaxConns, 1<<20))
-	}
-	engine.ConfigurePool(pc) // as the engine's own pool: the figures include its check
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	pool, err := openEnginePool(ctx, cfg.DatabaseURL, cfg.MaxConns, tracer)
 	if err != nil {
-		return nil, fmt.Errorf("bench: open the database: %w", err)
+		return nil, err
 	}
 	id := uuid.NewString()[:8]
 	ec := engine.Config{Pool: pool, AppName: appName, ExecutorID: "helix-bench-" + id, ApplicationVersion: applicationVersion}
@@ -181,6 +172,29 @@ func newHarness(ctx context.Context, cfg Config, maxSteps int, tweak ...func(*en
 		return nil, err
 	}
 	return h, nil
+}
+
+// openEnginePool opens a pool on url as an engine's own (engine.ConfigurePool:
+// the figures include its check), of maxConns connections (0: pgx's default
+// or the URL's pool_max_conns), with tracer on its connections when not
+// nil.
+func openEnginePool(ctx context.Context, url string, maxConns int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("bench: parse the database URL: %w", err)
+	}
+	if tracer != nil {
+		pc.ConnConfig.Tracer = tracer
+	}
+	if maxConns > 0 {
+		pc.MaxConns = int32(min(maxConns, 1<<20))
+	}
+	engine.ConfigurePool(pc)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: open the database: %w", err)
+	}
+	return pool, nil
 }
 
 // close shuts the engine down (which closes the pool).
@@ -307,7 +321,7 @@ func (h *harness) sequential(ctx context.Context, steps int) (Sequential, error)
 	e1, e2, l1, l2 := start+1, start+1+w, steps-w, steps
 	// The storage marks are outside the SQL snapshots: their statements
 	// are not the session's.
-	st0, err := h.markStorage(ctx)
+	st0, err := markStorage(ctx, h.pool)
 	if err != nil {
 		return Sequential{}, err
 	}
@@ -320,7 +334,7 @@ func (h *harness) sequential(ctx context.Context, steps int) (Sequential, error)
 		return Sequential{}, err
 	}
 	sql1, cpu1 := h.tracer.snapshot(), sampleCPU(ctx, h.pool)
-	st1, err := h.markStorage(ctx)
+	st1, err := markStorage(ctx, h.pool)
 	if err != nil {
 		return Sequential{}, err
 	}

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // storageMark is the database's size and write position at one moment.
@@ -13,11 +15,11 @@ type storageMark struct {
 }
 
 // markStorage reads the sizes of the helix and dbos tables, the WAL insert
-// position and a new transaction ID, in one statement on the pool (its own
+// position and a new transaction ID, in one statement on pool (its own
 // transaction: the ID it allocates is its own).
-func (h *harness) markStorage(ctx context.Context) (storageMark, error) {
+func markStorage(ctx context.Context, pool *pgxpool.Pool) (storageMark, error) {
 	var m storageMark
-	err := h.pool.QueryRow(ctx, `SELECT
+	err := pool.QueryRow(ctx, `SELECT
 		(SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE n.nspname IN ('helix', 'dbos') AND c.relkind IN ('r', 'p'))::bigint,
 		pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint,

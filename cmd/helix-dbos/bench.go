@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +28,10 @@ type benchFlags struct {
 	churn, churnRetention, churnInterval time.Duration
 	churnSessions, churnSteps            int
 	churnRate                            float64
+	// The waiting-sessions mode (--waiting): sessions left waiting for an
+	// approval in a worker process, killed, recovered, then answered.
+	waiting, waitingWakeSamples, waitingCallers int
+	waitingSet                                  bool
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -49,9 +56,17 @@ func newBenchCmd(g *globals) *cobra.Command {
 			"older than --churn-retention; it samples the rows, size, dead tuples and autovacuum runs of\n" +
 			"every helix and dbos table and reports whether the total size reaches a plateau, and the\n" +
 			"retention job's time per deleted session. It deletes every completed session older than the\n" +
-			"retention in the database, whatever its agent: use a scratch one.",
+			"retention in the database, whatever its agent: use a scratch one.\n\n" +
+			"With --waiting N it runs the waiting-sessions mode instead: a worker process (this binary again)\n" +
+			"starts N sessions that each wait for a person's approval of a tool call, and the bench reads the\n" +
+			"worker's resident memory and goroutines and the database's size per waiting session; it kills\n" +
+			"the worker (SIGKILL) and starts another with the same executor ID, which recovers them, and\n" +
+			"times that; then it approves --waiting-wake-samples sessions one at a time (approval → the tool\n" +
+			"ran, → the next model call) and the rest with --waiting-callers concurrent callers (approvals/s,\n" +
+			"completions/s). --max-conns sizes the workers' pool. Linux only (it reads /proc).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.waitingSet = cmd.Flags().Changed("waiting")
 			return runBench(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), g, f)
 		},
 	}
@@ -72,12 +87,31 @@ func newBenchCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.churnSessions, "churn-sessions", bench.DefaultChurnSessions, "churn mode: sessions in flight")
 	fl.Float64Var(&f.churnRate, "churn-rate", bench.DefaultChurnRate, "churn mode: sessions started per second at most (negative: as fast as they go)")
 	fl.IntVar(&f.churnSteps, "churn-steps", bench.DefaultChurnSteps, "churn mode: steps of each session (one no-op tool call each but the last)")
+	fl.IntVar(&f.waiting, "waiting", 0, "run the waiting-sessions mode with this many sessions waiting for an approval instead of the benchmark (e.g. 10000)")
+	fl.IntVar(&f.waitingWakeSamples, "waiting-wake-samples", bench.DefaultWaitingWakeSamples, "waiting mode: sessions approved one at a time, one wake-latency sample each (at most --waiting; negative for none)")
+	fl.IntVar(&f.waitingCallers, "waiting-callers", bench.DefaultWaitingCallers, "waiting mode: concurrent callers that approve the other sessions")
 	fl.BoolVar(&f.samples, "samples", false, "keep every overhead sample of the sequential session and every human-in-the-loop sample in the JSON report")
 	return cmd
 }
 
 func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchFlags) error {
 	say := func(format string, args ...any) { fmt.Fprintf(progress, "• "+format+"\n", args...) }
+	if f.waitingSet && f.churn > 0 {
+		return errors.New("--waiting and --churn are two modes: give one of them")
+	}
+	if f.waitingSet && f.waiting < 1 {
+		return fmt.Errorf("--waiting must be >= 1 (the sessions left waiting for an approval), got %d", f.waiting)
+	}
+	var worker func() *exec.Cmd
+	if f.waitingSet {
+		// Checked before a server is provisioned: the mode needs this
+		// binary, for its worker processes.
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this binary to run the waiting-sessions workers: %w", err)
+		}
+		worker = func() *exec.Cmd { return exec.Command(exe, benchWaitingWorkerName) }
+	}
 	dbURL := g.cfg.DatabaseURL
 	if dbURL == "" {
 		srv, err := pgprovision.Provision(ctx, pgprovision.Options{Logf: say})
@@ -105,6 +139,16 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 		}
 		return writeReport(out, f.asJSON, r, r.WriteText)
 	}
+	if f.waitingSet {
+		r, err := bench.Waiting(ctx, bench.WaitingConfig{
+			DatabaseURL: dbURL, Sessions: f.waiting, WakeSamples: f.waitingWakeSamples, Callers: f.waitingCallers,
+			MaxConns: f.maxConns, Worker: worker, Progress: func(s string) { say("%s", s) },
+		})
+		if err != nil {
+			return err
+		}
+		return writeReport(out, f.asJSON, r, r.WriteText)
+	}
 	r, err := bench.Run(ctx, bench.Config{
 		DatabaseURL: dbURL, Steps: f.steps, Sessions: f.sessions, StepsPerSession: f.stepsPerSession,
 		FloorSteps: f.floorSteps, HITLSamples: f.hitlSamples, StreamSessions: f.streamSessions, StreamDeltas: f.streamDeltas,
@@ -115,6 +159,22 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 		return err
 	}
 	return writeReport(out, f.asJSON, r, r.WriteText)
+}
+
+// benchWaitingWorkerName is the hidden command the waiting-sessions mode
+// runs its workers with: this binary again.
+const benchWaitingWorkerName = "bench-waiting-worker"
+
+func newBenchWaitingWorkerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    benchWaitingWorkerName,
+		Short:  "Run an engine for `bench --waiting`, driven over stdin and stdout (the bench starts it)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.ServeWaitingWorker(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
 }
 
 // writeReport prints r as indented JSON or as text.

@@ -107,6 +107,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newDenyCmd(g))
 	root.AddCommand(newSubmitCmd(g))
 	root.AddCommand(newBenchCmd(g))
+	root.AddCommand(newBenchWaitingWorkerCmd())
 	root.AddCommand(newLoadtestCmd(g))
 	root.AddCommand(newAbortCmd(g))
 	root.AddCommand(newRetryCmd(g))

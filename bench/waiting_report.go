@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WaitingReport is the outcome of Waiting: what sessions waiting for a
+// person cost the process that runs them, the database, and a restart, and
+// how fast they wake and drain once answered.
+type WaitingReport struct {
+	Machine Machine             `json:"machine"`
+	Config  WaitingReportConfig `json:"config"`
+	// Idle is worker A launched, before any session; Waiting is worker A
+	// with every session waiting.
+	Idle    WorkerFootprint `json:"idle"`
+	Waiting WorkerFootprint `json:"waiting"`
+	// PerSession is the growth from Idle to Waiting, and of the database,
+	// per waiting session.
+	PerSession PerWaitingSession `json:"perSession"`
+	Database   WaitingDatabase   `json:"database"`
+	Start      WaitingStart      `json:"start"`
+	Restart    WaitingRestart    `json:"restart"`
+	Wake       WaitingWake       `json:"wake"`
+	Drain      WaitingDrain      `json:"drain"`
+	Outcome    WaitingOutcome    `json:"outcome"`
+	// DurationS is how long Waiting took.
+	DurationS float64 `json:"durationS"`
+}
+
+// WaitingReportConfig is the configuration a waiting-sessions report was
+// measured with.
+type WaitingReportConfig struct {
+	Sessions    int `json:"sessions"`
+	WakeSamples int `json:"wakeSamples"`
+	Callers     int `json:"callers"`
+	// Starters is how many sessions the worker started at once.
+	Starters int `json:"starters"`
+}
+
+// WorkerFootprint is a worker process's footprint after a forced GC that
+// returned the freed memory to the system.
+type WorkerFootprint struct {
+	// RSSBytes is the resident set (VmRSS of /proc/<pid>/status).
+	RSSBytes int64 `json:"rssBytes"`
+	// Goroutines is runtime.NumGoroutine.
+	Goroutines int `json:"goroutines"`
+	// HeapInuseBytes and StackInuseBytes are the Go runtime's
+	// MemStats.HeapInuse and StackInuse.
+	HeapInuseBytes  uint64 `json:"heapInuseBytes"`
+	StackInuseBytes uint64 `json:"stackInuseBytes"`
+}
+
+// PerWaitingSession is a footprint's growth over an idle worker's, and the
+// database's, divided by the sessions waiting.
+type PerWaitingSession struct {
+	RSSBytes   float64 `json:"rssBytes"`
+	Goroutines float64 `json:"goroutines"`
+	HeapBytes  float64 `json:"heapBytes"`
+	StackBytes float64 `json:"stackBytes"`
+	// DatabaseBytes is the growth of the helix and dbos tables (with
+	// indexes and TOAST) per session; zero where not measured.
+	DatabaseBytes float64 `json:"databaseBytes,omitempty"`
+}
+
+// WaitingDatabase is the total size of the helix and dbos tables before the
+// sessions and with all of them waiting.
+type WaitingDatabase struct {
+	BytesBefore  int64 `json:"bytesBefore"`
+	BytesWaiting int64 `json:"bytesWaiting"`
+}
+
+// WaitingStart is the time from the start request to every session
+// waiting for its approval.
+type WaitingStart struct {
+	WallS             float64 `json:"wallS"`
+	SessionsPerSecond float64 `json:"sessionsPerSecond"`
+}
+
+// WaitingRestart is worker A killed (SIGKILL) and worker B launched with
+// its executor ID, recovering the waiting sessions.
+type WaitingRestart struct {
+	// IdleLaunchMS is worker A's Engine.Launch, with nothing to recover;
+	// LaunchMS is worker B's, which recovers every session.
+	IdleLaunchMS float64 `json:"idleLaunchMs"`
+	LaunchMS     float64 `json:"launchMs"`
+	// RecoveredS is the time from B's Launch returning to every session
+	// waiting again in B; Recovered counts them.
+	RecoveredS float64 `json:"recoveredS"`
+	Recovered  int     `json:"recovered"`
+	// SettledS is the further time until B's goroutine count held still.
+	SettledS float64 `json:"settledS"`
+	// Footprint is worker B's then; PerSession its growth over worker A's
+	// idle footprint, per session.
+	Footprint  WorkerFootprint   `json:"footprint"`
+	PerSession PerWaitingSession `json:"perSession"`
+	// ReplayedModelCalls counts the model calls B made for step 1, which
+	// A had made already (0: recovery replays them from their checkpoints).
+	ReplayedModelCalls int64 `json:"replayedModelCalls"`
+}
+
+// WaitingWake is the wake latency of waiting sessions answered one at a
+// time, from just before SubmitToolResult.
+type WaitingWake struct {
+	Samples int `json:"samples"`
+	// SubmitToTool runs to the approved tool's run, SubmitToNextStep to
+	// the model's call for step 2, Submit to SubmitToolResult's return.
+	SubmitToTool     Distribution `json:"submitToTool"`
+	SubmitToNextStep Distribution `json:"submitToNextStep"`
+	Submit           Distribution `json:"submit"`
+}
+
+// WaitingDrain is the other sessions answered by concurrent callers.
+type WaitingDrain struct {
+	Sessions int `json:"sessions"`
+	Callers  int `json:"callers"`
+	// SubmitWallS runs to the last SubmitToolResult's return,
+	// CompleteWallS to every session completed; the rates are Sessions
+	// over them.
+	SubmitWallS        float64 `json:"submitWallS"`
+	ApprovalsPerSecond float64 `json:"approvalsPerSecond"`
+	CompleteWallS      float64 `json:"completeWallS"`
+	CompletedPerSecond float64 `json:"completedPerSecond"`
+}
+
+// WaitingOutcome is what became of the sessions.
+type WaitingOutcome struct {
+	// Completed counts the sessions completed, Steps their committed
+	// steps (2 each).
+	Completed int `json:"completed"`
+	Steps     int `json:"steps"`
+	// WokeOnce counts the sessions whose approved tool ran once and whose
+	// model was called once for step 2; ToolRuns and NextStepCalls count
+	// all of those.
+	WokeOnce      int `json:"wokeOnce"`
+	ToolRuns      int `json:"toolRuns"`
+	NextStepCalls int `json:"nextStepCalls"`
+	// Failures counts the model calls of worker B that did not go as
+	// scripted.
+	Failures int64 `json:"failures"`
+}
+
+// WriteText writes the waiting-sessions report as text.
+func (r *WaitingReport) WriteText(w io.Writer) error {
+	var b strings.Builder
+	m, c, n := r.Machine, r.Config, r.Config.Sessions
+	fmt.Fprintf(&b, "helix-dbos waiting sessions: %d sessions waiting for an approval (%.0f s)\n", n, r.DurationS)
+	fmt.Fprintf(&b, "machine: %d CPU (%s), %.1f GiB, %s %s/%s\n", m.CPUs, orUnknown(m.CPUModel), m.MemoryGiB, m.GoVersion, m.OS, m.Arch)
+	fmt.Fprintf(&b, "postgres: %s, host %s; worker pool of %d\n\n", firstWords(m.Postgres, 2), m.DatabaseHost, m.PoolMaxConns)
+	fmt.Fprintf(&b, "%-34s %s\n", "worker A, idle:", footprintText(r.Idle))
+	fmt.Fprintf(&b, "%-34s %s\n", fmt.Sprintf("worker A, %d waiting:", n), footprintText(r.Waiting))
+	fmt.Fprintf(&b, "%-34s %s, database %.1f kB\n", "per waiting session:", perSessionText(r.PerSession), r.PerSession.DatabaseBytes/1024)
+	fmt.Fprintf(&b, "database (helix and dbos tables): %.1f MiB before, %.1f MiB with the sessions waiting\n",
+		mib(r.Database.BytesBefore), mib(r.Database.BytesWaiting))
+	fmt.Fprintf(&b, "start: %d sessions to their approval wait in %.1f s (%.0f/s, %d at a time)\n\n", n, r.Start.WallS, r.Start.SessionsPerSecond, c.Starters)
+	rs := r.Restart
+	fmt.Fprintf(&b, "restart (SIGKILL, same executor ID): Launch %.0f ms (idle: %.0f ms); all %d waiting again %.2f s after it returned; settled %.1f s later; step-1 model calls replayed: %d\n",
+		rs.LaunchMS, rs.IdleLaunchMS, rs.Recovered, rs.RecoveredS, rs.SettledS, rs.ReplayedModelCalls)
+	fmt.Fprintf(&b, "%-34s %s\n", "worker B, recovered:", footprintText(rs.Footprint))
+	fmt.Fprintf(&b, "%-34s %s\n\n", "per recovered session:", perSessionText(rs.PerSession))
+	wk := r.Wake
+	fmt.Fprintf(&b, "wake, %d sessions approved one at a time (ms):  p50     p99     mean    max\n", wk.Samples)
+	for _, row := range []struct {
+		name string
+		d    Distribution
+	}{{"approval → tool ran", wk.SubmitToTool}, {"approval → next model call", wk.SubmitToNextStep}, {"SubmitToolResult", wk.Submit}} {
+		fmt.Fprintf(&b, "  %-44s %7.2f %7.2f %7.2f %7.2f\n", row.name, row.d.P50MS, row.d.P99MS, row.d.MeanMS, row.d.MaxMS)
+	}
+	d := r.Drain
+	fmt.Fprintf(&b, "drain, %d sessions by %d concurrent callers: %.0f approvals/s (%.1f s), %.0f sessions completed/s (%.1f s)\n",
+		d.Sessions, d.Callers, d.ApprovalsPerSecond, d.SubmitWallS, d.CompletedPerSecond, d.CompleteWallS)
+	o := r.Outcome
+	fmt.Fprintf(&b, "outcome: %d of %d sessions completed (%d steps); %d woke once (%d tool runs, %d step-2 model calls); %d failures\n",
+		o.Completed, n, o.Steps, o.WokeOnce, o.ToolRuns, o.NextStepCalls, o.Failures)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func footprintText(f WorkerFootprint) string {
+	return fmt.Sprintf("RSS %.1f MiB, %d goroutines, heap %.1f MiB, stacks %.1f MiB",
+		mib(f.RSSBytes), f.Goroutines, mib(int64(f.HeapInuseBytes)), mib(int64(f.StackInuseBytes)))
+}
+
+func perSessionText(p PerWaitingSession) string {
+	return fmt.Sprintf("RSS %.1f kB, %.2f goroutines, heap %.1f kB, stacks %.1f kB", p.RSSBytes/1024, p.Goroutines, p.HeapBytes/1024, p.StackBytes/1024)
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
