@@ -148,6 +148,12 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 				// answer already recorded: it takes every message once.
 				return awaitOutcome(step-1, c.ToolCallID, c.DeadlineAt, waitingAfter(pending[i+1:], results)), true, nil
 			case c.Resolved():
+				if c.Submission != nil && c.SentTo == t.run.WorkflowID {
+					// Answered before this execution began (a continuation
+					// of a hibernated run): the message sent to the run's
+					// workflow is taken with the resolution.
+					take = &steps.Take{WorkflowID: t.run.WorkflowID, StepID: t.j.next}
+				}
 			default:
 				// The records that wait (hooks) are written before a wait
 				// that may outlast this process.
