@@ -67,6 +67,20 @@ func awaitHibernated(t *testing.T, pool *pgxpool.Pool, runID string) runState {
 	return s
 }
 
+// hibernatedPayer starts a payer session on a hibernating engine (executor
+// id) of a fresh database and waits until its run hibernated.
+func hibernatedPayer(t *testing.T, id string) (*engine.Engine, *engine.Handle, *sync.Map) {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	runs := &sync.Map{}
+	agent := payer(runs)
+	e := hibernating(t, url, id, nil, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, appPool(t, url), h.RunID)
+	return e, h, runs
+}
+
 // hookCounts counts a session's suspension and resumption hooks.
 type hookCounts struct{ suspended, resumed atomic.Int32 }
 
@@ -187,14 +201,7 @@ func TestHibernatedClientToolDeadlineFires(t *testing.T) {
 // step kept; Resume continues it, and the approval given then completes it.
 func TestHibernatedRunInterruptedThenResumed(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
-	var runs sync.Map
-	agent := payer(&runs)
-	e := hibernating(t, url, "hib-f", nil, agent)
-	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
-	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
+	e, h, runs := hibernatedPayer(t, "hib-f")
 	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "stop"))
 	out, err := awaitResult(t, h)
 	require.NoError(t, err)
@@ -209,27 +216,20 @@ func TestHibernatedRunInterruptedThenResumed(t *testing.T) {
 	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
 	out = result(t, h2)
 	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
-	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.EqualValues(t, 1, executions2(runs, "t1"))
 }
 
 // Aborting a hibernated session ends it; nothing of it runs again, and a
 // late answer is refused.
 func TestHibernatedSessionAborted(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
-	var runs sync.Map
-	agent := payer(&runs)
-	e := hibernating(t, url, "hib-g", nil, agent)
-	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
-	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
+	e, h, runs := hibernatedPayer(t, "hib-g")
 	require.NoError(t, e.Abort(t.Context(), h.SessionID, "no longer needed"))
 	out := result(t, h)
 	require.Equal(t, helix.AgentFailed, out.Status)
-	_, err = e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("t1", "late"))
+	_, err := e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("t1", "late"))
 	require.Error(t, err)
-	require.EqualValues(t, 0, executions2(&runs, "t1"))
+	require.EqualValues(t, 0, executions2(runs, "t1"))
 }
 
 // A restart of the engine that hibernated sessions (the same executor ID)
