@@ -38,6 +38,10 @@ const (
 	// settleLimit bounds the wait for a recovered worker's goroutine count
 	// to stop changing.
 	settleLimit = 30 * time.Second
+	// pollInterval is the time between two counts of the sessions that
+	// reached a phase's state (the completions: a finer 50 ms, for the
+	// drain's rate).
+	pollInterval = 200 * time.Millisecond
 )
 
 // WaitingConfig configures Waiting. DatabaseURL, Sessions and Worker are
@@ -59,6 +63,13 @@ type WaitingConfig struct {
 	Callers int
 	// MaxConns is the worker engine's pool size, as Config.MaxConns.
 	MaxConns int
+	// HibernateAfter is the worker engine's engine.Config.HibernateAfter.
+	// Positive: the runs hibernate once they have waited that long, and
+	// Waiting measures the hibernated sessions (WaitingReport.Hibernation)
+	// and their restart and wake from hibernation. Zero or negative (the
+	// default): they never hibernate, their waits are held live in the
+	// worker (the baseline).
+	HibernateAfter time.Duration
 	// Worker returns a new command that runs ServeWaitingWorker, its stdin,
 	// stdout and stderr unset: helix-dbos runs itself with the hidden
 	// command bench-waiting-worker. Waiting runs two, one after the
@@ -85,8 +96,14 @@ func (c *WaitingConfig) withDefaults() error {
 		return errors.New("bench: WaitingConfig.Worker is nil: give the command that runs ServeWaitingWorker (helix-dbos bench-waiting-worker)")
 	}
 	c.WakeSamples = max(c.WakeSamples, 0)
+	if c.HibernateAfter <= 0 {
+		c.HibernateAfter = -1 // engine.Config's "never" (zero is its default)
+	}
 	return nil
 }
+
+// hibernates reports whether the sessions hibernate.
+func (c *WaitingConfig) hibernates() bool { return c.HibernateAfter > 0 }
 
 // phaseTimeout bounds a phase over n sessions (all of them suspending,
 // recovering or completing): generous for a busy 2-CPU machine.
@@ -114,6 +131,13 @@ type waitingRun struct {
 // cfg.WakeSamples sessions one at a time (the wake latency) and the rest
 // with cfg.Callers concurrent callers (the drain rates), and checks that
 // every session woke once and completed. It asserts no timing.
+//
+// With cfg.HibernateAfter positive the runs hibernate: once every session
+// suspended, Waiting waits until every run hibernated and reads the
+// worker's footprint and the database's size again (the report's
+// Hibernation); the restarted worker recovers none of them (its
+// Restart.Replayed is 0), and the answers wake them: each continuation is
+// started by the worker's engine, which hears of the wake.
 func Waiting(ctx context.Context, cfg WaitingConfig) (_ *WaitingReport, err error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
@@ -132,12 +156,16 @@ func Waiting(ctx context.Context, cfg WaitingConfig) (_ *WaitingReport, err erro
 	id := uuid.NewString()[:8]
 	w := &waitingRun{cfg: cfg, pool: pool, wakes: newWakeLog(), executorID: "helix-bench-wait-" + id, prefix: "bench-wait-" + id,
 		r: &WaitingReport{Config: WaitingReportConfig{Sessions: cfg.Sessions, WakeSamples: cfg.WakeSamples, Callers: cfg.Callers,
-			Starters: waitingStarters}}}
+			Starters: waitingStarters, HibernateAfter: "never"}}}
+	if cfg.hibernates() {
+		w.r.Config.HibernateAfter = cfg.HibernateAfter.String()
+		w.r.Hibernation = &WaitingHibernation{}
+	}
 	defer w.cleanup()
 	if w.r.Machine, err = describeMachine(ctx, pool); err != nil {
 		return nil, fmt.Errorf("bench: describe the database: %w", err)
 	}
-	for _, phase := range []func(context.Context) error{w.idle, w.start, w.restart, w.wake, w.drain, w.stop} {
+	for _, phase := range []func(context.Context) error{w.idle, w.start, w.hibernate, w.restart, w.wake, w.drain, w.stop} {
 		if err := phase(ctx); err != nil {
 			return nil, err
 		}
@@ -172,7 +200,8 @@ func (w *waitingRun) launchWorker(ctx context.Context, executorID string, timeou
 		return nil, 0, err
 	}
 	w.workers = append(w.workers, p)
-	l, err := p.call(ctx, workerRequest{Op: opLaunch, DatabaseURL: cfg.DatabaseURL, ExecutorID: executorID, MaxConns: cfg.MaxConns}, timeout)
+	l, err := p.call(ctx, workerRequest{Op: opLaunch, DatabaseURL: cfg.DatabaseURL, ExecutorID: executorID,
+		MaxConns: cfg.MaxConns, HibernateAfter: cfg.HibernateAfter}, timeout)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -227,7 +256,9 @@ func (w *waitingRun) idle(ctx context.Context) error {
 
 // start starts the sessions in worker A, waits until each waits for its
 // approval, and reads the footprint and the database's size with them
-// waiting.
+// waiting. When the sessions hibernate it returns once each suspended
+// (some may have hibernated already), reading the footprint only if all
+// of them still waited live.
 func (w *waitingRun) start(ctx context.Context) error {
 	n, a := w.cfg.Sessions, w.a
 	w.cfg.Progress(fmt.Sprintf("start: %d sessions, %d at a time, each to its approval wait", n, waitingStarters))
@@ -235,16 +266,13 @@ func (w *waitingRun) start(ctx context.Context) error {
 	if _, err := a.call(ctx, workerRequest{Op: opStart, Prefix: w.prefix, Sessions: n}, phaseTimeout(n)); err != nil {
 		return err
 	}
-	if _, err := w.awaitWaiting(ctx, a, began, "start"); err != nil {
-		return err
-	}
-	wall := time.Since(began)
-	w.r.Start = WaitingStart{WallS: round3(wall.Seconds()), SessionsPerSecond: round3(float64(n) / wall.Seconds())}
-	if err := sleep(ctx, waitingSettle); err != nil {
-		return err
-	}
 	var err error
-	if w.r.Waiting, _, err = footprint(ctx, a); err != nil {
+	if w.cfg.hibernates() {
+		err = w.awaitSuspended(ctx, began)
+	} else {
+		err = w.awaitLive(ctx, began)
+	}
+	if err != nil {
 		return err
 	}
 	m, err := markStorage(ctx, w.pool)
@@ -252,43 +280,177 @@ func (w *waitingRun) start(ctx context.Context) error {
 		return err
 	}
 	w.r.Database.BytesWaiting = m.tables
-	w.r.PerSession = perSession(w.r.Idle, w.r.Waiting, n)
-	w.r.PerSession.DatabaseBytes = round3(float64(m.tables-w.r.Database.BytesBefore) / float64(n))
+	w.r.PerSession.DatabaseBytes = w.perSessionBytes(m.tables)
 	return nil
 }
 
-// awaitWaiting returns once every session waits for its approval in p,
-// with how long that took from began.
-func (w *waitingRun) awaitWaiting(ctx context.Context, p *workerProc, began time.Time, label string) (time.Duration, error) {
+// startTook records the time from began to every session waiting.
+func (w *waitingRun) startTook(began time.Time) {
+	wall := time.Since(began)
+	w.r.Start = WaitingStart{WallS: round3(wall.Seconds()), SessionsPerSecond: round3(float64(w.cfg.Sessions) / wall.Seconds())}
+}
+
+// awaitLive waits until every session waits live in worker A and reads
+// A's footprint.
+func (w *waitingRun) awaitLive(ctx context.Context, began time.Time) error {
+	if err := w.awaitWaiting(ctx, w.a, "start"); err != nil {
+		return err
+	}
+	w.startTook(began)
+	if err := sleep(ctx, waitingSettle); err != nil {
+		return err
+	}
+	var err error
+	if w.r.Waiting, _, err = footprint(ctx, w.a); err != nil {
+		return err
+	}
+	w.r.PerSession = perSession(w.r.Idle, w.r.Waiting, w.cfg.Sessions)
+	return nil
+}
+
+// awaitSuspended waits until every session suspended on its approval
+// (its call pending and unanswered), waiting live in worker A or
+// hibernated. If all of them then wait live, it reads A's footprint at
+// once (no settling: they are about to hibernate) and keeps it if they
+// still all wait live after the reading.
+func (w *waitingRun) awaitSuspended(ctx context.Context, began time.Time) error {
 	n := w.cfg.Sessions
-	deadline, last := time.Now().Add(phaseTimeout(n)), time.Now()
+	if err := w.awaitAll(ctx, "start", "suspended on their approval", phaseTimeout(n), pollInterval, w.countSuspended, w.a); err != nil {
+		return err
+	}
+	w.startTook(began)
+	live, err := w.liveWaits(ctx, w.a)
+	if err != nil || live < n {
+		return err
+	}
+	f, _, err := footprint(ctx, w.a)
+	if err != nil {
+		return err
+	}
+	if live, err = w.liveWaits(ctx, w.a); err != nil || live < n {
+		return err
+	}
+	w.r.Waiting, w.r.PerSession = f, perSession(w.r.Idle, f, n)
+	w.r.Hibernation.LiveCaught = true
+	return nil
+}
+
+// hibernate waits until every session's run hibernated (its workflow
+// ended), then reads worker A's footprint and the database's size again;
+// a no-op unless the sessions hibernate.
+func (w *waitingRun) hibernate(ctx context.Context) error {
+	if !w.cfg.hibernates() {
+		return nil
+	}
+	n, h := w.cfg.Sessions, w.r.Hibernation
+	w.cfg.Progress(fmt.Sprintf("hibernate: until all %d runs hibernated (after %s of waiting) and their workflows ended", n, w.cfg.HibernateAfter))
+	began := time.Now()
+	if err := w.awaitAll(ctx, "hibernate", "hibernated", phaseTimeout(n)+w.cfg.HibernateAfter, pollInterval, w.countHibernated, w.a); err != nil {
+		return err
+	}
+	h.Hibernated, h.WallS = n, round3(time.Since(began).Seconds())
+	if err := sleep(ctx, waitingSettle); err != nil {
+		return err
+	}
+	var err error
+	if h.Footprint, _, err = footprint(ctx, w.a); err != nil {
+		return err
+	}
+	if h.LiveWaits, err = w.liveWaits(ctx, w.a); err != nil {
+		return err
+	}
+	m, err := markStorage(ctx, w.pool)
+	if err != nil {
+		return err
+	}
+	w.r.Database.BytesHibernated = m.tables
+	h.PerSession = perSession(w.r.Idle, h.Footprint, n)
+	h.PerSession.DatabaseBytes = w.perSessionBytes(m.tables)
+	return nil
+}
+
+// perSessionBytes is the database's growth from before the sessions to
+// tables bytes, per session.
+func (w *waitingRun) perSessionBytes(tables int64) float64 {
+	return round3(float64(tables-w.r.Database.BytesBefore) / float64(w.cfg.Sessions))
+}
+
+// awaitWaiting returns once every session waits for its approval in p.
+func (w *waitingRun) awaitWaiting(ctx context.Context, p *workerProc, label string) error {
+	return w.awaitAll(ctx, label, "wait for their approval", phaseTimeout(w.cfg.Sessions), pollInterval,
+		func(ctx context.Context) (int, error) { return w.liveWaits(ctx, p) }, p)
+}
+
+// awaitAll returns once count reaches every session, polling it every
+// interval and telling the progress every 2 s ("label: count/n sessions
+// what"); after timeout it fails, with the end of p's stderr.
+func (w *waitingRun) awaitAll(ctx context.Context, label, what string, timeout, interval time.Duration,
+	count func(context.Context) (int, error), p *workerProc) error {
+	n := w.cfg.Sessions
+	deadline, last := time.Now().Add(timeout), time.Now()
 	for {
-		l, err := p.call(ctx, workerRequest{Op: opWaiting}, requestTimeout)
+		c, err := count(ctx)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		if l.Waiting >= n {
-			return time.Since(began), nil
+		if c >= n {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("bench: %s: %d of %d sessions wait for their approval after %s: the worker is too slow or stuck "+
-				"(try fewer sessions, or a larger pool with --max-conns)%s", label, l.Waiting, n, phaseTimeout(n), p.stderrTail())
+			return fmt.Errorf("bench: %s: %d of %d sessions %s after %s: the worker is too slow or stuck "+
+				"(try fewer sessions, or a larger pool with --max-conns)%s", label, c, n, what, timeout, p.stderrTail())
 		}
 		if time.Since(last) >= 2*time.Second {
 			last = time.Now()
-			w.cfg.Progress(fmt.Sprintf("%s: %d/%d sessions wait for their approval", label, l.Waiting, n))
+			w.cfg.Progress(fmt.Sprintf("%s: %d/%d sessions %s", label, c, n, what))
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return 0, err
+		if err := sleep(ctx, interval); err != nil {
+			return err
 		}
 	}
 }
 
+// liveWaits asks worker p how many sessions wait for their approval in
+// it now (Engine.WaitsForAnswer).
+func (w *waitingRun) liveWaits(ctx context.Context, p *workerProc) (int, error) {
+	l, err := p.call(ctx, workerRequest{Op: opWaiting}, requestTimeout)
+	return l.Waiting, err
+}
+
+// countSuspended counts the sessions whose approval call is pending and
+// unanswered, whether their run waits live or hibernated.
+func (w *waitingRun) countSuspended(ctx context.Context) (int, error) {
+	var n int
+	err := w.pool.QueryRow(ctx, `SELECT count(*) FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
+		WHERE s.session_id LIKE $1 AND NOT p.value ? 'submission'`, w.prefix+"-%").Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("bench: count the suspended sessions: %w", err)
+	}
+	return n, nil
+}
+
+// countHibernated counts the sessions whose run is hibernated and whose
+// workflow ended (DBOS: SUCCESS): no process holds them.
+func (w *waitingRun) countHibernated(ctx context.Context) (int, error) {
+	var n int
+	err := w.pool.QueryRow(ctx, `SELECT count(*) FROM helix.runs r JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
+		WHERE r.session_id LIKE $1 AND r.hibernated_at IS NOT NULL AND w.status = 'SUCCESS'`, w.prefix+"-%").Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("bench: count the hibernated sessions: %w", err)
+	}
+	return n, nil
+}
+
 // restart kills worker A and starts worker B with its executor ID: B's
-// Launch recovers the waiting sessions, as a restarted process does.
+// Launch recovers the waiting sessions, as a restarted process does; it
+// replays none of the hibernated ones.
 func (w *waitingRun) restart(ctx context.Context) error {
-	n := w.cfg.Sessions
-	w.cfg.Progress(fmt.Sprintf("restart: SIGKILL worker A, worker B launches with its executor ID and recovers the %d sessions", n))
+	n, hib := w.cfg.Sessions, w.cfg.hibernates()
+	if hib {
+		w.cfg.Progress(fmt.Sprintf("restart: SIGKILL worker A, worker B launches with its executor ID; the %d hibernated sessions must stay so", n))
+	} else {
+		w.cfg.Progress(fmt.Sprintf("restart: SIGKILL worker A, worker B launches with its executor ID and recovers the %d sessions", n))
+	}
 	if err := w.a.kill(); err != nil {
 		return err
 	}
@@ -299,11 +461,13 @@ func (w *waitingRun) restart(ctx context.Context) error {
 	w.b = b
 	rs := &w.r.Restart
 	rs.LaunchMS = ms(launch)
-	recovered, err := w.awaitWaiting(ctx, b, time.Now(), "recovery")
-	if err != nil {
-		return err
+	if !hib {
+		began := time.Now()
+		if err := w.awaitWaiting(ctx, b, "recovery"); err != nil {
+			return err
+		}
+		rs.Recovered, rs.RecoveredS = n, round3(time.Since(began).Seconds())
 	}
-	rs.Recovered, rs.RecoveredS = n, round3(recovered.Seconds())
 	// Settled once the goroutine count holds still, within 1%, over a
 	// second.
 	settleBegan := time.Now()
@@ -325,7 +489,13 @@ func (w *waitingRun) restart(ctx context.Context) error {
 	rs.SettledS = round3(time.Since(settleBegan).Seconds())
 	rs.PerSession = perSession(w.r.Idle, rs.Footprint, n)
 	rs.ReplayedModelCalls = st.ModelCalls[0]
-	return nil
+	if rs.Replayed, err = w.liveWaits(ctx, b); err != nil {
+		return err
+	}
+	if hib {
+		rs.Hibernated, err = w.countHibernated(ctx)
+	}
+	return err
 }
 
 // wake answers the first WakeSamples sessions one at a time: each sample
@@ -418,27 +588,20 @@ func (w *waitingRun) drain(ctx context.Context) error {
 // awaitCompleted returns once every session completed, and records the
 // outcome.
 func (w *waitingRun) awaitCompleted(ctx context.Context) error {
-	n, o := w.cfg.Sessions, &w.r.Outcome
-	deadline, last := time.Now().Add(phaseTimeout(n)), time.Now()
-	for {
+	o := &w.r.Outcome
+	count := func(ctx context.Context) (int, error) {
 		if err := w.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(step_count), 0) FROM helix.sessions
 			WHERE agent_type = $1 AND status = 'completed'`, WaitingAgentName).Scan(&o.Completed, &o.Steps); err != nil {
-			return fmt.Errorf("bench: count the completed sessions: %w", err)
+			return 0, fmt.Errorf("bench: count the completed sessions: %w", err)
 		}
-		if o.Completed >= n {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: %d of %d sessions completed %s after their approval: the worker is too slow or stuck%s",
-				o.Completed, n, phaseTimeout(n), w.b.stderrTail())
-		}
-		if time.Since(last) >= 2*time.Second {
-			last = time.Now()
-			w.cfg.Progress(fmt.Sprintf("drain: %d/%d sessions completed", o.Completed, n))
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
+		return o.Completed, nil
+	}
+	if err := w.awaitAll(ctx, "drain", "completed", phaseTimeout(w.cfg.Sessions), 50*time.Millisecond, count, w.b); err != nil {
+		return err
+	}
+	if err := w.pool.QueryRow(ctx, `SELECT coalesce(sum(wakes), 0) FROM helix.runs WHERE session_id LIKE $1`,
+		w.prefix+"-%").Scan(&o.HibernationWakes); err != nil {
+		return fmt.Errorf("bench: count the runs' wakes: %w", err)
 	}
 	o.WokeOnce, o.ToolRuns, o.NextStepCalls = w.wakes.counts()
 	return nil

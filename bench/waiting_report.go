@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // WaitingReport is the outcome of Waiting: what sessions waiting for a
@@ -13,18 +14,23 @@ type WaitingReport struct {
 	Machine Machine             `json:"machine"`
 	Config  WaitingReportConfig `json:"config"`
 	// Idle is worker A launched, before any session; Waiting is worker A
-	// with every session waiting.
+	// with every session waiting live (zero when the sessions hibernate
+	// and some hibernated before all of them waited: see
+	// Hibernation.LiveCaught).
 	Idle    WorkerFootprint `json:"idle"`
-	Waiting WorkerFootprint `json:"waiting"`
-	// PerSession is the growth from Idle to Waiting, and of the database,
-	// per waiting session.
+	Waiting WorkerFootprint `json:"waiting,omitzero"`
+	// PerSession is the growth from Idle to Waiting, and of the database
+	// (once every session suspended), per waiting session.
 	PerSession PerWaitingSession `json:"perSession"`
 	Database   WaitingDatabase   `json:"database"`
 	Start      WaitingStart      `json:"start"`
-	Restart    WaitingRestart    `json:"restart"`
-	Wake       WaitingWake       `json:"wake"`
-	Drain      WaitingDrain      `json:"drain"`
-	Outcome    WaitingOutcome    `json:"outcome"`
+	// Hibernation is worker A with every session hibernated: set when the
+	// sessions hibernate (Config.HibernateAfter is not "never").
+	Hibernation *WaitingHibernation `json:"hibernation,omitempty"`
+	Restart     WaitingRestart      `json:"restart"`
+	Wake        WaitingWake         `json:"wake"`
+	Drain       WaitingDrain        `json:"drain"`
+	Outcome     WaitingOutcome      `json:"outcome"`
 	// DurationS is how long Waiting took.
 	DurationS float64 `json:"durationS"`
 }
@@ -37,6 +43,9 @@ type WaitingReportConfig struct {
 	Callers     int `json:"callers"`
 	// Starters is how many sessions the worker started at once.
 	Starters int `json:"starters"`
+	// HibernateAfter is the workers' engine.Config.HibernateAfter (a Go
+	// duration), or "never": the sessions wait live in the worker.
+	HibernateAfter string `json:"hibernateAfter"`
 }
 
 // WorkerFootprint is a worker process's footprint after a forced GC that
@@ -65,10 +74,30 @@ type PerWaitingSession struct {
 }
 
 // WaitingDatabase is the total size of the helix and dbos tables before the
-// sessions and with all of them waiting.
+// sessions, with all of them waiting (suspended), and with all of them
+// hibernated (when they hibernate).
 type WaitingDatabase struct {
-	BytesBefore  int64 `json:"bytesBefore"`
-	BytesWaiting int64 `json:"bytesWaiting"`
+	BytesBefore     int64 `json:"bytesBefore"`
+	BytesWaiting    int64 `json:"bytesWaiting"`
+	BytesHibernated int64 `json:"bytesHibernated,omitempty"`
+}
+
+// WaitingHibernation is worker A once every session's run hibernated: its
+// workflow ended, no goroutine of A waits for the answer.
+type WaitingHibernation struct {
+	// LiveCaught reports whether every session waited live in A when the
+	// last one suspended, and WaitingReport.Waiting was read then.
+	LiveCaught bool `json:"liveCaught"`
+	// Hibernated counts the runs hibernated, their workflows SUCCESS;
+	// WallS is the time from every session suspended to that.
+	Hibernated int     `json:"hibernated"`
+	WallS      float64 `json:"wallS"`
+	// Footprint is worker A's then, LiveWaits the waits it still held
+	// (Engine.WaitsForAnswer; 0); PerSession the growth over A's idle
+	// footprint, and of the database, per hibernated session.
+	Footprint  WorkerFootprint   `json:"footprint"`
+	LiveWaits  int               `json:"liveWaits"`
+	PerSession PerWaitingSession `json:"perSession"`
 }
 
 // WaitingStart is the time from the start request to every session
@@ -86,9 +115,16 @@ type WaitingRestart struct {
 	IdleLaunchMS float64 `json:"idleLaunchMs"`
 	LaunchMS     float64 `json:"launchMs"`
 	// RecoveredS is the time from B's Launch returning to every session
-	// waiting again in B; Recovered counts them.
+	// waiting again in B; Recovered counts them (both 0 when the sessions
+	// hibernated: B recovers none).
 	RecoveredS float64 `json:"recoveredS"`
 	Recovered  int     `json:"recovered"`
+	// Replayed counts the sessions whose wait B holds once settled
+	// (Engine.WaitsForAnswer): all of them recovered, or 0 when they
+	// hibernated. Hibernated counts the runs still hibernated then, their
+	// workflows SUCCESS (when they hibernate).
+	Replayed   int `json:"replayed"`
+	Hibernated int `json:"hibernated,omitempty"`
 	// SettledS is the further time until B's goroutine count held still.
 	SettledS float64 `json:"settledS"`
 	// Footprint is worker B's then; PerSession its growth over worker A's
@@ -136,6 +172,9 @@ type WaitingOutcome struct {
 	WokeOnce      int `json:"wokeOnce"`
 	ToolRuns      int `json:"toolRuns"`
 	NextStepCalls int `json:"nextStepCalls"`
+	// HibernationWakes sums the runs' wakes from hibernation
+	// (helix.runs.wakes): one per session when they hibernated, else 0.
+	HibernationWakes int `json:"hibernationWakes"`
 	// Failures counts the model calls of worker B that did not go as
 	// scripted.
 	Failures int64 `json:"failures"`
@@ -144,35 +183,67 @@ type WaitingOutcome struct {
 // WriteText writes the waiting-sessions report as text.
 func (r *WaitingReport) WriteText(w io.Writer) error {
 	var b strings.Builder
-	m, c, n := r.Machine, r.Config, r.Config.Sessions
-	fmt.Fprintf(&b, "helix-dbos waiting sessions: %d sessions waiting for an approval (%.0f s)\n", n, r.DurationS)
+	m, c, n, h := r.Machine, r.Config, r.Config.Sessions, r.Hibernation
+	mode := "live waits, never hibernated"
+	if h != nil {
+		mode = "hibernated after " + c.HibernateAfter + " of waiting"
+	}
+	fmt.Fprintf(&b, "helix-dbos waiting sessions: %d sessions waiting for an approval, %s (%.0f s)\n", n, mode, r.DurationS)
 	fmt.Fprintf(&b, "machine: %d CPU (%s), %.1f GiB, %s %s/%s\n", m.CPUs, orUnknown(m.CPUModel), m.MemoryGiB, m.GoVersion, m.OS, m.Arch)
 	fmt.Fprintf(&b, "postgres: %s, host %s; worker pool of %d\n\n", firstWords(m.Postgres, 2), m.DatabaseHost, m.PoolMaxConns)
 	fmt.Fprintf(&b, "%-34s %s\n", "worker A, idle:", footprintText(r.Idle))
-	fmt.Fprintf(&b, "%-34s %s\n", fmt.Sprintf("worker A, %d waiting:", n), footprintText(r.Waiting))
-	fmt.Fprintf(&b, "%-34s %s, database %.1f kB\n", "per waiting session:", perSessionText(r.PerSession), r.PerSession.DatabaseBytes/1024)
-	fmt.Fprintf(&b, "database (helix and dbos tables): %.1f MiB before, %.1f MiB with the sessions waiting\n",
-		mib(r.Database.BytesBefore), mib(r.Database.BytesWaiting))
-	fmt.Fprintf(&b, "start: %d sessions to their approval wait in %.1f s (%.0f/s, %d at a time)\n\n", n, r.Start.WallS, r.Start.SessionsPerSecond, c.Starters)
+	if h == nil || h.LiveCaught {
+		fmt.Fprintf(&b, "%-34s %s\n", fmt.Sprintf("worker A, %d waiting live:", n), footprintText(r.Waiting))
+		fmt.Fprintf(&b, "%-34s %s, database %.1f kB\n", "per waiting session:", perSessionText(r.PerSession), r.PerSession.DatabaseBytes/1024)
+	} else {
+		fmt.Fprintf(&b, "%-34s not caught: runs hibernated before all %d waited live (a longer --hibernate-after catches it)\n",
+			fmt.Sprintf("worker A, %d waiting live:", n), n)
+		fmt.Fprintf(&b, "%-34s database %.1f kB\n", "per waiting session:", r.PerSession.DatabaseBytes/1024)
+	}
+	if h != nil {
+		fmt.Fprintf(&b, "%-34s %s; %d waits held\n", fmt.Sprintf("worker A, %d hibernated:", h.Hibernated), footprintText(h.Footprint), h.LiveWaits)
+		fmt.Fprintf(&b, "%-34s %s, database %.1f kB\n", "per hibernated session:", perSessionText(h.PerSession), h.PerSession.DatabaseBytes/1024)
+	}
+	fmt.Fprintf(&b, "database (helix and dbos tables): %.1f MiB before, %.1f MiB with the sessions waiting", mib(r.Database.BytesBefore), mib(r.Database.BytesWaiting))
+	if h != nil {
+		fmt.Fprintf(&b, ", %.1f MiB hibernated", mib(r.Database.BytesHibernated))
+	}
+	fmt.Fprintf(&b, "\nstart: %d sessions to their approval wait in %.1f s (%.0f/s, %d at a time)\n", n, r.Start.WallS, r.Start.SessionsPerSecond, c.Starters)
+	if h != nil {
+		fmt.Fprintf(&b, "hibernation: all %d runs hibernated, their workflows ended, %.1f s after the last one suspended\n", h.Hibernated, h.WallS)
+	}
+	b.WriteString("\n")
 	rs := r.Restart
-	fmt.Fprintf(&b, "restart (SIGKILL, same executor ID): Launch %.0f ms (idle: %.0f ms); all %d waiting again %.2f s after it returned; settled %.1f s later; step-1 model calls replayed: %d\n",
-		rs.LaunchMS, rs.IdleLaunchMS, rs.Recovered, rs.RecoveredS, rs.SettledS, rs.ReplayedModelCalls)
-	fmt.Fprintf(&b, "%-34s %s\n", "worker B, recovered:", footprintText(rs.Footprint))
-	fmt.Fprintf(&b, "%-34s %s\n\n", "per recovered session:", perSessionText(rs.PerSession))
+	if h == nil {
+		fmt.Fprintf(&b, "restart (SIGKILL, same executor ID): Launch %.0f ms (idle: %.0f ms); all %d waiting again %.2f s after it returned; settled %.1f s later; step-1 model calls replayed: %d\n",
+			rs.LaunchMS, rs.IdleLaunchMS, rs.Recovered, rs.RecoveredS, rs.SettledS, rs.ReplayedModelCalls)
+		fmt.Fprintf(&b, "%-34s %s\n", "worker B, recovered:", footprintText(rs.Footprint))
+		fmt.Fprintf(&b, "%-34s %s\n\n", "per recovered session:", perSessionText(rs.PerSession))
+	} else {
+		fmt.Fprintf(&b, "restart (SIGKILL, same executor ID): Launch %.0f ms (idle: %.0f ms); replayed: %d (waits B holds), %d runs still hibernated; settled %.1f s after Launch; step-1 model calls replayed: %d\n",
+			rs.LaunchMS, rs.IdleLaunchMS, rs.Replayed, rs.Hibernated, rs.SettledS, rs.ReplayedModelCalls)
+		fmt.Fprintf(&b, "%-34s %s\n", "worker B, launched:", footprintText(rs.Footprint))
+		fmt.Fprintf(&b, "%-34s %s\n\n", "per hibernated session:", perSessionText(rs.PerSession))
+	}
 	wk := r.Wake
-	fmt.Fprintf(&b, "wake, %d sessions approved one at a time (ms):  p50     p99     mean    max\n", wk.Samples)
+	title := fmt.Sprintf("wake, %d sessions approved one at a time (ms):", wk.Samples)
+	if h != nil {
+		title = fmt.Sprintf("wake from hibernation, %d sessions approved one at a time (ms):", wk.Samples)
+	}
+	width := max(44, utf8.RuneCountInString(title)-3) // the rows' name column
+	fmt.Fprintf(&b, "%-*s  p50     p99     mean    max\n", width+3, title)
 	for _, row := range []struct {
 		name string
 		d    Distribution
 	}{{"approval → tool ran", wk.SubmitToTool}, {"approval → next model call", wk.SubmitToNextStep}, {"SubmitToolResult", wk.Submit}} {
-		fmt.Fprintf(&b, "  %-44s %7.2f %7.2f %7.2f %7.2f\n", row.name, row.d.P50MS, row.d.P99MS, row.d.MeanMS, row.d.MaxMS)
+		fmt.Fprintf(&b, "  %-*s %7.2f %7.2f %7.2f %7.2f\n", width, row.name, row.d.P50MS, row.d.P99MS, row.d.MeanMS, row.d.MaxMS)
 	}
 	d := r.Drain
 	fmt.Fprintf(&b, "drain, %d sessions by %d concurrent callers: %.0f approvals/s (%.1f s), %.0f sessions completed/s (%.1f s)\n",
 		d.Sessions, d.Callers, d.ApprovalsPerSecond, d.SubmitWallS, d.CompletedPerSecond, d.CompleteWallS)
 	o := r.Outcome
-	fmt.Fprintf(&b, "outcome: %d of %d sessions completed (%d steps); %d woke once (%d tool runs, %d step-2 model calls); %d failures\n",
-		o.Completed, n, o.Steps, o.WokeOnce, o.ToolRuns, o.NextStepCalls, o.Failures)
+	fmt.Fprintf(&b, "outcome: %d of %d sessions completed (%d steps); %d woke once (%d tool runs, %d step-2 model calls, %d wakes from hibernation); %d failures\n",
+		o.Completed, n, o.Steps, o.WokeOnce, o.ToolRuns, o.NextStepCalls, o.HibernationWakes, o.Failures)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -21,25 +22,19 @@ import (
 func TestWaitingSmall(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	var lines []string
-	r, err := Waiting(t.Context(), WaitingConfig{DatabaseURL: url, Sessions: 20, WakeSamples: 5, Callers: 4,
-		Worker: func() *exec.Cmd {
-			cmd := exec.Command(exe)
-			cmd.Env = append(os.Environ(), waitingWorkerEnv+"=1")
-			return cmd
-		},
-		Progress: func(s string) { lines = append(lines, s) }})
+	r, err := Waiting(t.Context(), smallWaiting(t, url, 0, &lines))
 	require.NoError(t, err)
 
-	require.Equal(t, WaitingReportConfig{Sessions: 20, WakeSamples: 5, Callers: 4, Starters: waitingStarters}, r.Config)
+	require.Equal(t, WaitingReportConfig{Sessions: 20, WakeSamples: 5, Callers: 4, Starters: waitingStarters, HibernateAfter: "never"}, r.Config)
+	require.Nil(t, r.Hibernation)
 	// Every session woke once, through its approved tool and then its
 	// second model call, and completed with its two steps.
 	require.Equal(t, WaitingOutcome{Completed: 20, Steps: 40, WokeOnce: 20, ToolRuns: 20, NextStepCalls: 20}, r.Outcome)
 	// The restarted worker recovered every session, without calling the
 	// model again for the step the killed one had played.
 	require.Equal(t, 20, r.Restart.Recovered)
+	require.Equal(t, 20, r.Restart.Replayed)
 	require.Zero(t, r.Restart.ReplayedModelCalls)
 	require.Positive(t, r.Restart.LaunchMS)
 	require.Positive(t, r.Restart.IdleLaunchMS)
@@ -75,17 +70,104 @@ func TestWaitingSmall(t *testing.T) {
 	require.Positive(t, r.Machine.PoolMaxConns)
 	require.Contains(t, lines, "wake: 5 sessions approved one at a time")
 	require.Contains(t, lines, "drain: 15 sessions approved by 4 concurrent callers")
+	requireAllCompleted(t, url)
+	requireReportRoundTrips(t, r, "20 sessions waiting for an approval, live waits", "per waiting session:",
+		"restart (SIGKILL, same executor ID)", "worker B, recovered:", "approval → next model call",
+		"drain, 15 sessions by 4 concurrent callers", "outcome: 20 of 20 sessions completed")
+}
 
+// TestWaitingHibernated runs the waiting-sessions mode with runs that
+// hibernate after 200 ms: every run hibernates (no wait left in worker A),
+// the restarted worker replays none of them, and each wakes once on its
+// approval and completes. It asserts counts and structure, no timing.
+func TestWaitingHibernated(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var lines []string
+	r, err := Waiting(t.Context(), smallWaiting(t, url, 200*time.Millisecond, &lines))
+	require.NoError(t, err)
+
+	require.Equal(t, "200ms", r.Config.HibernateAfter)
+	h := r.Hibernation
+	require.NotNil(t, h)
+	// Every run hibernated, its workflow ended: worker A holds no wait,
+	// and no goroutine per session.
+	require.Equal(t, 20, h.Hibernated)
+	require.Zero(t, h.LiveWaits)
+	require.Positive(t, h.Footprint.RSSBytes)
+	require.Positive(t, h.Footprint.Goroutines)
+	require.Less(t, h.PerSession.Goroutines, 1.0)
+	require.Positive(t, h.PerSession.DatabaseBytes)
+	require.Positive(t, r.Database.BytesHibernated)
+	if !h.LiveCaught {
+		require.Zero(t, r.Waiting)
+	}
+	// Worker B replays nothing: no wait, no model call, every run still
+	// hibernated.
+	rs := r.Restart
+	require.Zero(t, rs.Replayed)
+	require.Zero(t, rs.Recovered)
+	require.Zero(t, rs.ReplayedModelCalls)
+	require.Equal(t, 20, rs.Hibernated)
+	require.Positive(t, rs.LaunchMS)
+	require.Less(t, rs.PerSession.Goroutines, 1.0)
+	// Each run woke once from hibernation, ran its approved tool and its
+	// second model call once, and completed.
+	require.Equal(t, WaitingOutcome{Completed: 20, Steps: 40, WokeOnce: 20, ToolRuns: 20, NextStepCalls: 20, HibernationWakes: 20}, r.Outcome)
+	require.Equal(t, 5, r.Wake.Samples)
+	require.Equal(t, 5, r.Wake.SubmitToNextStep.Count)
+	require.Equal(t, 15, r.Drain.Sessions)
+	require.Contains(t, lines, "hibernate: until all 20 runs hibernated (after 200ms of waiting) and their workflows ended")
+
+	conn := requireAllCompleted(t, url)
+	var once, continued int
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE r.wakes = 1 AND r.hibernated_at IS NULL AND r.woken_at IS NULL),
+		count(*) FILTER (WHERE w.status = 'SUCCESS') FROM helix.runs r JOIN helix.sessions s USING (session_id)
+		LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = helix.wake_workflow_id(r.workflow_id, 1) WHERE s.agent_type = $1`,
+		WaitingAgentName).Scan(&once, &continued))
+	require.Equal(t, 20, once, "every run woke once")
+	require.Equal(t, 20, continued, "every run's continuation succeeded")
+	requireReportRoundTrips(t, r, "20 sessions waiting for an approval, hibernated after 200ms", "worker A, 20 hibernated:",
+		"per hibernated session:", "replayed: 0 (waits B holds), 20 runs still hibernated", "wake from hibernation, 5 sessions",
+		"outcome: 20 of 20 sessions completed", "20 wakes from hibernation")
+}
+
+// smallWaiting is the configuration of the small end-to-end runs: 20
+// sessions, whose workers are this test binary (TestMain), their progress
+// lines into lines.
+func smallWaiting(t *testing.T, url string, hibernateAfter time.Duration, lines *[]string) WaitingConfig {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	return WaitingConfig{DatabaseURL: url, Sessions: 20, WakeSamples: 5, Callers: 4, HibernateAfter: hibernateAfter,
+		Worker: func() *exec.Cmd {
+			cmd := exec.Command(exe)
+			cmd.Env = append(os.Environ(), waitingWorkerEnv+"=1")
+			return cmd
+		},
+		Progress: func(s string) { *lines = append(*lines, s) }}
+}
+
+// requireAllCompleted checks that the 20 sessions completed with no call
+// left waiting, and returns a connection to url.
+func requireAllCompleted(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
 	conn, err := pgx.Connect(t.Context(), url)
 	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	var sessions, pending int
 	require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE status = 'completed'),
 		count(*) FILTER (WHERE pending_client_tool_calls <> '{}'::jsonb) FROM helix.sessions WHERE agent_type = $1`,
 		WaitingAgentName).Scan(&sessions, &pending))
 	require.Equal(t, 20, sessions)
 	require.Zero(t, pending, "no call left waiting")
+	return conn
+}
 
+// requireReportRoundTrips checks that r survives JSON and that its text
+// holds each of want.
+func requireReportRoundTrips(t *testing.T, r *WaitingReport, want ...string) {
+	t.Helper()
 	b, err := json.Marshal(r)
 	require.NoError(t, err)
 	var back WaitingReport
@@ -93,9 +175,8 @@ func TestWaitingSmall(t *testing.T) {
 	require.Equal(t, *r, back)
 	var text bytes.Buffer
 	require.NoError(t, r.WriteText(&text))
-	for _, want := range []string{"20 sessions waiting for an approval", "per waiting session:", "restart (SIGKILL, same executor ID)",
-		"approval → next model call", "drain, 15 sessions by 4 concurrent callers", "outcome: 20 of 20 sessions completed"} {
-		require.Contains(t, text.String(), want)
+	for _, w := range want {
+		require.Contains(t, text.String(), w)
 	}
 }
 

@@ -75,10 +75,12 @@ const (
 // workerRequest is one line the parent writes on a worker's stdin.
 type workerRequest struct {
 	Op string `json:"op"`
-	// DatabaseURL, ExecutorID and MaxConns configure opLaunch.
-	DatabaseURL string `json:"databaseUrl,omitempty"`
-	ExecutorID  string `json:"executorId,omitempty"`
-	MaxConns    int    `json:"maxConns,omitempty"`
+	// DatabaseURL, ExecutorID, MaxConns and HibernateAfter (the engine's
+	// Config.HibernateAfter, in ns) configure opLaunch.
+	DatabaseURL    string        `json:"databaseUrl,omitempty"`
+	ExecutorID     string        `json:"executorId,omitempty"`
+	MaxConns       int           `json:"maxConns,omitempty"`
+	HibernateAfter time.Duration `json:"hibernateAfter,omitempty"`
 	// Prefix and Sessions configure opStart.
 	Prefix   string `json:"prefix,omitempty"`
 	Sessions int    `json:"sessions,omitempty"`
@@ -210,7 +212,7 @@ func (w *waitingWorker) launch(ctx context.Context, req workerRequest) (workerLi
 	}
 	logger := zerolog.New(w.log).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	eng, err := engine.New(ctx, engine.Config{Pool: pool, AppName: appName, ExecutorID: req.ExecutorID,
-		ApplicationVersion: applicationVersion, Logger: &logger})
+		ApplicationVersion: applicationVersion, Logger: &logger, HibernateAfter: req.HibernateAfter})
 	if err != nil {
 		pool.Close()
 		return workerLine{}, err

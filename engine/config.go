@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
@@ -34,6 +35,8 @@ const (
 	DefaultApplicationVersion = "helix-dbos-v1"
 	// DefaultShutdownTimeout bounds Shutdown's wait for running steps.
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultHibernateAfter is Config.HibernateAfter's default.
+	DefaultHibernateAfter = steps.DefaultHibernateAfter
 	// DefaultRecordedRunSweepInterval is how often a launched engine
 	// looks for recorded runs that no engine started (see
 	// Config.RecordedRunSweepInterval).
@@ -105,6 +108,17 @@ type Config struct {
 	// DefaultRecordedRunSweepInterval; one cheap query per sweep
 	// (postgres.ListOrphanRuns).
 	RecordedRunSweepInterval time.Duration
+	// HibernateAfter is how long a run waits for people (an approval, a
+	// client tool) in its workflow before it hibernates: it records what
+	// it waits for and ends its workflow, holding no goroutine and no
+	// memory in any process, and an answer, an interrupt or the call's
+	// deadline wakes it in a continuation workflow, on whichever engine
+	// hears of it first (see docs/engine.md, "Hibernation"). Answers
+	// within it wake the run as a live wait does. 0 means
+	// DefaultHibernateAfter; negative never hibernates. Root runs that
+	// start at once hibernate; a queued run's, a sub-agent's and a
+	// persistent companion's runs wait in their workflow.
+	HibernateAfter time.Duration
 	// Clock, for tests, is the time of the deadlines of calls that wait for
 	// people (helix.ClientTimeout): when a call started waiting, when its
 	// deadline passes, when it was answered. helixtest sets one that a test
@@ -188,6 +202,7 @@ func (c *Config) withDefaults() error {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	c.RecordedRunSweepInterval = cmp.Or(c.RecordedRunSweepInterval, DefaultRecordedRunSweepInterval)
+	c.HibernateAfter = cmp.Or(c.HibernateAfter, DefaultHibernateAfter)
 	for i, v := range c.AdoptVersions {
 		switch {
 		case v == "":

@@ -415,8 +415,15 @@ func (c control) abortOne(ctx context.Context, st *store.SessionState, msg strin
 		return err
 	}
 	if run.WorkflowID != "" {
-		if err := dbos.CancelWorkflow(c.dbos, run.WorkflowID); err != nil {
-			return fmt.Errorf("engine: cancel workflow %s: %w", run.WorkflowID, err)
+		// The run's workflow, and its continuation when it was woken from
+		// hibernation (which may not have started yet: it then runs
+		// nothing, its run being ended below).
+		ids := []string{run.WorkflowID}
+		if cur := currentWorkflow(run); cur != run.WorkflowID {
+			ids = append(ids, cur)
+		}
+		if err := dbos.CancelWorkflows(c.dbos, ids); err != nil {
+			return fmt.Errorf("engine: cancel workflows %v: %w", ids, err)
 		}
 		if err := c.cancelSegments(ctx, run.WorkflowID); err != nil {
 			return err

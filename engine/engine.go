@@ -118,6 +118,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	env := steps.NewEnv(st, log)
 	env.Clock = cfg.clock()
+	env.HibernateAfter = max(cfg.HibernateAfter, 0)
 	env.Telemetry = steps.NewTelemetry(cfg.tracerProvider(), cfg.ExecutorID)
 	l := newLease(cfg.ExecutorLease)
 	env.DataSource, env.DBOS, env.Fence = ds, dctx, newFence(l, pool, cfg.ExecutorID)
@@ -277,6 +278,17 @@ func (e *Engine) Launch(ctx context.Context) error {
 
 // start starts (or joins, when it exists) a run's workflow: through the
 // queue with adm, or at once without.
+// startWake starts continuation n of the woken run runID, whose workflow
+// is origin (workflows.WakeID; several engines may start it: one runs).
+func (e *Engine) startWake(sessionID, runID, origin string, n int) error {
+	in := workflows.TurnInput{SessionID: sessionID, RunID: runID, Wake: n, Origin: origin}
+	id := workflows.WakeID(origin, n)
+	if _, err := dbos.RunWorkflow(e.dbos, e.turn, in, dbos.WithWorkflowID(id)); err != nil {
+		return fmt.Errorf("engine: start workflow %s (run %s woken from hibernation): %w", id, runID, err)
+	}
+	return nil
+}
+
 func (e *Engine) start(sessionID, runID, workflowID string, adm *workflows.Admission) error {
 	in := workflows.TurnInput{SessionID: sessionID, RunID: runID, Queue: adm}
 	if adm != nil {

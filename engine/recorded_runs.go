@@ -63,6 +63,12 @@ func (e *Engine) startRecordedRuns(ctx context.Context) (*loop, error) {
 				continue
 			case <-sweep:
 			case <-t.C:
+				// Hibernated runs whose deadline passed wake (announced
+				// on the channel this loop listens to).
+				if _, err := postgres.WakeDue(lctx, postgres.PgxQuerier(e.pool), e.env.Clock.Now()); err != nil && lctx.Err() == nil {
+					e.log.Warn().Err(err).Str("event", "run.wake_sweep_failed").
+						Msg("could not wake the hibernated runs whose deadline passed; retrying at the next sweep")
+				}
 			}
 			if err := e.startOrphans(lctx, warned); err != nil && lctx.Err() == nil {
 				e.log.Warn().Err(err).Str("event", "run.orphan_sweep_failed").
@@ -136,6 +142,11 @@ func (e *Engine) startOrphan(o postgres.OrphanRun, announced bool, warned map[st
 			warned[o.RunID] = true
 		}
 		return nil
+	}
+	if o.Wake > 0 {
+		e.log.Debug().Str("event", "run.woken").Str("sessionId", o.SessionID).Str("runId", o.RunID).Int("wake", o.Wake).
+			Msg("starting a run woken from hibernation")
+		return e.startWake(o.SessionID, o.RunID, o.WorkflowID, o.Wake)
 	}
 	if announced {
 		e.log.Debug().Str("event", "run.recorded_started").Str("sessionId", o.SessionID).Str("runId", o.RunID).

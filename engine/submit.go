@@ -187,8 +187,14 @@ func (c control) interrupt(ctx context.Context, sessionID, reason string) error 
 		if p.Resolved() || p.WorkflowID == "" {
 			continue
 		}
-		if err := recv.Send(c.dbos, nil, p.WorkflowID, p.ToolCallID, recv.Message{Kind: recv.KindWake}, recv.WakeKey(p.ToolCallID, nonce)); err != nil {
-			errs = append(errs, err)
+		// Sent as answers are (helix.send_tool_message), so that it also
+		// wakes a hibernated run.
+		sql, args, err := recv.SendStatement(p.WorkflowID, p.ToolCallID, recv.Message{Kind: recv.KindWake}, recv.WakeKey(p.ToolCallID, nonce))
+		if err == nil {
+			_, err = c.pool.Exec(ctx, sql, args...)
+		}
+		if err != nil && !recv.Cancelled(err) { // a cancelled workflow is being aborted: nothing waits
+			errs = append(errs, fmt.Errorf("engine: wake workflow %s for tool call %s: %w", p.WorkflowID, p.ToolCallID, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -49,6 +49,12 @@ const (
 // chaosEnvQueued=1 makes a worker admit its sessions through a queue.
 const chaosEnvQueued = "HELIX_CHAOS_QUEUED"
 
+// chaosHibernateAfter is the workers' Config.HibernateAfter: shorter than
+// the submitter's poll (50 ms), so that most waits of the root runs that
+// start at once hibernate and are woken by their answers, some racing
+// them.
+const chaosHibernateAfter = 30 * time.Millisecond
+
 // chaosLease is every worker's executor lease.
 const chaosLease = 2 * time.Second
 
@@ -596,6 +602,14 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	require.Equal(t, messages, distinct, "one message per call")
 	require.Equal(t, messages, consumed, "each consumed once")
 
+	// Hibernation: waits of root runs that start at once hibernated and
+	// were woken by their answers; none is left hibernated.
+	var woken, wakes, hibernated int
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE wakes > 0), COALESCE(sum(wakes), 0),
+		count(*) FILTER (WHERE hibernated_at IS NOT NULL OR woken_at IS NOT NULL) FROM helix.runs`).Scan(&woken, &wakes, &hibernated))
+	require.Zero(t, hibernated, "every run woke and completed")
+	require.Positive(t, woken, "waits longer than %s hibernated", chaosHibernateAfter)
+
 	// Sessions' runs admitted through the queue (by the queued workers):
 	// their segments' parents, sub-agents' runs aside (their parent's
 	// stream says subagent_start instead of run_queued).
@@ -608,8 +622,8 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	require.Equal(t, queued, queuedChunks, "each queued run says so in its stream, once")
 
 	c.mu.Lock()
-	c.log = append(c.log, fmt.Sprintf("%d tool calls, %d run more than once (a kill landed before their checkpoint); %d stream resyncs; %d runs queued",
-		len(byKey), repeated, resyncs, queued))
+	c.log = append(c.log, fmt.Sprintf("%d tool calls, %d run more than once (a kill landed before their checkpoint); %d stream resyncs; %d runs queued; "+
+		"%d runs hibernated and woke (%d wakes)", len(byKey), repeated, resyncs, queued, woken, wakes))
 	c.mu.Unlock()
 }
 

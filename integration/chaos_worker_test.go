@@ -275,7 +275,8 @@ func runChaosWorker(ctx context.Context, url, id string, lease time.Duration, lo
 	defer pool.Close()
 	rig := &chaosRig{pool: pool, worker: id}
 	agents := rig.agents()
-	cfg := engine.Config{DatabaseURL: url, ExecutorID: id, ExecutorLease: lease, Logger: &log, ShutdownTimeout: 2 * time.Second}
+	cfg := engine.Config{DatabaseURL: url, ExecutorID: id, ExecutorLease: lease, Logger: &log, ShutdownTimeout: 2 * time.Second,
+		HibernateAfter: chaosHibernateAfter}
 	if os.Getenv(chaosEnvQueued) == "1" {
 		cfg.Queue = &engine.QueueConfig{WorkerConcurrency: 8, PollingInterval: 50 * time.Millisecond}
 	}

@@ -35,6 +35,8 @@ const (
 	// crashExecutorID); crashEnvLease sets its executor lease.
 	crashEnvExecutor = "HELIX_CRASH_EXECUTOR"
 	crashEnvLease    = "HELIX_CRASH_LEASE"
+	// crashEnvHibernate sets the child's Config.HibernateAfter.
+	crashEnvHibernate = "HELIX_CRASH_HIBERNATE"
 
 	// crashModeRun starts both sessions and waits to be killed.
 	crashModeRun = "run"
@@ -300,6 +302,11 @@ func runCrashChild(ctx context.Context) error {
 	if v := os.Getenv(crashEnvLease); v != "" {
 		if cfg.ExecutorLease, err = time.ParseDuration(v); err != nil {
 			return fmt.Errorf("%s: %w", crashEnvLease, err)
+		}
+	}
+	if v := os.Getenv(crashEnvHibernate); v != "" {
+		if cfg.HibernateAfter, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("%s: %w", crashEnvHibernate, err)
 		}
 	}
 	e, err := engine.New(ctx, cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,6 +27,10 @@ const (
 	// hitlKillConsumed kills the process after both answers were consumed,
 	// while the approved tool runs.
 	hitlKillConsumed = "consumed"
+	// hitlKillHibernated kills the process once the run hibernated (its
+	// workflow ended): the answers wake it in a continuation that another
+	// process starts.
+	hitlKillHibernated = "hibernated"
 
 	hitlTarget = "hitl-target"
 	hitlInput  = "Record s1, ask the user, then confirm."
@@ -100,7 +105,7 @@ func (r *crashRig) hitlAgent() *helix.Agent {
 func TestHITLCrashRecovery(t *testing.T) {
 	t.Parallel()
 	server := serverURL(t)
-	for _, point := range []string{hitlKillWaiting, hitlKillConsumed} {
+	for _, point := range []string{hitlKillWaiting, hitlKillConsumed, hitlKillHibernated} {
 		for _, to := range crashTakeovers {
 			t.Run(point+"/"+to.name, func(t *testing.T) {
 				t.Parallel()
@@ -112,7 +117,12 @@ func TestHITLCrashRecovery(t *testing.T) {
 
 func testHITLCrash(t *testing.T, server, point string, to crashTakeover) {
 	d := newCrashDB(t, server)
-	killed := startCrashChild(t, d.url, hitlModeRun, point, 1, to.killedEnv...)
+	killedEnv, recoveringEnv := to.killedEnv, to.recoveringEnv
+	if point == hitlKillHibernated {
+		hib := crashEnvHibernate + "=200ms"
+		killedEnv, recoveringEnv = append(slices.Clone(killedEnv), hib), append(slices.Clone(recoveringEnv), hib)
+	}
+	killed := startCrashChild(t, d.url, hitlModeRun, point, 1, killedEnv...)
 	killed.waitFor(t, "the run to suspend", func(ctx context.Context) (bool, error) {
 		var status string
 		err := d.pool.QueryRow(ctx, `SELECT status FROM helix.runs WHERE session_id = $1`, hitlTarget).Scan(&status)
@@ -139,14 +149,26 @@ func testHITLCrash(t *testing.T, server, point string, to crashTakeover) {
 		}
 	}
 	var killedAt time.Time
-	if point == hitlKillWaiting {
+	switch point {
+	case hitlKillWaiting:
 		killed.kill(t)
 		killedAt = d.now(t)
 		d.waitGone(t, killed.appName)
 		to.afterKill(t, d)
 		answer() // nothing runs the session now: it is between owners
 		require.Equal(t, "PENDING", d.workflowStatus(t, hitlTarget))
-	} else {
+	case hitlKillHibernated:
+		killed.waitFor(t, "the run to hibernate", func(ctx context.Context) (bool, error) {
+			var hibernated bool
+			err := d.pool.QueryRow(ctx, `SELECT hibernated_at IS NOT NULL FROM helix.runs WHERE session_id = $1`, hitlTarget).Scan(&hibernated)
+			return hibernated && d.workflowStatus(t, hitlTarget) == "SUCCESS", err
+		})
+		killed.kill(t)
+		killedAt = d.now(t)
+		d.waitGone(t, killed.appName)
+		to.afterKill(t, d)
+		answer() // no process holds the session, and none needs to be taken over
+	default:
 		answer()
 		killed.waitFor(t, "the approved tool to start", func(ctx context.Context) (bool, error) {
 			var n int
@@ -159,9 +181,13 @@ func testHITLCrash(t *testing.T, server, point string, to crashTakeover) {
 		to.afterKill(t, d)
 	}
 
-	recovering := startCrashChild(t, d.url, hitlModeRecover, "", 2, to.recoveringEnv...)
+	recovering := startCrashChild(t, d.url, hitlModeRecover, "", 2, recoveringEnv...)
 	recovering.wait(t)
-	to.check(t, d, killedAt)
+	if point != hitlKillHibernated {
+		// A hibernated session needs no takeover: the recovering process
+		// may finish it before its sweep claims the dead executor.
+		to.check(t, d, killedAt)
+	}
 
 	st, err := d.st.LoadState(t.Context(), hitlTarget)
 	require.NoError(t, err)
@@ -170,6 +196,9 @@ func testHITLCrash(t *testing.T, server, point string, to crashTakeover) {
 	runs, err := d.st.ListRuns(t.Context(), hitlTarget)
 	require.NoError(t, err)
 	require.Len(t, runs, 1, "the suspended run itself finished")
+	if point == hitlKillHibernated {
+		require.Equal(t, 1, runs[0].Wakes, "one continuation took both answers")
+	}
 	require.Equal(t, "SUCCESS", d.workflowStatus(t, hitlTarget))
 
 	msgs := d.messages(t, hitlTarget)

@@ -21,6 +21,9 @@ type BeginInput struct {
 	SessionID  string `json:"sessionId"`
 	RunID      string `json:"runId"`
 	WorkflowID string `json:"workflowId"`
+	// Wake numbers the continuation that begins (a run woken from
+	// hibernation), 0 for the run's own workflow or a segment.
+	Wake int `json:"wake,omitempty"`
 }
 
 // BeginRun returns the transaction that starts executing a run: it reads the
@@ -48,6 +51,11 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 		if run.WorkflowID != "" && run.WorkflowID != in.WorkflowID {
 			info.Done = ForkRefused(in.WorkflowID, run.RunID, run.WorkflowID)
 			return info, nil
+		}
+		if in.Wake > 0 {
+			if err := postgres.BeginContinuation(ctx, txQuerier{tx}, run.RunID, in.Wake); err != nil {
+				return RunInfo{}, err
+			}
 		}
 		if run.Status.Final() {
 			info.Done = &Outcome{Status: run.Status, Error: run.Error, Output: st.Output, Steps: run.StepCount}

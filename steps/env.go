@@ -63,6 +63,9 @@ type Env struct {
 	// (store their deadlines with the store's clock, postgres.WithClock,
 	// the same one). NewEnv sets SystemClock; never nil.
 	Clock Clock
+	// HibernateAfter is how long a run waits for people in its workflow
+	// before it hibernates (NameHibernate), on Clock; 0 or negative: never.
+	HibernateAfter time.Duration
 	// Probe, when set, is called at the loop's probe points (ProbePoint);
 	// an error stops the run there (ProbeStop). For test kits; nil in
 	// production.
@@ -241,6 +244,11 @@ type Outcome struct {
 	// driver waits for each one's outcome (holding no slot) and hands them
 	// to the next segment, which finishes the step.
 	Children []AwaitChild `json:"children,omitempty"`
+	// Hibernated is set on the outcome of a workflow that hibernated its
+	// run, which waits for people with no workflow running it until a wake
+	// starts a continuation (postgres.HibernateRun). Status is then
+	// RunSuspendedClientTool.
+	Hibernated bool `json:"hibernated,omitempty"`
 }
 
 // AwaitChild is a sub-agent's run a queued run's driver waits for.

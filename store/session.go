@@ -246,6 +246,12 @@ type Run struct {
 	// wait in its sub-agents) and the run went on in place; nil for a run
 	// that never waited.
 	AnsweredAt *time.Time `json:"answeredAt,omitempty"`
+	// HibernatedAt is when the run, waiting for people, last hibernated
+	// (no workflow runs it until a wake), nil when it is not hibernated.
+	HibernatedAt *time.Time `json:"hibernatedAt,omitempty"`
+	// Wakes counts the run's wakes from hibernation: its workflow is
+	// continuation Wakes of WorkflowID (workflows.WakeID) when not 0.
+	Wakes int `json:"wakes,omitempty"`
 }
 
 // Admission is how a run is admitted through a queue (engine.Config.Queue):

@@ -212,6 +212,13 @@ func (j *journal) has(id int) bool {
 	return ok
 }
 
+// hasNamed reports whether step id is recorded (and not yet replayed) as
+// a step named name.
+func (j *journal) hasNamed(id int, name string) bool {
+	r, ok := j.replay[id]
+	return ok && r.Name == name
+}
+
 // replaysOnly reports whether every record left to replay is a step named
 // name (true when none is left).
 func (j *journal) replaysOnly(name string) bool {

@@ -54,7 +54,16 @@ type TurnInput struct {
 	// Notify, on a sub-agent's queued run, is where its driver reports the
 	// run's outcome: its parent run's driver, on a topic of its own.
 	Notify *ChildNotify `json:"notify,omitempty"`
+	// Wake numbers a continuation (1, 2, …) of the run whose workflow ID
+	// is Origin: the run hibernated while it waited for people and was
+	// woken (see hibernate); 0 for any other workflow.
+	Wake   int    `json:"wake,omitempty"`
+	Origin string `json:"origin,omitempty"`
 }
+
+// WakeID is the workflow ID of continuation n (1, 2, …) of the run whose
+// workflow is origin (helix.wake_workflow_id in SQL).
+func WakeID(origin string, n int) string { return fmt.Sprintf("%s-wake-%d", origin, n) }
 
 // ChildNotify is where a sub-agent's queued run reports its outcome.
 type ChildNotify struct {
@@ -109,10 +118,23 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			}
 			runWF = in.Driver
 		}
+		if in.Wake > 0 {
+			if want := WakeID(in.Origin, in.Wake); wfID != want {
+				// A DBOS fork of a continuation.
+				return *steps.ForkRefused(wfID, in.RunID, want), nil
+			}
+			runWF = in.Origin
+		}
 		if env.Revive != nil {
 			// A workflow resumed with DBOS's tools after its session was
-			// aborted runs its session again (a fork's copy does not).
-			if err := env.Revive(ctx, in.SessionID, in.RunID, runWF); err != nil {
+			// aborted runs its session again (a fork's copy does not, nor
+			// does a continuation, which may have been started after the
+			// abort: Revive takes it for a copy).
+			reviveWF := runWF
+			if in.Wake > 0 {
+				reviveWF = wfID
+			}
+			if err := env.Revive(ctx, in.SessionID, in.RunID, reviveWF); err != nil {
 				return steps.Outcome{}, err
 			}
 		}
@@ -138,7 +160,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		}
 		// A begin transaction that does not run here was recorded by an
 		// earlier execution: this one recovers the run.
-		beginRun, beganHere := env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF}), false
+		beginRun, beganHere := env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF, Wake: in.Wake}), false
 		run, err := dbos.RunAsTransaction(ctx, env.DataSource, func(c context.Context, tx dbos.Tx) (steps.RunInfo, error) {
 			beganHere = true
 			return beginRun(c, tx)
@@ -157,8 +179,10 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		if run.Done != nil {
 			return *run.Done, nil
 		}
+		// A continuation's commits carry its records under its number (a
+		// run that hibernates is not a queued run's segment).
 		if j, err = openJournal(ctx, env.Store, env.Log, wfID,
-			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: in.Segment, turn: run.Turn}); err != nil {
+			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: max(in.Segment, in.Wake), turn: run.Turn}); err != nil {
 			return steps.Outcome{}, err
 		}
 		// The stream writes of this execution's steps are fenced by its
@@ -178,9 +202,9 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return t.fail(run.StartStep, steps.Failure{Message: err.Error(), Code: helix.CodeInternal})
 		}
 		t.def = def
-		// A run's later segments continue it: its start hooks fired in
-		// the first.
-		first := in.Segment <= 1
+		// A run's later segments and its continuations continue it: its
+		// start hooks fired in the first.
+		first := in.Segment <= 1 && in.Wake == 0
 		if first {
 			if err := t.fire(run.StartStep, steps.HookEvent{Kind: steps.HookAgentStart}); err != nil {
 				return steps.Outcome{}, err

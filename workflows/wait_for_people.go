@@ -148,6 +148,12 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 				// answer already recorded: it takes every message once.
 				return awaitOutcome(step-1, c.ToolCallID, c.DeadlineAt, waitingAfter(pending[i+1:], results)), true, nil
 			case c.Resolved():
+				if c.Submission != nil && c.SentTo == t.run.WorkflowID {
+					// Answered before this execution began (a continuation
+					// of a hibernated run): the message sent to the run's
+					// workflow is taken with the resolution.
+					take = &steps.Take{WorkflowID: t.run.WorkflowID, StepID: t.j.next}
+				}
 			default:
 				// The records that wait (hooks) are written before a wait
 				// that may outlast this process.
@@ -155,12 +161,19 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 					return steps.Outcome{}, true, err
 				}
 				replay := t.j.has(t.j.next)
+				var hibernate bool
 				var err error
-				if timedOut, err = t.wait(c); err != nil {
+				if timedOut, hibernate, err = t.wait(c); err != nil {
 					return steps.Outcome{}, true, err
 				}
+				if hibernate {
+					if out, done, err := t.hibernate(step, pending[i:], results); done || err != nil {
+						return out, true, err
+					}
+					continue // a message came meanwhile: it is there
+				}
 				waitedHere = !replay
-				take = &steps.Take{WorkflowID: t.j.wfID, StepID: t.j.next}
+				take = &steps.Take{WorkflowID: t.run.WorkflowID, StepID: t.j.next}
 				if !timedOut {
 					if m, ok := t.answeredLast(c, rec, pending[i+1:], results); ok {
 						// The step's last wait is over: the answer is
@@ -249,35 +262,42 @@ func (t *turn) answeredLast(c store.PendingClientToolCall, rec steps.SuspendedSt
 // calls every second; this is the last resort).
 const waitPoll = 5 * time.Second
 
-// wait returns when a message for the call waits for this workflow or,
-// with a deadline, when it has passed (timedOut); at once when the call's
-// resolution is already recorded (a replay). It records nothing: the
-// resolution that follows takes the message and records the outcome. The
-// deadline is read on the engine's clock (steps.Env.Clock), the one that
-// stamped it: a test that moves the clock forward wakes the wait.
-func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
+// wait returns when a message for the call waits for the run's workflow
+// or, with a deadline, when it has passed (timedOut), or when the run has
+// waited steps.Env.HibernateAfter and may hibernate (hibernate); at once
+// when the call's resolution, or a hibernation, is already recorded (a
+// replay). It records nothing: the resolution that follows takes the
+// message and records the outcome. The deadline is read on the engine's
+// clock (steps.Env.Clock), the one that stamped it: a test that moves the
+// clock forward wakes the wait.
+func (t *turn) wait(c store.PendingClientToolCall) (timedOut, hibernate bool, err error) {
 	t.answer = nil
 	if t.j.has(t.j.next) {
-		return false, nil
+		return false, t.j.hasNamed(t.j.next, steps.NameHibernate), nil
 	}
-	wake, stop, err := t.env.Store.Watch(recv.NotifyChannel, recv.WakePayload(t.j.wfID, c.ToolCallID))
+	wake, stop, err := t.env.Store.Watch(recv.NotifyChannel, recv.WakePayload(t.run.WorkflowID, c.ToolCallID))
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer stop()
 	clock := t.env.Clock
+	var sleepUntil time.Time
+	if t.hibernates() {
+		sleepUntil = clock.Now().Add(t.env.HibernateAfter)
+	}
 	for {
 		var advanced <-chan struct{}
-		if c.DeadlineAt > 0 {
+		if c.DeadlineAt > 0 || !sleepUntil.IsZero() {
 			advanced = clock.Advanced() // before Now: a move in between closes it
 		}
 		var a postgres.Answer
 		err := t.j.retry(t.ctx, "look for the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
-			a, err = t.env.Store.PeekAnswer(ctx, t.run.SessionID, c.ToolCallID, t.j.wfID, recv.Topic(c.ToolCallID), t.j.owner)
+			a, err = t.env.Store.PeekAnswer(ctx, t.run.SessionID, c.ToolCallID, t.run.WorkflowID, recv.Topic(c.ToolCallID),
+				t.j.wfID, t.j.owner)
 			return err
 		})
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		if !a.Owned {
 			// This execution lost its workflow while it waited: cancelled
@@ -294,17 +314,24 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 			// read in the same statement as the message, so whichever
 			// answer this wait sees, it sees the new owner with it: this
 			// execution ends here, recording nothing.
-			return false, conflict(t.j.wfID)
+			return false, false, conflict(t.j.wfID)
 		}
 		if a.MessageWaiting {
 			t.answer = &a
-			return false, nil
+			return false, false, nil
 		}
 		left := waitPoll
 		if c.DeadlineAt > 0 {
 			until := time.UnixMilli(c.DeadlineAt).Sub(clock.Now())
 			if until <= 0 {
-				return true, nil
+				return true, false, nil
+			}
+			left = min(left, until)
+		}
+		if !sleepUntil.IsZero() {
+			until := sleepUntil.Sub(clock.Now())
+			if until <= 0 {
+				return false, true, nil
 			}
 			left = min(left, until)
 		}
@@ -315,7 +342,7 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut bool, err error) {
 		case <-timer.C:
 		case <-t.ctx.Done():
 			timer.Stop()
-			return false, fmt.Errorf("wait for tool call %s: %w", c.ToolCallID, context.Cause(t.ctx))
+			return false, false, fmt.Errorf("wait for tool call %s: %w", c.ToolCallID, context.Cause(t.ctx))
 		}
 		timer.Stop()
 	}

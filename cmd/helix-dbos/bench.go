@@ -32,6 +32,7 @@ type benchFlags struct {
 	// approval in a worker process, killed, recovered, then answered.
 	waiting, waitingWakeSamples, waitingCallers int
 	waitingSet                                  bool
+	hibernateAfter                              time.Duration
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
@@ -63,7 +64,11 @@ func newBenchCmd(g *globals) *cobra.Command {
 			"the worker (SIGKILL) and starts another with the same executor ID, which recovers them, and\n" +
 			"times that; then it approves --waiting-wake-samples sessions one at a time (approval → the tool\n" +
 			"ran, → the next model call) and the rest with --waiting-callers concurrent callers (approvals/s,\n" +
-			"completions/s). --max-conns sizes the workers' pool. Linux only (it reads /proc).",
+			"completions/s). --max-conns sizes the workers' pool. With --hibernate-after D the runs hibernate\n" +
+			"once they waited D (engine.Config.HibernateAfter): the bench waits until all of them hibernated\n" +
+			"and reads the worker's footprint again, checks that the restarted worker replays none of them,\n" +
+			"and measures their wake from hibernation; by default they never hibernate (live waits, the\n" +
+			"baseline). Linux only (it reads /proc).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.waitingSet = cmd.Flags().Changed("waiting")
@@ -90,6 +95,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.waiting, "waiting", 0, "run the waiting-sessions mode with this many sessions waiting for an approval instead of the benchmark (e.g. 10000)")
 	fl.IntVar(&f.waitingWakeSamples, "waiting-wake-samples", bench.DefaultWaitingWakeSamples, "waiting mode: sessions approved one at a time, one wake-latency sample each (at most --waiting; negative for none)")
 	fl.IntVar(&f.waitingCallers, "waiting-callers", bench.DefaultWaitingCallers, "waiting mode: concurrent callers that approve the other sessions")
+	fl.DurationVar(&f.hibernateAfter, "hibernate-after", 0, "waiting mode: the workers' engine.Config.HibernateAfter: the runs hibernate once they waited this long (e.g. 1s); 0 or negative: never, they wait live (the baseline)")
 	fl.BoolVar(&f.samples, "samples", false, "keep every overhead sample of the sequential session and every human-in-the-loop sample in the JSON report")
 	return cmd
 }
@@ -142,7 +148,7 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 	if f.waitingSet {
 		r, err := bench.Waiting(ctx, bench.WaitingConfig{
 			DatabaseURL: dbURL, Sessions: f.waiting, WakeSamples: f.waitingWakeSamples, Callers: f.waitingCallers,
-			MaxConns: f.maxConns, Worker: worker, Progress: func(s string) { say("%s", s) },
+			MaxConns: f.maxConns, HibernateAfter: f.hibernateAfter, Worker: worker, Progress: func(s string) { say("%s", s) },
 		})
 		if err != nil {
 			return err

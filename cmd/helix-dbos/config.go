@@ -77,6 +77,8 @@ var settings = []setting{
 	{name: "skip-migrations", kind: kindBool, help: "serve: do not run the helix migrations at start"},
 	{name: "no-inspector", kind: kindBool, help: "serve: do not serve the web inspector at / and /inspector/"},
 	{name: "shutdown-timeout", kind: kindDuration, help: "serve: how long a graceful shutdown may take"},
+	{name: "hibernate-after", kind: kindDuration,
+		help: "serve: how long a session waits for people in its workflow before it hibernates (0: the default, 1m; negative: never)"},
 	{name: "queue", check: checkQueueName, help: "serve: the DBOS queue that admits sessions (" + queueOff + ": run each at once)"},
 	{name: "queue-concurrency", kind: kindInt, check: checkNonNegative, help: "serve: queued sessions one process runs at once"},
 	{name: "queue-global-concurrency", kind: kindInt, check: checkNonNegative, help: "serve: queued sessions the cluster runs at once (0: no cap)"},
@@ -107,6 +109,7 @@ type config struct {
 	SkipMigrations       bool          `koanf:"skip-migrations"`
 	NoInspector          bool          `koanf:"no-inspector"`
 	ShutdownTimeout      time.Duration `koanf:"shutdown-timeout"`
+	HibernateAfter       time.Duration `koanf:"hibernate-after"`
 
 	Queue                           string        `koanf:"queue"`
 	QueueConcurrency                int           `koanf:"queue-concurrency"`
@@ -471,6 +474,7 @@ func newConfigCmd(g *globals) *cobra.Command {
 	f.Bool("skip-migrations", false, "")
 	f.Bool("no-inspector", false, "")
 	f.Duration("shutdown-timeout", 0, "")
+	f.Duration("hibernate-after", 0, "")
 	addQueueFlags(f, true)
 	addRetentionFlags(f, true)
 	for _, s := range settings {
@@ -516,6 +520,11 @@ func (g *globals) shownValue(s setting) any {
 		return c.SkipMigrations
 	case "no-inspector":
 		return c.NoInspector
+	case "hibernate-after":
+		if c.HibernateAfter == 0 {
+			return ""
+		}
+		return c.HibernateAfter.String()
 	case "shutdown-timeout":
 		if c.ShutdownTimeout == 0 {
 			return ""

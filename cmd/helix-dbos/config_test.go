@@ -151,7 +151,7 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		{name: "unknown key", file: "databse-url: x\n",
-			want: `helix-dbos: config file helix-dbos.yaml: unknown key "databse-url" (known keys: database-url, verbose, executor-id, executor-lease, agents, addr, auth-token, allow-unauthenticated, skip-migrations, no-inspector, shutdown-timeout, queue, queue-concurrency, queue-global-concurrency, queue-partition-concurrency, queue-partition-worker-concurrency, queue-rate-limit, queue-polling-interval, retention-completed, retention-failed, retention-aborted, retention-keep-expired, retention-interval, retention-batch)`},
+			want: `helix-dbos: config file helix-dbos.yaml: unknown key "databse-url" (known keys: database-url, verbose, executor-id, executor-lease, agents, addr, auth-token, allow-unauthenticated, skip-migrations, no-inspector, shutdown-timeout, hibernate-after, queue, queue-concurrency, queue-global-concurrency, queue-partition-concurrency, queue-partition-worker-concurrency, queue-rate-limit, queue-polling-interval, retention-completed, retention-failed, retention-aborted, retention-keep-expired, retention-interval, retention-batch)`},
 		{name: "nested key", file: "serve:\n  addr: x\n", want: `unknown key "serve.addr"`},
 		{name: "config in the file", file: "config: other.yaml\n", want: `"config" cannot be set in a config file (use --config or HELIX_CONFIG)`},
 		{name: "bool", file: "verbose: yes please\n", want: `config file helix-dbos.yaml: verbose: want true or false, got yes please`},

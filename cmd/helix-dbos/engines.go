@@ -104,7 +104,10 @@ type cliEngine struct {
 type engineOpts struct {
 	executorID string
 	// lease is the engine's executor lease (0: engine.DefaultExecutorLease).
-	lease          time.Duration
+	lease time.Duration
+	// hibernateAfter is the engine's Config.HibernateAfter (0: the
+	// default).
+	hibernateAfter time.Duration
 	agents         *cliAgentSet
 	skipMigrations bool
 	// oneShot marks a command's short-lived engine: it takes no other
@@ -140,7 +143,8 @@ func (g *globals) startEngine(ctx context.Context, url string, o engineOpts) (_ 
 		return nil, err
 	}
 	e, err := engine.New(ctx, engine.Config{DatabaseURL: url, ExecutorID: o.executorID, ExecutorLease: o.lease, SkipMigrations: true,
-		Logger: g.logger(), DisableTakeover: o.oneShot, Queue: o.queue, TracerProvider: o.tracerProvider, Retention: o.retention})
+		Logger: g.logger(), DisableTakeover: o.oneShot, Queue: o.queue, TracerProvider: o.tracerProvider, Retention: o.retention,
+		HibernateAfter: o.hibernateAfter})
 	if err != nil {
 		return nil, err
 	}

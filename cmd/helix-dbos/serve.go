@@ -103,6 +103,8 @@ func newServeCmd(g *globals) *cobra.Command {
 	f.Bool("skip-migrations", false, "do not run the helix migrations at start (env HELIX_SKIP_MIGRATIONS)")
 	f.Bool("no-inspector", false, "do not serve the web inspector at / and /inspector/ (env HELIX_NO_INSPECTOR)")
 	f.Duration("shutdown-timeout", defaultShutdownTimeout, "how long a graceful shutdown may take (env HELIX_SHUTDOWN_TIMEOUT)")
+	f.Duration("hibernate-after", 0, "how long a session waits for people in its workflow before it hibernates, holding no memory until "+
+		"an answer, an interrupt or its deadline wakes it (0: the default, "+engine.DefaultHibernateAfter.String()+"; negative: never; env HELIX_HIBERNATE_AFTER)")
 	addQueueFlags(f, false)
 	addRetentionFlags(f, false)
 	return cmd
@@ -268,6 +270,7 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 		retention:      retention,
 		executorID:     cfg.ExecutorID,
 		lease:          cfg.ExecutorLease,
+		hibernateAfter: cfg.HibernateAfter,
 		agents:         &cliAgentSet{all: file.All, file: file},
 		skipMigrations: cfg.SkipMigrations,
 		progress:       say,

@@ -131,6 +131,15 @@ CREATE TABLE helix.runs (
     queue_partition_key text,
     queue_priority      integer,
     answered_at         timestamptz,
+    -- Hibernation (docs/engine.md): hibernated_at is set while the run waits
+    -- for people with no workflow running it; wake_at is the earliest
+    -- deadline of the calls it waits for (Unix ms, NULL for none), when the
+    -- engines' sweep wakes it; woken_at is set by a wake until continuation
+    -- number wakes (workflow ID helix.wake_workflow_id) begins.
+    hibernated_at       timestamptz,
+    wake_at             bigint,
+    woken_at            timestamptz,
+    wakes               integer     NOT NULL DEFAULT 0,
     UNIQUE (session_id, turn)
 );
 CREATE INDEX runs_workflow_idx ON helix.runs (workflow_id) WHERE workflow_id IS NOT NULL;
@@ -142,6 +151,40 @@ CREATE INDEX runs_workflow_idx ON helix.runs (workflow_id) WHERE workflow_id IS 
 -- size. A run's status changes a few times in its life (step commits do
 -- not write its row), so few updates leave the heap-only path for it.
 CREATE INDEX runs_running_idx ON helix.runs (run_id) WHERE status = 'running';
+-- The hibernated runs with a deadline, for the engines' wake sweep, and the
+-- woken runs whose continuation has not begun, for the starter's sweep:
+-- both as small as the runs in that state.
+CREATE INDEX runs_wake_at_idx ON helix.runs (wake_at) WHERE hibernated_at IS NOT NULL AND wake_at IS NOT NULL;
+CREATE INDEX runs_woken_idx ON helix.runs (run_id) WHERE woken_at IS NOT NULL;
+
+-- +goose StatementBegin
+-- helix.wake_workflow_id is the workflow ID of continuation n (1, 2, ...)
+-- of the run whose workflow is wf (workflows.WakeID).
+CREATE FUNCTION helix.wake_workflow_id(wf text, n integer) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT wf || '-wake-' || n $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.wake_run wakes the hibernated run whose workflow is wf, if any,
+-- and reports whether it did: its next continuation is due, announced on
+-- helix_run_recorded (a woken run is started like a recorded one). Called
+-- by every message sent to a run (helix.send_tool_message) and by the
+-- deadline sweep.
+CREATE FUNCTION helix.wake_run(wf text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    woke text;
+BEGIN
+    UPDATE helix.runs SET hibernated_at = NULL, wake_at = NULL, woken_at = now(), wakes = wakes + 1
+    WHERE workflow_id = wf AND hibernated_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'interrupted')
+    RETURNING run_id INTO woke;
+    IF woke IS NOT NULL THEN
+        PERFORM pg_notify('helix_run_recorded', woke);
+    END IF;
+    RETURN woke IS NOT NULL;
+END
+$$;
+-- +goose StatementEnd
 
 -- +goose StatementBegin
 -- A run's status change wakes the engines waiting on it (LISTEN helix_run_status).
@@ -762,6 +805,7 @@ BEGIN
     INSERT INTO dbos.notifications (destination_uuid, topic, message, serialization, message_uuid, created_at_epoch_ms)
     VALUES (dest, msg_topic, msg, 'DBOS_JSON', msg_uuid, (EXTRACT(EPOCH FROM now()) * 1000)::bigint)
     ON CONFLICT (message_uuid) DO NOTHING;
+    PERFORM helix.wake_run(dest);
 END
 $$;
 -- +goose StatementEnd
@@ -804,6 +848,8 @@ CREATE TRIGGER executors_format_level_reset BEFORE UPDATE ON helix.executors
 DROP TABLE helix.executors;
 DROP FUNCTION helix.executors_format_level_reset();
 DROP FUNCTION helix.send_tool_message(text, text, text, text);
+DROP FUNCTION helix.wake_run(text);
+DROP FUNCTION helix.wake_workflow_id(text, integer);
 DROP FUNCTION helix.refuse_step_commit(text);
 DROP FUNCTION helix.run_model_messages(text, text, integer);
 DROP FUNCTION helix.run_journals(text, text, integer);

@@ -144,13 +144,17 @@ type OrphanRun struct {
 	Queue        string
 	PartitionKey string
 	Priority     int
+	// Wake, when not 0, makes the orphan a woken run (hibernated, then
+	// woken): its workflow to start is continuation Wake of WorkflowID.
+	Wake int
 }
 
 // ListOrphanRuns lists the running runs with a workflow ID that DBOS has
 // no workflow for (a process stopped between recording the run and
 // starting its workflow, or a run recorded in a caller's transaction that
-// no engine has started yet), with their session's agent type and their
-// admission. Reads only. It reads the running runs through the partial
+// no engine has started yet), and the woken runs whose due continuation
+// DBOS has no workflow for (OrphanRun.Wake), with their session's agent
+// type and their admission. Reads only. It reads the running runs through the partial
 // index runs_running_idx and probes dbos.workflow_status by its primary
 // key for each: its cost follows the number of running runs, not the
 // size of the tables, so engines run it every few seconds.
@@ -166,10 +170,16 @@ func listOrphanRuns(ctx context.Context, q Querier, runID string) ([]OrphanRun, 
 	}
 	rows, err := q.Query(ctx, `
 SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
-	coalesce(r.queue_priority, 0) FROM helix.runs r JOIN helix.sessions s USING (session_id)
+	coalesce(r.queue_priority, 0), 0 FROM helix.runs r JOIN helix.sessions s USING (session_id)
 WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
   `+filter+`
-  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)`, args...)
+  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)
+UNION ALL
+SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
+	coalesce(r.queue_priority, 0), r.wakes FROM helix.runs r JOIN helix.sessions s USING (session_id)
+WHERE r.woken_at IS NOT NULL
+  `+filter+`
+  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = helix.wake_workflow_id(r.workflow_id, r.wakes))`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +187,7 @@ WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
 	var out []OrphanRun
 	for rows.Next() {
 		var o OrphanRun
-		if err := rows.Scan(&o.SessionID, &o.RunID, &o.WorkflowID, &o.AgentType, &o.Queue, &o.PartitionKey, &o.Priority); err != nil {
+		if err := rows.Scan(&o.SessionID, &o.RunID, &o.WorkflowID, &o.AgentType, &o.Queue, &o.PartitionKey, &o.Priority, &o.Wake); err != nil {
 			return nil, err
 		}
 		out = append(out, o)

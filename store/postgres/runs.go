@@ -17,7 +17,7 @@ var runColumns = `run_id, session_id, turn, status,
 	GREATEST(step_count, (SELECT c.step_count ` + runProgressSQL + `)), start_sequence, COALESCE(workflow_id, ''),
 	COALESCE(previous_run_id, ''), COALESCE(error, ''), COALESCE(error_code, ''), queue, COALESCE(queue_partition_key, ''),
 	COALESCE(queue_priority, 0), started_at, completed_at,
-	GREATEST(updated_at, (SELECT c.created_at ` + runProgressSQL + `)), answered_at`
+	GREATEST(updated_at, (SELECT c.created_at ` + runProgressSQL + `)), answered_at, hibernated_at, wakes`
 
 // runProgressSQL finds the checkpoint a running run's last step wrote: the
 // one its session points at, when it is the run's.
@@ -30,7 +30,8 @@ func scanRun(row Row) (*store.Run, error) {
 	var queue *string
 	var adm store.Admission
 	if err := row.Scan(&r.RunID, &r.SessionID, &r.Turn, &status, &r.StepCount, &r.StartSequence, &r.WorkflowID,
-		&r.PreviousRunID, &r.Error, &r.ErrorCode, &queue, &adm.PartitionKey, &adm.Priority, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt, &r.AnsweredAt); err != nil {
+		&r.PreviousRunID, &r.Error, &r.ErrorCode, &queue, &adm.PartitionKey, &adm.Priority, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt, &r.AnsweredAt,
+		&r.HibernatedAt, &r.Wakes); err != nil {
 		return nil, err
 	}
 	r.Status = helix.RunStatus(status)

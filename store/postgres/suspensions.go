@@ -433,19 +433,21 @@ type Answer struct {
 }
 
 // PeekAnswer reads, locking nothing and in one statement, whether a message
-// for a tool call waits for workflowID on topic (DBOS's notifications),
-// the call as pending in the session, the session's interrupt flag, and
-// whether the execution whose DBOS owner token is owner still owns
-// workflowID: what a run that waits for the call looks at when it is woken,
-// before it takes the answer in a transaction of its own.
-func (s *Store) PeekAnswer(ctx context.Context, sessionID, toolCallID, workflowID, topic, owner string) (Answer, error) {
+// for a tool call waits for workflowID (the run's workflow, the messages'
+// destination) on topic (DBOS's notifications), the call as pending in the
+// session, the session's interrupt flag, and whether the execution whose
+// DBOS owner token is owner still owns workflow self (the execution's own:
+// workflowID, or a continuation of it): what a run that waits for the call
+// looks at when it is woken, before it takes the answer in a transaction
+// of its own.
+func (s *Store) PeekAnswer(ctx context.Context, sessionID, toolCallID, workflowID, topic, self, owner string) (Answer, error) {
 	var a Answer
 	var raw []byte
 	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dbos.notifications
 			WHERE destination_uuid = $3 AND topic = $4 AND NOT consumed),
 		pending_client_tool_calls -> $2, interrupt_requested,
-		EXISTS (SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = $3 AND owner_xid = $5)
-		FROM helix.sessions WHERE session_id = $1`, sessionID, toolCallID, workflowID, topic, owner).
+		EXISTS (SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = $6 AND owner_xid = $5)
+		FROM helix.sessions WHERE session_id = $1`, sessionID, toolCallID, workflowID, topic, owner, self).
 		Scan(&a.MessageWaiting, &raw, &a.Interrupt, &a.Owned)
 	if isNoRows(err) {
 		return a, notFound("session", sessionID)

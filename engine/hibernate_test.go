@@ -1,0 +1,288 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/helixtest"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/workflows"
+)
+
+// hibernating returns a launched engine on url, executor id, whose runs
+// hibernate after 50 ms of waiting and whose sweeps run every 100 ms (a
+// clock, when given, times the deadlines).
+func hibernating(t *testing.T, url, id string, clock engine.Clock, agents ...*helix.Agent) *engine.Engine {
+	t.Helper()
+	return newEngineWith(t, engine.Config{DatabaseURL: url, ExecutorID: id, HibernateAfter: 50 * time.Millisecond,
+		RecordedRunSweepInterval: 100 * time.Millisecond, Clock: clock}, agents...)
+}
+
+// runState is what the database says of a run's hibernation: whether it
+// is hibernated, its wakes, and the DBOS status of its own workflow and of
+// its last continuation ("" when DBOS has none).
+type runState struct {
+	hibernated     bool
+	wakes          int
+	status, latest string
+}
+
+func readRunState(t *testing.T, pool *pgxpool.Pool, runID string) runState {
+	t.Helper()
+	var s runState
+	var wf string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT hibernated_at IS NOT NULL, wakes, workflow_id,
+		COALESCE((SELECT status FROM dbos.workflow_status WHERE workflow_uuid = r.workflow_id), '')
+		FROM helix.runs r WHERE run_id = $1`, runID).Scan(&s.hibernated, &s.wakes, &wf, &s.status))
+	if s.wakes > 0 {
+		err := pool.QueryRow(t.Context(), `SELECT status FROM dbos.workflow_status WHERE workflow_uuid = $1`,
+			workflows.WakeID(wf, s.wakes)).Scan(&s.latest)
+		if err != nil {
+			s.latest = ""
+		}
+	}
+	return s
+}
+
+// awaitHibernated waits until run runID is hibernated and its workflow
+// (or continuation) ended: no process runs it.
+func awaitHibernated(t *testing.T, pool *pgxpool.Pool, runID string) runState {
+	t.Helper()
+	var s runState
+	require.Eventually(t, func() bool {
+		s = readRunState(t, pool, runID)
+		ended := s.status == "SUCCESS" && (s.wakes == 0 || s.latest == "SUCCESS")
+		return s.hibernated && ended
+	}, 30*time.Second, 10*time.Millisecond, "run %s never hibernated: %+v", runID, s)
+	return s
+}
+
+// hibernatedPayer starts a payer session on a hibernating engine (executor
+// id) of a fresh database and waits until its run hibernated.
+func hibernatedPayer(t *testing.T, id string) (*engine.Engine, *engine.Handle, *sync.Map) {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	runs := &sync.Map{}
+	agent := payer(runs)
+	e := hibernating(t, url, id, nil, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, appPool(t, url), h.RunID)
+	return e, h, runs
+}
+
+// hookCounts counts a session's suspension and resumption hooks.
+type hookCounts struct{ suspended, resumed atomic.Int32 }
+
+func (c *hookCounts) hooks() *helix.Hooks {
+	return &helix.Hooks{
+		OnAgentSuspended: func(context.Context, helix.HookContext, helix.Suspension) error { c.suspended.Add(1); return nil },
+		OnAgentResumed:   func(context.Context, helix.HookContext, string) error { c.resumed.Add(1); return nil },
+	}
+}
+
+// A run waiting for an approval hibernates: its workflow ends. Its engine
+// stops; another one, which never ran the session, receives the approval,
+// wakes the run in a continuation, and the run completes there: the
+// approved tool ran once, and the suspension and resumption hooks fired
+// once each.
+func TestHibernatedApprovalCompletesOnAnotherEngine(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	var hc hookCounts
+	agent := payer(&runs)
+	agent.Hooks = hc.hooks()
+	a := hibernating(t, url, "hib-a", nil, agent)
+	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+	require.NoError(t, a.Shutdown(t.Context()))
+
+	b := hibernating(t, url, "hib-b", nil, agent)
+	res := submit(t, b, h.SessionID, helix.Approve("t1", "ok"))
+	require.Empty(t, res.Remaining)
+	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	out := result(t, hb)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.EqualValues(t, 1, hc.suspended.Load())
+	require.EqualValues(t, 1, hc.resumed.Load())
+	s := readRunState(t, pool, h.RunID)
+	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, s)
+}
+
+// Two approvals of one step, answered at once from two goroutines (and
+// each twice) while the run hibernates: each answer is delivered once,
+// each approved tool runs once, and the run completes.
+func TestHibernatedRunTakesConcurrentAnswersOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	agent := &helix.Agent{Name: "payer2", Tools: []*helix.Tool{transferTool(&runs)}, Model: script(
+		calls(call("t1", "transfer", `{"to":"bob","amount":5}`), call("t2", "transfer", `{"to":"eve","amount":7}`)),
+		text("paid"),
+	)}
+	e := hibernating(t, url, "hib-c", nil, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay both"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+
+	var wg sync.WaitGroup
+	var accepted atomic.Int32
+	for _, id := range []string{"t1", "t2", "t1", "t2"} {
+		wg.Go(func() {
+			res, err := e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve(id, "ok"))
+			var se *helix.SubmissionError
+			switch {
+			case err == nil && !res.AlreadyCompleted:
+				accepted.Add(1)
+			case err == nil, errors.As(err, &se):
+			default:
+				t.Errorf("submit %s: %v", id, err)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 2, accepted.Load(), "each call's answer was taken once")
+	out := result(t, h)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.EqualValues(t, 1, executions2(&runs, "t2"))
+}
+
+// A client tool's deadline wakes its hibernated run while the engine that
+// started it is gone: the sweep of another engine wakes it once the
+// deadline passed on the engines' clock, and the model sees the timeout.
+func TestHibernatedClientToolDeadlineFires(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	clock := &helixtest.Clock{}
+	var timedOut atomic.Bool
+	agent := &helix.Agent{Name: "asker-h", Tools: []*helix.Tool{askUser(helix.ClientTimeout(time.Hour))}, Model: script(
+		calls(call("q1", "ask_user", `{"question":"colour?"}`)),
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			last := req.Messages[len(req.Messages)-1]
+			timedOut.Store(last.Role == helix.RoleTool && strings.Contains(last.Content, "did not return a result"))
+			return text("no answer")(req, cb)
+		},
+	)}
+	a := hibernating(t, url, "hib-d", clock, agent)
+	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "ask"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+	require.NoError(t, a.Shutdown(t.Context()))
+
+	b := hibernating(t, url, "hib-e", clock, agent)
+	clock.Advance(2 * time.Hour)
+	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	out, err := awaitResult(t, hb)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.True(t, timedOut.Load(), "the model saw the call time out")
+}
+
+// An interrupt wakes a hibernated run, which ends interrupted with its
+// step kept; Resume continues it, and the approval given then completes it.
+func TestHibernatedRunInterruptedThenResumed(t *testing.T) {
+	t.Parallel()
+	e, h, runs := hibernatedPayer(t, "hib-f")
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "stop"))
+	out, err := awaitResult(t, h)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentInterrupted, out.Status, out.Error)
+
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		pending, err := e.PendingToolCalls(t.Context(), h.SessionID)
+		return err == nil && len(pending) == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
+	out = result(t, h2)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.EqualValues(t, 1, executions2(runs, "t1"))
+}
+
+// Aborting a hibernated session ends it; nothing of it runs again, and a
+// late answer is refused.
+func TestHibernatedSessionAborted(t *testing.T) {
+	t.Parallel()
+	e, h, runs := hibernatedPayer(t, "hib-g")
+	require.NoError(t, e.Abort(t.Context(), h.SessionID, "no longer needed"))
+	out := result(t, h)
+	require.Equal(t, helix.AgentFailed, out.Status)
+	_, err := e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("t1", "late"))
+	require.Error(t, err)
+	require.EqualValues(t, 0, executions2(runs, "t1"))
+}
+
+// A restart of the engine that hibernated sessions (the same executor ID)
+// replays none of them: their workflows ended, and DBOS recovers nothing;
+// the model is not called again.
+func TestRestartReplaysNoHibernatedSession(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	var modelCalls atomic.Int32
+	agent := payer(&runs)
+	inner := agent.Model
+	agent.Model = helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		modelCalls.Add(1)
+		return inner.GenerateStep(ctx, req, cb)
+	})
+	a := hibernating(t, url, "hib-h", nil, agent)
+	var hs []*engine.Handle
+	for range 5 {
+		h, err := a.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+		require.NoError(t, err)
+		hs = append(hs, h)
+	}
+	for _, h := range hs {
+		awaitHibernated(t, pool, h.RunID)
+	}
+	require.NoError(t, a.Shutdown(t.Context()))
+	calls := modelCalls.Load()
+
+	b := hibernating(t, url, "hib-h", nil, agent)
+	var pending int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dbos.workflow_status w JOIN helix.runs r ON r.workflow_id = w.workflow_uuid
+		WHERE w.status IN ('PENDING', 'ENQUEUED') AND r.session_id = ANY($1)`, sessionIDs(hs)).Scan(&pending))
+	require.Zero(t, pending, "no hibernated session's workflow is pending")
+	for _, h := range hs {
+		s := readRunState(t, pool, h.RunID)
+		require.True(t, s.hibernated)
+		require.Zero(t, s.wakes)
+	}
+	require.Equal(t, calls, modelCalls.Load(), "the restart called no model")
+	// And each still completes when answered.
+	submit(t, b, hs[0].SessionID, helix.Approve("t1", "ok"))
+	hb, err := b.Run(t.Context(), hs[0].SessionID, hs[0].RunID)
+	require.NoError(t, err)
+	out := result(t, hb)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+}
+
+func sessionIDs(hs []*engine.Handle) []string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = h.SessionID
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+package steps
+
+import (
+	"context"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
+	"github.com/helix-agents/helix-dbos/recv"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// NameHibernate is the transaction step a run that waits for people runs
+// when it has waited Env.HibernateAfter: it hibernates the run, unless a
+// message came meanwhile (postgres.HibernateRun).
+const NameHibernate = "helix.hibernate"
+
+// DefaultHibernateAfter is how long a run waits for people in its workflow
+// before it hibernates, when the engine sets no other value: answers
+// within it wake the run as fast as a live wait does, and a longer wait
+// leaves no goroutine and no memory behind.
+const DefaultHibernateAfter = time.Minute
+
+// HibernateInput is what a hibernating run waits for.
+type HibernateInput struct {
+	RunID string `json:"runId"`
+	// WorkflowID is the run's workflow, the messages' destination.
+	WorkflowID string `json:"workflowId"`
+	// ToolCallIDs are the calls the run waits for.
+	ToolCallIDs []string `json:"toolCallIds"`
+	// WakeAt is the earliest of their deadlines (Unix ms), 0 for none.
+	WakeAt int64 `json:"wakeAt,omitempty"`
+}
+
+// HibernateOutput reports whether the run hibernated.
+type HibernateOutput struct {
+	Hibernated bool `json:"hibernated"`
+}
+
+// Hibernate returns the transaction that hibernates a run (see
+// postgres.HibernateRun): in it, a message to one of the calls keeps the
+// run waiting in its workflow; otherwise any later message, or the
+// deadline, wakes it in a continuation.
+func (e *Env) Hibernate(in HibernateInput) dbos.Txn[HibernateOutput] {
+	return func(ctx context.Context, tx dbos.Tx) (HibernateOutput, error) {
+		topics := make([]string, len(in.ToolCallIDs))
+		for i, id := range in.ToolCallIDs {
+			topics[i] = recv.Topic(id)
+		}
+		ok, err := postgres.HibernateRun(ctx, txQuerier{tx}, in.RunID, in.WorkflowID, topics, in.WakeAt)
+		return HibernateOutput{Hibernated: ok}, err
+	}
+}
