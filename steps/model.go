@@ -186,9 +186,11 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 // resync removes the chunks a crashed attempt of this step (or a later one)
 // left in the stream and tells readers with stream_resync.
 func (e *Env) resync(ctx context.Context, run RunInfo, step int, st *store.StepView) error {
-	res, err := e.Store.CleanupAttempt(ctx, run.StreamID, run.RunID, step-1, st.StaleFrom)
+	// Fenced: an execution taken over must not remove what the workflow's
+	// new owner wrote.
+	res, err := e.Store.CleanupAttempt(ctx, run.StreamFence(), run.StreamID, run.RunID, step-1, st.StaleFrom)
 	if err != nil || res.Removed == 0 {
-		return err
+		return fenced(run, err)
 	}
 	e.Log.Warn().Ctx(ctx).Str("event", "stream.resync").Str("sessionId", run.SessionID).Str("runId", run.RunID).
 		Int("step", step).Int("removed", res.Removed).Msg("removed the chunks of an attempt lost in a crash")

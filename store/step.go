@@ -23,8 +23,11 @@ type StepStore interface {
 	// above minSequence. Other runs' chunks (sub-agents share their root's
 	// stream) are never touched. Readers attached before the cleanup whose
 	// unread chunks were removed get *helix.StreamTruncatedError.
-	// Idempotent: a repeat removes nothing.
-	CleanupAttempt(ctx context.Context, streamID, runID string, step int, minSequence int64) (CleanupResult, error)
+	// Idempotent: a repeat removes nothing. With fence set, it removes
+	// nothing unless the fence's execution still owns its workflow (an
+	// execution taken over must not remove what the new owner wrote): it
+	// fails with ErrFenced instead.
+	CleanupAttempt(ctx context.Context, fence *Fence, streamID, runID string, step int, minSequence int64) (CleanupResult, error)
 
 	// CommitStep is the atomic per-step commit: it appends the step's
 	// messages, applies its custom-state patches, writes the checkpoint

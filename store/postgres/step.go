@@ -49,8 +49,8 @@ func (s *Store) ReadStep(ctx context.Context, p store.ReadStepParams) (*store.St
 }
 
 // CleanupAttempt implements store.StepStore.
-func (s *Store) CleanupAttempt(ctx context.Context, streamID, runID string, step int, minSequence int64) (store.CleanupResult, error) {
-	res, err := s.cleanup(ctx, streamID, step,
+func (s *Store) CleanupAttempt(ctx context.Context, fence *store.Fence, streamID, runID string, step int, minSequence int64) (store.CleanupResult, error) {
+	res, err := s.cleanup(ctx, fence, streamID, step,
 		`seq > $2 AND run_id = $3 AND step > $4`, streamID, minSequence, runID, step)
 	return res, wrap(err, "clean up run %s of stream %s after step %d", runID, streamID, step)
 }

@@ -91,6 +91,19 @@ func TestFencedStreamWrites(t *testing.T) {
 	info, err := st.GetStreamInfo(ctx, "zombie")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, info.LatestSequence, "a refused write allocates no sequence")
+
+	// A fenced execution's clean-up of a lost attempt (a resync) removes
+	// nothing (what it would remove may be the new owner's); an owner's
+	// removes.
+	_, err = st.Append(ctx, "plain", []store.ChunkWrite{{RunID: "r", Chunk: delta("plain", "p2")}})
+	require.NoError(t, err)
+	_, err = st.CleanupAttempt(ctx, zombie, "plain", "r", 0, 0)
+	require.ErrorIs(t, err, store.ErrFenced)
+	require.Equal(t, []string{"p1", "p2"}, texts("plain"))
+	res, err := st.CleanupAttempt(ctx, &store.Fence{WorkflowID: "wf-owner", Owner: "token-b"}, "plain", "r", 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Removed)
+	require.Equal(t, []string{"p1"}, texts("plain"))
 }
 
 // waitBlocked waits until an append waits for a lock (the status row of

@@ -484,7 +484,7 @@ func (s *Store) ReactivateStream(ctx context.Context, streamID string) error {
 
 // CleanupToStep implements store.StreamStore.
 func (s *Store) CleanupToStep(ctx context.Context, streamID string, step int, minSequence int64) (store.CleanupResult, error) {
-	res, err := s.cleanup(ctx, streamID, step,
+	res, err := s.cleanup(ctx, nil, streamID, step,
 		`step > $2 AND seq > $3`, streamID, step, minSequence)
 	return res, wrap(err, "cleanup stream %s to step %d", streamID, step)
 }
@@ -492,9 +492,22 @@ func (s *Store) CleanupToStep(ctx context.Context, streamID string, step int, mi
 // cleanup deletes the chunk rows of stream $1 that meet cond after step
 // under the stream row lock (see truncate); nothing removed reports a
 // zero result.
-func (s *Store) cleanup(ctx context.Context, streamID string, step int, cond string, args ...any) (store.CleanupResult, error) {
+func (s *Store) cleanup(ctx context.Context, fence *store.Fence, streamID string, step int, cond string, args ...any) (store.CleanupResult, error) {
 	var res store.CleanupResult
 	err := s.streamTx(ctx, func(q Querier) error {
+		if fence != nil {
+			// As a fenced append does, and in its order (the workflow's
+			// row, then the stream's): a takeover's UPDATE of the row waits
+			// for this transaction, and one that came first fences it.
+			var owner *string
+			err := q.QueryRow(ctx, `SELECT owner_xid FROM dbos.workflow_status WHERE workflow_uuid = $1 FOR SHARE`, fence.WorkflowID).Scan(&owner)
+			if err != nil && !isNoRows(err) {
+				return err
+			}
+			if owner == nil || *owner != fence.Owner {
+				return store.ErrFenced
+			}
+		}
 		_, latest, err := lockStream(ctx, q, streamID)
 		if err != nil {
 			return err

@@ -277,11 +277,11 @@ var stepCases = map[string]func(t *testing.T, s Store){
 		require.True(t, v.Stale)
 		require.Equal(t, res.CheckpointSequence, v.StaleFrom)
 
-		cl, err := s.CleanupAttempt(ctx, st.StreamID, run.RunID, 1, v.StaleFrom)
+		cl, err := s.CleanupAttempt(ctx, nil, st.StreamID, run.RunID, 1, v.StaleFrom)
 		require.NoError(t, err)
 		require.Equal(t, 2, cl.Removed)
 		require.Equal(t, []string{"s1", "child"}, labels(ctx, t, s, st.StreamID))
-		again, err := s.CleanupAttempt(ctx, st.StreamID, run.RunID, 1, v.StaleFrom)
+		again, err := s.CleanupAttempt(ctx, nil, st.StreamID, run.RunID, 1, v.StaleFrom)
 		require.NoError(t, err)
 		require.Zero(t, again.Removed, "idempotent")
 		v, err = s.ReadStep(ctx, params)
