@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
@@ -50,20 +52,23 @@ func ExampleConfig_hibernateAfter() {
 		fmt.Println(err)
 		return
 	}
-	// Wait until the run hibernates (an app never needs to: answers are
-	// taken either way).
-	for {
-		run, err := eng.RunInfo(ctx, h.RunID)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		if run.HibernatedAt != nil {
-			fmt.Println("hibernated:", run.Status)
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The run's workflow ends when the run hibernates (an app never needs
+	// to wait for it: answers are taken either way).
+	wf, err := dbos.RetrieveWorkflow[any](eng.DBOS(), h.WorkflowID)
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
+	if _, err := wf.GetResult(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	run, err := eng.RunInfo(ctx, h.RunID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("hibernated:", run.HibernatedAt != nil, run.Status)
 	if _, err := eng.SubmitToolResult(ctx, h.SessionID, helix.Approve("call-1", "ok")); err != nil {
 		fmt.Println(err)
 		return
@@ -73,13 +78,12 @@ func ExampleConfig_hibernateAfter() {
 		fmt.Println(err)
 		return
 	}
-	run, err := eng.RunInfo(ctx, h.RunID)
-	if err != nil {
+	if run, err = eng.RunInfo(ctx, h.RunID); err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(res.Status, "after", run.Wakes, "wake")
 	// Output:
-	// hibernated: suspended_client_tool
+	// hibernated: true suspended_client_tool
 	// completed after 1 wake
 }
