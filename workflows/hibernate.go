@@ -34,7 +34,7 @@ func (t *turn) hibernates() bool {
 func (t *turn) hibernate(step int, pending []store.PendingClientToolCall, results []steps.ToolResult) (out steps.Outcome, done bool, err error) {
 	in := steps.HibernateInput{RunID: t.run.RunID, WorkflowID: t.run.WorkflowID}
 	for _, c := range pending {
-		if c.ConsumedAt != 0 || (c.Index >= 0 && c.Index < len(results) && results[c.Index].ToolCallID != "") {
+		if !waits(c, results) {
 			continue
 		}
 		in.ToolCallIDs = append(in.ToolCallIDs, c.ToolCallID)

@@ -353,11 +353,17 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut, hibernate bool, er
 func waitingAfter(pending []store.PendingClientToolCall, results []steps.ToolResult) []string {
 	var ids []string
 	for _, c := range pending {
-		if c.ConsumedAt == 0 && (c.Index < 0 || c.Index >= len(results) || results[c.Index].ToolCallID == "") {
+		if waits(c, results) {
 			ids = append(ids, c.ToolCallID)
 		}
 	}
 	return ids
+}
+
+// waits reports whether call c still waits: not consumed, and its result
+// not known in results.
+func waits(c store.PendingClientToolCall, results []steps.ToolResult) bool {
+	return c.ConsumedAt == 0 && (c.Index < 0 || c.Index >= len(results) || results[c.Index].ToolCallID == "")
 }
 
 func argsOrEmpty(call helix.ToolCall) []byte {
