@@ -154,10 +154,11 @@ type OrphanRun struct {
 // starting its workflow, or a run recorded in a caller's transaction that
 // no engine has started yet), and the woken runs whose due continuation
 // DBOS has no workflow for (OrphanRun.Wake), with their session's agent
-// type and their admission. Reads only. It reads the running runs through the partial
-// index runs_running_idx and probes dbos.workflow_status by its primary
-// key for each: its cost follows the number of running runs, not the
-// size of the tables, so engines run it every few seconds.
+// type and their admission. Reads only. It reads the running runs through
+// the partial index runs_running_idx (the woken ones through runs_woken_idx)
+// and probes dbos.workflow_status by its primary key for each: its cost
+// follows the number of running runs, not the size of the tables, so
+// engines run it every few seconds.
 func ListOrphanRuns(ctx context.Context, q Querier) ([]OrphanRun, error) {
 	return listOrphanRuns(ctx, q, "")
 }
