@@ -90,11 +90,16 @@ type ResumeChildInput struct {
 }
 
 // ResumeChildOutput is what the parent does with the child: take its
-// Result now, or wait for the run RunID (workflow WorkflowID).
+// Result now, or wait for the run RunID (workflow WorkflowID); Asleep, for
+// a child whose run hibernated (its workflow ended: the parent hibernates
+// too, and the child's end wakes it); Stopped, for a child that ended
+// interrupted (the parent decides whether its own interrupt stopped it).
 type ResumeChildOutput struct {
 	Result     *ToolResult `json:"result,omitempty"`
 	RunID      string      `json:"runId,omitempty"`
 	WorkflowID string      `json:"workflowId,omitempty"`
+	Asleep     bool        `json:"asleep,omitempty"`
+	Stopped    bool        `json:"stopped,omitempty"`
 }
 
 // ResumeChild returns the transaction that decides, from the child's
@@ -102,8 +107,9 @@ type ResumeChildOutput struct {
 // for (the specification's γ-cascade table): a completed child's output is
 // the result; a child failed with parent_suspended is re-spawned from
 // scratch (a new run, workflow {childSessionId}-respawn-{parentRunId}); a
-// child failed otherwise, terminated or interrupted on its own is a failure
-// result; a running child is waited for.
+// child failed otherwise or terminated is a failure result; an interrupted
+// one is stopped (the parent's interrupt decides); a running child is
+// waited for, and one whose run hibernated is asleep.
 func (e *Env) ResumeChild(in ResumeChildInput) dbos.Txn[ResumeChildOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (ResumeChildOutput, error) {
 		s := e.InTx(tx)
@@ -138,7 +144,10 @@ func (e *Env) ResumeChild(in ResumeChildInput) dbos.Txn[ResumeChildOutput] {
 			if err != nil {
 				return ResumeChildOutput{}, err
 			}
-			return ResumeChildOutput{RunID: run.RunID, WorkflowID: run.WorkflowID}, nil
+			// A run that hibernated ended its workflow: a continuation of
+			// its own, if any, goes on without the parent.
+			asleep := run.HibernatedAt != nil || run.Wakes > 0
+			return ResumeChildOutput{RunID: run.RunID, WorkflowID: run.WorkflowID, Asleep: asleep}, nil
 		case st.Status == helix.SessionInterrupted && st.Mode == helix.SessionModePersistent:
 			// A companion keeps its memory: continue it where it stopped.
 			cas, err := s.CompareAndSetStatus(ctx, st.SessionID, []helix.SessionStatus{helix.SessionInterrupted}, helix.SessionActive, nil)
@@ -165,6 +174,8 @@ func (e *Env) ResumeChild(in ResumeChildInput) dbos.Txn[ResumeChildOutput] {
 				return ResumeChildOutput{}, err
 			}
 			return out, nil
+		case st.Status == helix.SessionInterrupted:
+			return ResumeChildOutput{Stopped: true}, nil
 		default:
 			return failed(fmt.Sprintf("the sub-agent is %s: %s", st.Status, st.Error))
 		}

@@ -77,6 +77,13 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			slices.SortFunc(info.Children, func(a, b store.SuspendedChildWait) int { return cmp.Compare(a.SubSessionID, b.SubSessionID) })
 		}
 		if info.Suspended != nil && len(info.Children) > 0 && info.Suspended.RunID == run.RunID {
+			if in.Wake > 0 {
+				// A continuation of a run that hibernated while its step
+				// waited for sub-agents: some may still run, and the step
+				// decides once they all ended, as a step waiting in place
+				// does (an interrupt included).
+				return info, nil
+			}
 			// A queued run's step that waits for its sub-agents (its
 			// segment ended while they ran): interrupted now, the step and
 			// its children are kept for the resume, as when the parent

@@ -51,3 +51,42 @@ func (e *Env) Hibernate(in HibernateInput) dbos.Txn[HibernateOutput] {
 		return HibernateOutput{Hibernated: ok}, err
 	}
 }
+
+// NameHibernateForChildren is the transaction step a run whose step waits
+// for sub-agents that hibernated runs: it records the step and the children
+// it waits for, and hibernates the run until one of them ends
+// (postgres.HibernateForChildren).
+const NameHibernateForChildren = "helix.hibernate_for_children"
+
+// ChildHibernateInput is a step that waits for sub-agents that hibernated.
+type ChildHibernateInput struct {
+	// Wait is the step's record and every child it waits for (those that
+	// hibernated, and those that ended interrupted, whose fate the step
+	// decides once the others ended).
+	Wait ChildWaitInput `json:"wait"`
+	// Asleep are the sessions of the children whose runs hibernated: the
+	// end of any of them wakes the run.
+	Asleep []string `json:"asleep"`
+}
+
+// HibernateForChildren returns the transaction that records a step waiting
+// for sub-agents that hibernated, and hibernates its run until one of them
+// ends; when one ended already, the run is woken at once, and its
+// continuation takes the child's result. Either way the workflow ends.
+func (e *Env) HibernateForChildren(in ChildHibernateInput) dbos.Txn[HibernateOutput] {
+	save := e.SaveChildWait(in.Wait)
+	return func(ctx context.Context, tx dbos.Tx) (HibernateOutput, error) {
+		woken, err := postgres.HibernateForChildren(ctx, txQuerier{tx}, in.Wait.Run.RunID, in.Asleep, func() error {
+			_, err := save(ctx, tx)
+			return err
+		})
+		if err != nil {
+			return HibernateOutput{}, err
+		}
+		if woken {
+			e.Log.Info().Ctx(ctx).Str("event", "run.woken_at_once").Str("sessionId", in.Wait.Run.SessionID).Str("runId", in.Wait.Run.RunID).
+				Msg("a sub-agent the run would hibernate for ended meanwhile: the run goes on in its next continuation")
+		}
+		return HibernateOutput{Hibernated: true}, nil
+	}
+}

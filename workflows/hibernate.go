@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"slices"
+
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
@@ -18,12 +20,34 @@ import (
 // place: the suspension's hooks fired once, and its resumption's fire
 // once, when the waits end.
 
-// hibernates reports whether this execution hibernates its waits: a
-// root run that starts at once (not a queued run's segment, nor a
-// sub-agent's or a persistent companion's run, whose parents wait for
-// their workflows), when the engine sets a hibernation delay.
+// hibernates reports whether this execution hibernates its waits, when
+// the engine sets a hibernation delay: a run that starts at once (not a
+// queued run's segment, nor a persistent companion's run, whose parent
+// waits for its workflow), and a sub-agent's run whose parent hibernates
+// too (not TurnInput.Live).
 func (t *turn) hibernates() bool {
-	return t.env.HibernateAfter > 0 && t.segment == 0 && t.adm == nil && t.run.Parent == nil && !t.run.Persistent
+	return t.env.HibernateAfter > 0 && t.segment == 0 && t.adm == nil && !t.live && !t.run.Persistent
+}
+
+// hibernateForChildren hibernates the run, whose step (model result res,
+// results so far) waits for the sub-agents of asleep, whose runs
+// hibernated, and decides the fate of those of stopped (ended interrupted)
+// once the others ended. The end of any child wakes the run; its
+// continuation finishes the step (resumeStopped). The workflow ends.
+func (t *turn) hibernateForChildren(step int, res helix.StepResult, results []steps.ToolResult, stopped, asleep []store.SuspendedChildWait) (steps.Outcome, error) {
+	in := steps.ChildHibernateInput{Wait: steps.ChildWaitInput{Run: t.run,
+		Record: steps.SuspendedStep{RunID: t.run.RunID, Step: step, Model: res, Results: results}, Children: append(slices.Clip(stopped), asleep...)}}
+	for _, w := range asleep {
+		in.Asleep = append(in.Asleep, w.SubSessionID)
+	}
+	if _, err := runTxn(t.ctx, t.j, steps.NameHibernateForChildren, t.env.HibernateForChildren(in)); err != nil {
+		return steps.Outcome{}, err
+	}
+	if t.j.ran {
+		t.env.Log.Info().Ctx(t.logCtx()).Str("event", "run.hibernated").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
+			Strs("subSessionIds", in.Asleep).Msg("the run waits for sub-agents that wait for people, with no workflow running it; their end wakes it")
+	}
+	return steps.Outcome{Status: helix.RunSuspendedAwaitingChildren, Steps: step - 1, Hibernated: true}, nil
 }
 
 // hibernate hibernates the run, which waits for the calls of pending that

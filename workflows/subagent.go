@@ -62,7 +62,7 @@ func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, resul
 			results[i] = *d.Failure
 			continue
 		}
-		in := TurnInput{SessionID: d.SessionID, RunID: d.RunID}
+		in := TurnInput{SessionID: d.SessionID, RunID: d.RunID, Live: !t.hibernates()}
 		c := child{index: i, workflowID: d.WorkflowID, span: span}
 		if queued {
 			c.topic = childTopic(step, calls[i].ID)
@@ -124,14 +124,16 @@ func (t *turn) detachChildren(step int, res helix.StepResult, p stepPlan, result
 // awaitChildren waits for each child's run, in the model's order, and turns
 // its outcome into the call's result (the output, or {"error": …}). Each
 // wait is a recorded step: a replay does not wait again. The children that
-// ended interrupted are returned, their results left empty: the parent
-// decides whether its own interrupt stopped them.
-func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results []steps.ToolResult) (stopped []int, err error) {
+// ended interrupted are returned in stopped, those whose runs hibernated
+// (waiting for people) in asleep, their results left empty: the parent
+// decides whether its own interrupt stopped the former, and waits for the
+// latter asleep (hibernateForChildren).
+func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results []steps.ToolResult) (stopped, asleep []int, err error) {
 	if len(children) == 0 {
-		return nil, nil // nothing to wait for: the records wait for the next write
+		return nil, nil, nil // nothing to wait for: the records wait for the next write
 	}
 	if err := t.j.flush(t.ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, c := range children {
 		out, err := c.handle.GetResult(dbos.WithHandlePollingInterval(childPollInterval))
@@ -139,13 +141,17 @@ func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results [
 			if c.span != nil {
 				c.span.End()
 			}
-			return nil, err // shutdown or cancellation: not the child's outcome
+			return nil, nil, err // shutdown or cancellation: not the child's outcome
 		}
-		if err == nil && out.Status == helix.RunInterrupted {
+		if err == nil && (out.Status == helix.RunInterrupted || out.Hibernated) {
 			if c.span != nil {
 				c.span.End()
 			}
-			stopped = append(stopped, c.index)
+			if out.Hibernated {
+				asleep = append(asleep, c.index)
+			} else {
+				stopped = append(stopped, c.index)
+			}
 			continue
 		}
 		if err != nil {
@@ -157,7 +163,7 @@ func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results [
 			steps.EndToolSpan(c.span, results[c.index], time.Time{})
 		}
 	}
-	return stopped, nil
+	return stopped, asleep, nil
 }
 
 // childWaits describes the ephemeral sub-agents at idx as children a step
@@ -216,7 +222,7 @@ func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChi
 		index[c.ID] = i
 	}
 	var children []child
-	var stoppedHere []int
+	var stoppedHere, asleepHere []int
 	for _, w := range waits {
 		i, ok := index[w.ParentToolCallID]
 		if !ok {
@@ -235,26 +241,43 @@ func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChi
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
-		if o.Result != nil {
+		switch {
+		case o.Result != nil:
 			results[i] = *o.Result
 			continue
+		case o.Stopped:
+			stoppedHere = append(stoppedHere, i)
+			continue
+		case o.Asleep:
+			asleepHere = append(asleepHere, i)
+			continue
 		}
-		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: w.SubSessionID, RunID: o.RunID}, dbos.WithWorkflowID(o.WorkflowID))
+		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: w.SubSessionID, RunID: o.RunID, Live: !t.hibernates()},
+			dbos.WithWorkflowID(o.WorkflowID))
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
 		children = append(children, child{index: i, handle: h})
 	}
-	stopped, err := t.awaitChildren(calls, children, results)
+	stopped, asleep, err := t.awaitChildren(calls, children, results)
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
-	stopped = append(stopped, stoppedHere...)
-	var again []store.SuspendedChildWait
+	stopped, asleep = append(stopped, stoppedHere...), append(asleep, asleepHere...)
+	var again, sleeping []store.SuspendedChildWait
 	for _, w := range waits {
-		if i, ok := index[w.ParentToolCallID]; ok && slices.Contains(stopped, i) {
+		i, ok := index[w.ParentToolCallID]
+		switch {
+		case ok && slices.Contains(stopped, i):
 			again = append(again, w)
+		case ok && slices.Contains(asleep, i):
+			sleeping = append(sleeping, w)
 		}
+	}
+	if len(sleeping) > 0 {
+		// Children still asleep: the step waits for them asleep again.
+		out, err := t.hibernateForChildren(step, rec.Model, results, again, sleeping)
+		return out, true, err
 	}
 	if len(again) > 0 {
 		if out, done, err := t.stopForChildren(step, rec.Model, results, again); done || err != nil {

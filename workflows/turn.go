@@ -59,6 +59,11 @@ type TurnInput struct {
 	// woken (see hibernate); 0 for any other workflow.
 	Wake   int    `json:"wake,omitempty"`
 	Origin string `json:"origin,omitempty"`
+	// Live, on a sub-agent's run, says that its parent waits for its
+	// workflow in place (the parent cannot hibernate: a queued run's
+	// segment, a companion's run): the run does not hibernate either, nor
+	// do its own sub-agents.
+	Live bool `json:"live,omitempty"`
 }
 
 // WakeID is the workflow ID of continuation n (1, 2, …) of the run whose
@@ -191,7 +196,8 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,
-			segment: in.Segment, adm: in.Queue, timedOut: in.TimedOut, received: in.Received, childOutcomes: in.ChildOutcomes}
+			segment: in.Segment, adm: in.Queue, timedOut: in.TimedOut, received: in.Received, childOutcomes: in.ChildOutcomes,
+			live: in.Live}
 		t.startRun(began, in, !beganHere)
 		defer func() { t.endRun(result, resultErr) }()
 		if run.Interrupted {
@@ -285,6 +291,9 @@ type turn struct {
 	received []string
 	// adm is a segment's admission, which its sub-agents' runs take.
 	adm *Admission
+	// live: a sub-agent's run whose parent waits for its workflow in place
+	// (TurnInput.Live).
+	live bool
 	// childOutcomes are the outcomes of the sub-agents a segment's step
 	// waits for, taken by its driver.
 	childOutcomes map[string]steps.Outcome
@@ -386,7 +395,7 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if t.segment > 0 && len(p.subs) > 0 && len(p.comps) == 0 {
 		return t.detachChildren(step, res, p, results)
 	}
-	stopped, err := t.runPhase1(step, res.ToolCalls, p.phase1, p.subs, results, t.joinsCommit(res.ToolCalls, p))
+	stopped, asleep, err := t.runPhase1(step, res.ToolCalls, p.phase1, p.subs, results, t.joinsCommit(res.ToolCalls, p))
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
@@ -397,6 +406,11 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 			return steps.Outcome{}, true, err
 		}
 		waits = append(waits, more...)
+	}
+	if len(asleep) > 0 {
+		// Sub-agents that hibernated: the step waits for them asleep too.
+		out, err := t.hibernateForChildren(step, res, results, waits, t.childWaits(res.ToolCalls, asleep))
+		return out, true, err
 	}
 	if len(waits) > 0 {
 		if out, done, err := t.stopForChildren(step, res, results, waits); done || err != nil {
@@ -595,25 +609,25 @@ func (t *turn) finish(step int, res helix.StepResult, results []steps.ToolResult
 // joins runs the lone transactional call in the step's commit (joinsCommit):
 // its result is stored there.
 func (t *turn) runPhase1(step int, calls []helix.ToolCall, tools, subs []int, results []steps.ToolResult,
-	joins bool) (stopped []int, err error) {
+	joins bool) (stopped, asleep []int, err error) {
 	input := func(i int) steps.ToolInput {
 		return steps.ToolInput{Run: t.run, Step: step, Call: calls[i], Starts: t.starts}
 	}
 	if joins {
-		return nil, t.joinCommit(input(tools[0]), &results[tools[0]])
+		return nil, nil, t.joinCommit(input(tools[0]), &results[tools[0]])
 	}
 	if len(tools) == 1 && len(subs) == 0 {
 		// A lone call runs without the goroutine hand-off.
 		r, err := t.runToolStep(recordLater, input(tools[0]))
 		results[tools[0]] = r
-		return nil, err
+		return nil, nil, err
 	}
 	children, err := t.startChildren(step, calls, subs, results, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := t.runTools(step, calls, tools, results); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return t.awaitChildren(calls, children, results)
 }

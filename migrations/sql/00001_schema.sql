@@ -188,9 +188,22 @@ $$;
 
 -- +goose StatementBegin
 -- A run's status change wakes the engines waiting on it (LISTEN helix_run_status).
+-- A sub-agent's run that ends wakes its parent's run when that hibernated
+-- while it waited for its sub-agents (postgres.HibernateForChildren). The
+-- parent's run row is locked whatever its state: under REPEATABLE READ or
+-- SERIALIZABLE (a transactional tool's isolation), a hibernation committed
+-- after this transaction's snapshot then fails it with a serialization
+-- error, and it runs again, instead of missing the wake.
 CREATE FUNCTION helix.notify_run_status() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('helix_run_status', NEW.run_id);
+    IF NEW.status IN ('completed', 'failed', 'interrupted') THEN
+        PERFORM helix.wake_run(p.workflow_id) FROM (SELECT r.workflow_id, r.hibernated_at FROM helix.sessions s
+                JOIN helix.runs r ON r.session_id = s.parent_session_id
+                WHERE s.session_id = NEW.session_id AND r.status NOT IN ('completed', 'failed', 'interrupted')
+                FOR UPDATE OF r) p
+            WHERE p.hibernated_at IS NOT NULL;
+    END IF;
     RETURN NULL;
 END
 $$;

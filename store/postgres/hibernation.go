@@ -39,6 +39,40 @@ func HibernateRun(ctx context.Context, q Querier, runID, workflowID string, topi
 	return hibernated, wrap(err, "hibernate run %s", runID)
 }
 
+// HibernateForChildren hibernates run runID, whose step waits for the
+// sub-agent runs of the sessions asleep (hibernated, or woken with a
+// continuation of their own): the end of any of them wakes it (the
+// trigger on a run's status, helix.notify_run_status). When one of them
+// ended already, the run is woken at once instead, so that its next
+// continuation takes the child's result: woken reports that. Either way
+// the run's workflow ends. record writes the step and the children it
+// waits for on the session's row. The lock order is the children's runs
+// (FOR SHARE), the session's row, then the run's: a child whose end
+// commits meanwhile either waits for this transaction and then wakes the
+// run, or is seen ended here. Call it in a transaction.
+func HibernateForChildren(ctx context.Context, q Querier, runID string, asleep []string, record func() error) (woken bool, err error) {
+	var live int
+	if err := q.QueryRow(ctx, `SELECT count(DISTINCT session_id) FROM (SELECT session_id FROM helix.runs
+		WHERE session_id = ANY($1::text[]) AND status NOT IN ('completed', 'failed', 'interrupted') FOR SHARE) r`,
+		asleep).Scan(&live); err != nil {
+		return false, wrap(err, "lock the sub-agent runs run %s waits for", runID)
+	}
+	if err := record(); err != nil {
+		return false, err
+	}
+	woken = live < len(asleep)
+	set := `hibernated_at = now(), wake_at = NULL`
+	if woken {
+		set = `woken_at = now(), wakes = wakes + 1`
+	}
+	var id string
+	err = q.QueryRow(ctx, `UPDATE helix.runs SET `+set+` WHERE run_id = $1 AND hibernated_at IS NULL RETURNING run_id`, runID).Scan(&id)
+	if err == nil && woken {
+		_, err = q.Exec(ctx, `SELECT pg_notify($1, $2)`, RunRecordedChannel, runID)
+	}
+	return woken, wrap(err, "hibernate run %s for its sub-agents", runID)
+}
+
 // BeginContinuation records that continuation wake of run runID began:
 // the starters' sweep no longer looks for it. Call it in the
 // continuation's first transaction.

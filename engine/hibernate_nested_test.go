@@ -1,0 +1,186 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+)
+
+// currentRunID returns the run ID of session sessionID's latest run.
+func currentRunID(t *testing.T, pool *pgxpool.Pool, sessionID string) string {
+	t.Helper()
+	var id string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT run_id FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1`,
+		sessionID).Scan(&id))
+	return id
+}
+
+// pendingWorkflows counts the DBOS workflows of sessionIDs' runs (their
+// own and their continuations) that are pending: a process would hold or
+// replay them.
+func pendingWorkflows(t *testing.T, pool *pgxpool.Pool, sessionIDs ...string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM dbos.workflow_status w JOIN helix.runs r
+		ON w.workflow_uuid = r.workflow_id OR w.workflow_uuid LIKE r.workflow_id || '-wake-%'
+		WHERE w.status IN ('PENDING', 'ENQUEUED') AND r.session_id = ANY($1)`, sessionIDs).Scan(&n))
+	return n
+}
+
+// Nested human in the loop through hibernated runs: a parent delegates to
+// a sub-agent that asks its user (and to one that answers at once); the
+// asking child hibernates, and so does the parent, which waits for it: no
+// workflow of either is left running. The engine that started them stops;
+// the answer, given to another engine, wakes the child, whose end wakes
+// the parent, which takes both children's results and completes.
+func TestHibernatedParentWaitsForItsSubAgent(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	parent := &helix.Agent{
+		Name: "boss-h",
+		Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil),
+			helix.MustSubAgentTool(summarizer(func(string) {}), nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`),
+			call("r2", "subagent__summarizer", `{"task":"notes"}`)), text("done")),
+	}
+	a := hibernating(t, url, "hib-n1", nil, parent)
+	h, err := a.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child := h.SessionID + "-sub-r1"
+	childRun := func() string {
+		var id string
+		require.Eventually(t, func() bool {
+			return pool.QueryRow(t.Context(), `SELECT run_id FROM helix.runs WHERE session_id = $1`, child).Scan(&id) == nil
+		}, 30e9, 10e6)
+		return id
+	}()
+	awaitHibernated(t, pool, childRun)
+	awaitHibernated(t, pool, h.RunID)
+	require.Zero(t, pendingWorkflows(t, pool, h.SessionID, child))
+	res, err := h.Result(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedAwaitingChildren, res.Status, "a hibernated parent reports what it waits for, as a live one")
+	require.NoError(t, a.Shutdown(t.Context()))
+
+	b := hibernating(t, url, "hib-n2", nil, parent)
+	sr := submit(t, b, h.SessionID, clientResult(t, "ask1", answer{Answer: "durability"}))
+	require.Equal(t, child, sr.OwnerSessionID)
+	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	out := waitFor(t, hb, helix.AgentCompleted)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+
+	msgs := allMessages(t, b, h.SessionID)
+	require.Len(t, msgs, 5) // user, assistant's two calls, their two results, "done"
+	results := map[string]string{}
+	for _, m := range msgs {
+		if m.Role == helix.RoleTool {
+			results[m.ToolCallID] = m.Content
+		}
+	}
+	require.JSONEq(t, `{"summary":"about {\"answer\":\"durability\"}"}`, results["r1"])
+	require.JSONEq(t, `{"summary":"short notes"}`, results["r2"])
+	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, childRun))
+	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
+	refs, err := b.SubSessions(t.Context(), h.SessionID)
+	require.NoError(t, err)
+	for _, r := range refs {
+		require.Equal(t, helix.SubSessionCompleted, r.Status, r.SubSessionID)
+	}
+}
+
+// Three levels: a grandchild asks its user and hibernates; its parent (a
+// sub-agent) and the root hibernate in turn. The answer wakes the
+// grandchild; each end wakes the level above, and the root completes with
+// the answer passed up.
+func TestHibernatedChainOfSubAgents(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	middle := &helix.Agent{
+		Name: "middle", OutputSchema: json.RawMessage(summarySchema),
+		Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
+		Model: script(calls(call("g1", "subagent__researcher", `{"task":"dig"}`)),
+			func(req helix.ModelRequest, _ helix.StreamCallbacks) (helix.StepResult, error) {
+				out, _ := json.Marshal(map[string]string{"summary": "relayed " + req.Messages[len(req.Messages)-1].Content})
+				return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
+					ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: out}}}, nil
+			}),
+	}
+	root := &helix.Agent{Name: "root-h", Tools: []*helix.Tool{helix.MustSubAgentTool(middle, nil, nil)},
+		Model: script(calls(call("m1", "subagent__middle", `{"task":"go"}`)), text("done"))}
+	e := hibernating(t, url, "hib-n3", nil, root)
+	h, err := e.Execute(t.Context(), root, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	mid := h.SessionID + "-sub-m1"
+	grand := mid + "-sub-g1"
+	require.Eventually(t, func() bool {
+		var n int
+		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, grand).Scan(&n) == nil && n == 1
+	}, 30e9, 10e6)
+	for _, id := range []string{currentRunID(t, pool, grand), currentRunID(t, pool, mid), h.RunID} {
+		awaitHibernated(t, pool, id)
+	}
+	require.Zero(t, pendingWorkflows(t, pool, h.SessionID, mid, grand))
+
+	submit(t, e, h.SessionID, clientResult(t, "ask1", answer{Answer: "chains"}))
+	out := waitFor(t, h, helix.AgentCompleted)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	msgs := allMessages(t, e, h.SessionID)
+	var relayed struct{ Summary string }
+	require.NoError(t, json.Unmarshal([]byte(msgs[2].Content), &relayed))
+	require.Regexp(t, `^relayed \{"summary": ?"about \{\\"answer\\": ?\\"chains\\"\}"\}$`, relayed.Summary)
+	for _, id := range []string{grand, mid, h.SessionID} {
+		require.Equal(t, 1, readRunState(t, pool, currentRunID(t, pool, id)).wakes, id)
+	}
+}
+
+// Interrupting a root session whose run and sub-agent hibernated: the
+// interrupt wakes the child, which ends interrupted; its end wakes the
+// parent, which ends interrupted with the child recorded for its resume
+// (the γ-cascade, as for a live wait). Resume re-spawns the child, which
+// asks again; the answer completes both.
+func TestHibernatedParentInterruptedWithItsSubAgent(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	parent := &helix.Agent{Name: "boss-i", Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("finished"))}
+	e := hibernating(t, url, "hib-n4", nil, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child := h.SessionID + "-sub-r1"
+	require.Eventually(t, func() bool {
+		var n int
+		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, child).Scan(&n) == nil && n == 1
+	}, 30e9, 10e6)
+	awaitHibernated(t, pool, currentRunID(t, pool, child))
+	awaitHibernated(t, pool, h.RunID)
+
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "stop everything"))
+	res := waitFor(t, h, helix.AgentInterrupted)
+	require.Equal(t, "stop everything", res.Error)
+	cs, err := e.Session(t.Context(), child)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionFailed, cs.Status)
+	require.Equal(t, helix.FailureReasonParentSuspended, cs.FailureReason)
+
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		res, err := h2.Result(t.Context())
+		return err == nil && res.Status == helix.AgentSuspendedAwaitingChildren
+	}, 30e9, 10e6, "the re-spawned child asks again")
+	submit(t, e, h.SessionID, clientResult(t, "ask1", answer{Answer: "again"}))
+	res = waitFor(t, h2, helix.AgentCompleted)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	msgs := allMessages(t, e, h.SessionID)
+	require.JSONEq(t, `{"summary":"about {\"answer\":\"again\"}"}`, msgs[len(msgs)-2].Content)
+}
