@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -183,4 +184,100 @@ func TestHibernatedParentInterruptedWithItsSubAgent(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	msgs := allMessages(t, e, h.SessionID)
 	require.JSONEq(t, `{"summary":"about {\"answer\":\"again\"}"}`, msgs[len(msgs)-2].Content)
+}
+
+// clerk is a companion that asks for approval of one transfer (call t1),
+// then answers "paid".
+func clerk(runs *sync.Map) *helix.Agent {
+	return &helix.Agent{
+		Name: "clerk", OutputSchema: json.RawMessage(answerSchema), Tools: []*helix.Tool{transferTool(runs)},
+		Model: script(calls(call("t1", "transfer", `{"to":"bob","amount":5}`)),
+			func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+				return helix.StepResult{Type: helix.StepToolCalls, StopReason: helix.StopToolUse,
+					ToolCalls: []helix.ToolCall{{ID: "fin", Name: helix.FinishToolName, Arguments: json.RawMessage(`{"answer":"paid"}`)}}}, nil
+			}),
+	}
+}
+
+// A blocking companion that waits for an approval hibernates, and so does
+// its parent, which waits for it; the approval wakes the companion, whose
+// end wakes the parent, which takes the companion's answer inline (not
+// delivered again as a message).
+func TestHibernatedBlockingCompanion(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	parent := &helix.Agent{Name: "lead-h", PersistentAgents: []helix.PersistentAgent{{Agent: clerk(&runs)}},
+		Model: script(calls(call("c1", helix.CompanionSpawnAgent, `{"agentType":"clerk","name":"k","message":"pay bob"}`)), text("done"))}
+	e := hibernating(t, url, "hib-n5", nil, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	comp := h.SessionID + "-agent-k"
+	require.Eventually(t, func() bool {
+		var n int
+		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, comp).Scan(&n) == nil && n == 1
+	}, 30e9, 10e6)
+	awaitHibernated(t, pool, currentRunID(t, pool, comp))
+	awaitHibernated(t, pool, h.RunID)
+	require.Zero(t, pendingWorkflows(t, pool, h.SessionID, comp))
+
+	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
+	out := waitFor(t, h, helix.AgentCompleted)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.JSONEq(t, `{"answer":"paid"}`, toolResults(t, e, h.SessionID)["c1"])
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.True(t, companionRef(t, e, h.SessionID, "k").CompletionDelivered)
+	for _, m := range allMessages(t, e, h.SessionID) {
+		require.NotContains(t, m.Content, "[companion", "a blocking outcome is not delivered again as a message")
+	}
+}
+
+// waitForResult on a non-blocking companion whose run hibernated waits for
+// the continuation that ends it: the approval given during the wait wakes
+// the companion, and the wait returns its answer.
+func TestWaitForResultOfHibernatedCompanion(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	gate := make(chan struct{})
+	parent := &helix.Agent{Name: "lead-w",
+		// (The advisor, a blocking companion, offers waitForResult.)
+		PersistentAgents: []helix.PersistentAgent{{Agent: clerk(&runs), Mode: helix.CompanionNonBlocking}, {Agent: consultant("advisor", nil, 0)}},
+		Model: script(calls(call("c1", helix.CompanionSpawnAgent, `{"agentType":"clerk","name":"k","message":"pay bob"}`)),
+			func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+				<-gate
+				return calls(call("w1", helix.CompanionWaitForResult, `{"name":"k","timeoutSeconds":60}`))(req, cb)
+			},
+			text("done"))}
+	e := hibernating(t, url, "hib-n6", nil, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	comp := h.SessionID + "-agent-k"
+	require.Eventually(t, func() bool {
+		var n int
+		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, comp).Scan(&n) == nil && n == 1
+	}, 30e9, 10e6)
+	awaitHibernated(t, pool, currentRunID(t, pool, comp))
+	close(gate)
+	// Approve once the parent waits (DBOS records the wait's deadline
+	// before it waits): the wait sees the companion's wake and end.
+	require.Eventually(t, func() bool {
+		var n int
+		return pool.QueryRow(t.Context(), `SELECT count(*) FROM dbos.operation_outputs o JOIN helix.runs r ON o.workflow_uuid = r.workflow_id
+			WHERE r.run_id = $1 AND o.function_name = 'DBOS.sleep'`, h.RunID).Scan(&n) == nil && n == 1
+	}, 30e9, 10e6)
+	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
+	out := waitFor(t, h, helix.AgentCompleted)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	var got struct {
+		Status string          `json:"status"`
+		Output json.RawMessage `json:"output"`
+	}
+	w1 := toolResults(t, e, h.SessionID)["w1"]
+	require.NoError(t, json.Unmarshal([]byte(w1), &got), w1)
+	require.Equal(t, "completed", got.Status, w1)
+	require.JSONEq(t, `{"answer":"paid"}`, string(got.Output))
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
 }

@@ -172,7 +172,15 @@ func (e *Env) Companion(in CompanionInput) dbos.Txn[CompanionOutput] {
 			if a.TimeoutSeconds > 0 {
 				timeout = time.Duration(a.TimeoutSeconds) * time.Second
 			}
-			return CompanionOutput{WaitWorkflowID: cur.WorkflowID, WaitSessionID: child.SessionID, WaitTimeoutMS: timeout.Milliseconds()}, nil
+			// The workflow whose end ends the run: its own, its current
+			// continuation, or, for a run that hibernated, its next one (a
+			// run that hibernates again within the wait is still running
+			// when the wait ends).
+			wf := cur.CurrentWorkflowID()
+			if cur.HibernatedAt != nil {
+				wf = store.WakeWorkflowID(cur.WorkflowID, cur.Wakes+1)
+			}
+			return CompanionOutput{WaitWorkflowID: wf, WaitSessionID: child.SessionID, WaitTimeoutMS: timeout.Milliseconds()}, nil
 		case helix.CompanionTerminateChild:
 			wf, err := s.TerminateCompanion(ctx, run.SessionID, a.Name, a.Reason)
 			if err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -250,9 +251,22 @@ type Run struct {
 	// (no workflow runs it until a wake), nil when it is not hibernated.
 	HibernatedAt *time.Time `json:"hibernatedAt,omitempty"`
 	// Wakes counts the run's wakes from hibernation: its workflow is
-	// continuation Wakes of WorkflowID (workflows.WakeID) when not 0.
+	// continuation Wakes of WorkflowID (WakeWorkflowID) when not 0.
 	Wakes int `json:"wakes,omitempty"`
 }
+
+// CurrentWorkflowID is the workflow that runs the run now, or ran it last:
+// its own, or its last continuation after a wake from hibernation.
+func (r *Run) CurrentWorkflowID() string {
+	if r.Wakes > 0 {
+		return WakeWorkflowID(r.WorkflowID, r.Wakes)
+	}
+	return r.WorkflowID
+}
+
+// WakeWorkflowID is the workflow ID of continuation n (1, 2, …) of the run
+// whose workflow is origin (helix.wake_workflow_id in SQL).
+func WakeWorkflowID(origin string, n int) string { return fmt.Sprintf("%s-wake-%d", origin, n) }
 
 // Admission is how a run is admitted through a queue (engine.Config.Queue):
 // the DBOS queue, the run's partition and its priority.

@@ -18,13 +18,14 @@ import (
 // companion is blocking), a durable wait for its current run's outcome
 // (waitForResult, woken by NOTIFY), or a terminated companion's workflow
 // cancelled. A blocking companion stopped by the parent's interrupt is
-// returned with the children the step waits for.
-func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, results []steps.ToolResult) (stopped []store.SuspendedChildWait, err error) {
+// returned with the children the step waits for in stopped, one whose run
+// hibernated in asleep.
+func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, results []steps.ToolResult) (stopped, asleep []store.SuspendedChildWait, err error) {
 	for _, i := range idx {
 		// The call's span (when this execution runs it with tracing on) is
 		// the parent of a spawned companion's runs.
 		span, tc := t.childTrace(step, calls[i])
-		err := t.runCompanion(step, calls[i], tc, &results[i], &stopped)
+		err := t.runCompanion(step, calls[i], tc, &results[i], &stopped, &asleep)
 		if span != nil {
 			if err == nil && results[i].ToolCallID != "" {
 				steps.EndToolSpan(span, results[i], time.Time{})
@@ -33,22 +34,26 @@ func (t *turn) runCompanions(step int, calls []helix.ToolCall, idx []int, result
 			}
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return stopped, nil
+	return stopped, asleep, nil
 }
 
 // runCompanion runs one companion call: its result, or the wait for its
-// stopped companion added to stopped.
-func (t *turn) runCompanion(step int, call helix.ToolCall, tc *store.TracingContext, result *steps.ToolResult, stopped *[]store.SuspendedChildWait) error {
+// stopped companion added to stopped, or for its companion whose run
+// hibernated (waiting for people) added to asleep.
+func (t *turn) runCompanion(step int, call helix.ToolCall, tc *store.TracingContext, result *steps.ToolResult,
+	stopped, asleep *[]store.SuspendedChildWait) error {
 	o, err := runTxn(t.ctx, t.j, steps.NameCompanion, t.env.Companion(steps.CompanionInput{Run: t.run, Step: step, Call: call, Trace: tc}))
 	if err != nil {
 		return err
 	}
 	switch {
 	case o.Start != nil:
-		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: o.Start.SessionID, RunID: o.Start.RunID},
+		// A blocking companion's run hibernates only when this run can
+		// hibernate for it; nobody waits in place for another one.
+		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: o.Start.SessionID, RunID: o.Start.RunID, Live: o.Wait && !t.hibernates()},
 			dbos.WithWorkflowID(o.Start.WorkflowID))
 		if err != nil {
 			return err
@@ -61,9 +66,14 @@ func (t *turn) runCompanion(step int, call helix.ToolCall, tc *store.TracingCont
 		if err != nil && t.ctx.Err() != nil {
 			return err
 		}
-		if err == nil && out.Status == helix.RunInterrupted {
-			*stopped = append(*stopped, store.SuspendedChildWait{ParentToolCallID: call.ID, SubSessionID: o.Start.SessionID,
-				AgentType: o.Start.AgentType, WorkflowID: o.Start.WorkflowID})
+		if err == nil && (out.Status == helix.RunInterrupted || out.Hibernated) {
+			w := store.SuspendedChildWait{ParentToolCallID: call.ID, SubSessionID: o.Start.SessionID,
+				AgentType: o.Start.AgentType, WorkflowID: o.Start.WorkflowID}
+			if out.Hibernated {
+				*asleep = append(*asleep, w)
+			} else {
+				*stopped = append(*stopped, w)
+			}
 			return nil
 		}
 		*result = steps.CompanionResult(call, o.Start.Name, out, err)

@@ -22,11 +22,11 @@ import (
 
 // hibernates reports whether this execution hibernates its waits, when
 // the engine sets a hibernation delay: a run that starts at once (not a
-// queued run's segment, nor a persistent companion's run, whose parent
-// waits for its workflow), and a sub-agent's run whose parent hibernates
-// too (not TurnInput.Live).
+// queued run's segment), unless its parent waits for its workflow in
+// place (TurnInput.Live: a sub-agent's or a blocking companion's run whose
+// parent cannot hibernate).
 func (t *turn) hibernates() bool {
-	return t.env.HibernateAfter > 0 && t.segment == 0 && t.adm == nil && !t.live && !t.run.Persistent
+	return t.env.HibernateAfter > 0 && t.segment == 0 && t.adm == nil && !t.live
 }
 
 // hibernateForChildren hibernates the run, whose step (model result res,

@@ -68,7 +68,7 @@ type TurnInput struct {
 
 // WakeID is the workflow ID of continuation n (1, 2, …) of the run whose
 // workflow is origin (helix.wake_workflow_id in SQL).
-func WakeID(origin string, n int) string { return fmt.Sprintf("%s-wake-%d", origin, n) }
+func WakeID(origin string, n int) string { return store.WakeWorkflowID(origin, n) }
 
 // ChildNotify is where a sub-agent's queued run reports its outcome.
 type ChildNotify struct {
@@ -104,7 +104,9 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return j.flush(ctx)
 		}
 		defer func() {
-			if resultErr == nil && persistent {
+			// A run that hibernated did not end: the continuation that
+			// ends it sets the event on its own workflow.
+			if resultErr == nil && persistent && !result.Hibernated {
 				if resultErr = flushed(nil); resultErr == nil {
 					resultErr = dbos.SetEvent(ctx, steps.OutcomeEvent, result)
 				}
@@ -399,17 +401,18 @@ func (t *turn) step(step int) (steps.Outcome, bool, error) {
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
-	waits := t.childWaits(res.ToolCalls, stopped)
+	waits, sleeping := t.childWaits(res.ToolCalls, stopped), t.childWaits(res.ToolCalls, asleep)
 	if len(p.comps) > 0 {
-		more, err := t.runCompanions(step, res.ToolCalls, p.comps, results)
+		more, dormant, err := t.runCompanions(step, res.ToolCalls, p.comps, results)
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
-		waits = append(waits, more...)
+		waits, sleeping = append(waits, more...), append(sleeping, dormant...)
 	}
-	if len(asleep) > 0 {
-		// Sub-agents that hibernated: the step waits for them asleep too.
-		out, err := t.hibernateForChildren(step, res, results, waits, t.childWaits(res.ToolCalls, asleep))
+	if len(sleeping) > 0 {
+		// Sub-agents or companions that hibernated: the step waits for
+		// them asleep too.
+		out, err := t.hibernateForChildren(step, res, results, waits, sleeping)
 		return out, true, err
 	}
 	if len(waits) > 0 {

@@ -313,7 +313,9 @@ func (s *Store) TerminateCompanion(ctx context.Context, parentSessionID, name, r
 				return err
 			}
 			if !run.Status.Final() {
-				workflowID = run.WorkflowID
+				if run.HibernatedAt == nil { // a hibernated run has no workflow running
+					workflowID = run.CurrentWorkflowID()
+				}
 				if err := tx.UpdateRunStatus(ctx, run.RunID, helix.RunFailed, &store.RunUpdate{Error: msg}); err != nil {
 					return err
 				}
