@@ -258,7 +258,8 @@ func (c *chaos) submit(ctx context.Context, stop <-chan struct{}) {
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
-		rows, err := c.pool.Query(ctx, `SELECT s.session_id, p.key, p.val->>'toolName' FROM helix.sessions s
+		// Answers go to the root session (a sub-agent's calls too).
+		rows, err := c.pool.Query(ctx, `SELECT s.root_session_id, p.key, p.val->>'toolName' FROM helix.sessions s
 			CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
 			WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT p.val ? 'submission' AND NOT p.val ? 'timedOutAt'`)
 		if err != nil {
@@ -598,7 +599,7 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE consumed),
 		count(DISTINCT (destination_uuid, topic)) FROM dbos.notifications WHERE starts_with(topic, $1)`, recv.TopicPrefix).
 		Scan(&messages, &consumed, &distinct))
-	require.Equal(t, 2*chaosHITLSessions(n), messages, "two answers per HITL session")
+	require.Equal(t, 2*chaosSessionsOf(n, chaosHITL)+chaosSessionsOf(n, chaosLead), messages, "two answers per HITL session, one per lead's helper")
 	require.Equal(t, messages, distinct, "one message per call")
 	require.Equal(t, messages, consumed, "each consumed once")
 
@@ -609,6 +610,12 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 		count(*) FILTER (WHERE hibernated_at IS NOT NULL OR woken_at IS NOT NULL) FROM helix.runs`).Scan(&woken, &wakes, &hibernated))
 	require.Zero(t, hibernated, "every run woke and completed")
 	require.Positive(t, woken, "waits longer than %s hibernated", chaosHibernateAfter)
+	// Nested: leads whose helper hibernated hibernated for it, and the
+	// helper's end woke them.
+	var leadsWoken int
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FROM helix.runs r JOIN helix.sessions s USING (session_id)
+		WHERE s.agent_type = $1 AND r.wakes > 0`, chaosLead).Scan(&leadsWoken))
+	require.Positive(t, leadsWoken, "leads waiting for a helper waiting for a person hibernated and woke")
 
 	// Sessions' runs admitted through the queue (by the queued workers):
 	// their segments' parents, sub-agents' runs aside (their parent's
@@ -627,9 +634,9 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	c.mu.Unlock()
 }
 
-// chaosHITLSessions is the number of chaos-hitl sessions among n.
-func chaosHITLSessions(n int) int {
-	i := slices.Index(chaosKinds, chaosHITL)
+// chaosSessionsOf is the number of sessions of kind among n.
+func chaosSessionsOf(n int, kind string) int {
+	i := slices.Index(chaosKinds, kind)
 	return (n - i + len(chaosKinds) - 1) / len(chaosKinds)
 }
 
@@ -732,7 +739,8 @@ func chaosReference(t *testing.T, server string) map[string]chaosRef {
 		require.NoError(t, err)
 		res, err := h.Result(ctx)
 		require.NoError(t, err)
-		if kind == chaosHITL {
+		switch kind {
+		case chaosHITL:
 			require.Equal(t, helix.AgentSuspendedClientTool, res.Status, res.Error)
 			answer, err := helix.ClientToolResult("h-ask", map[string]string{"answer": "yes"})
 			require.NoError(t, err)
@@ -740,6 +748,12 @@ func chaosReference(t *testing.T, server string) map[string]chaosRef {
 				_, err := e.SubmitToolResult(ctx, sid, s)
 				require.NoError(t, err)
 			}
+			res, err = h.Await(ctx)
+			require.NoError(t, err)
+		case chaosLead:
+			require.Equal(t, helix.AgentSuspendedAwaitingChildren, res.Status, res.Error)
+			_, err := e.SubmitToolResult(ctx, sid, helix.Approve("s-pay", "ok"))
+			require.NoError(t, err)
 			res, err = h.Await(ctx)
 			require.NoError(t, err)
 		}

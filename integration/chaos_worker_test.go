@@ -28,7 +28,7 @@ const chaosModeWorker = "chaos-worker"
 const (
 	chaosTools      = "chaos-tools"      // parallel tools, then one more
 	chaosHITL       = "chaos-hitl"       // a client tool, an approval and a server tool in one step
-	chaosLead       = "chaos-lead"       // delegates to a sub-agent
+	chaosLead       = "chaos-lead"       // delegates to a sub-agent, which waits for an approval
 	chaosCompanions = "chaos-companions" // spawns a persistent companion and consults it again
 	chaosRefunds    = "chaos-refunds"    // a transactional tool: parallel refunds, then one more
 )
@@ -206,10 +206,12 @@ func (r *chaosRig) agents() map[string]*helix.Agent {
 		}
 		return textStep("Asked, paid and noted.")
 	})}
-	helper := &helix.Agent{Name: "chaos-helper", OutputSchema: schema, Tools: []*helix.Tool{record()},
+	// The helper's approval is nested human in the loop: the lead waits for
+	// the helper, which waits for a person (both hibernate).
+	helper := &helix.Agent{Name: "chaos-helper", OutputSchema: schema, Tools: []*helix.Tool{record(), transfer},
 		Model: chaosModel(func(step int, _ helix.ModelRequest) helix.StepResult {
 			if step == 1 {
-				return toolStep("Helping.", chaosCall("s-rec", "record", `{"item":"delegated"}`))
+				return toolStep("Helping.", chaosCall("s-rec", "record", `{"item":"delegated"}`), chaosCall("s-pay", "transfer", `{"amount":3}`))
 			}
 			return finish("s-fin", "helped")
 		})}

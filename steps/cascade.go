@@ -90,7 +90,9 @@ type ResumeChildInput struct {
 }
 
 // ResumeChildOutput is what the parent does with the child: take its
-// Result now, or wait for the run RunID (workflow WorkflowID); Asleep, for
+// Result now, or wait for the run RunID (workflow WorkflowID: with Ended,
+// the continuation in which the run ended, whose outcome is taken as a
+// parent waiting in place takes it); Asleep, for
 // a child whose run hibernated (its workflow ended: the parent hibernates
 // too, and the child's end wakes it); Stopped, for a child that ended
 // interrupted (the parent decides whether its own interrupt stopped it).
@@ -98,6 +100,7 @@ type ResumeChildOutput struct {
 	Result     *ToolResult `json:"result,omitempty"`
 	RunID      string      `json:"runId,omitempty"`
 	WorkflowID string      `json:"workflowId,omitempty"`
+	Ended      bool        `json:"ended,omitempty"`
 	Asleep     bool        `json:"asleep,omitempty"`
 	Stopped    bool        `json:"stopped,omitempty"`
 }
@@ -120,6 +123,18 @@ func (e *Env) ResumeChild(in ResumeChildInput) dbos.Txn[ResumeChildOutput] {
 		failed := func(msg string) (ResumeChildOutput, error) {
 			r := ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name, Error: msg, ErrorCode: CodeSubAgentFailed}
 			return ResumeChildOutput{Result: &r}, nil
+		}
+		if st.Status == helix.SessionCompleted || st.Status == helix.SessionFailed && st.FailureReason != helix.FailureReasonParentSuspended {
+			run, err := s.GetCurrentRun(ctx, st.SessionID)
+			if err != nil {
+				return ResumeChildOutput{}, err
+			}
+			if run.Wakes > 0 && run.Status.Final() {
+				// It ended in a continuation after it hibernated: its
+				// outcome, exactly as a parent waiting in place gets it
+				// (the session's output is jsonb's rendering of it).
+				return ResumeChildOutput{RunID: run.RunID, WorkflowID: run.CurrentWorkflowID(), Ended: true}, nil
+			}
 		}
 		switch {
 		case st.Status == helix.SessionCompleted:

@@ -140,6 +140,9 @@ type SuspendedChildWait struct {
 	SubSessionID     string `json:"subSessionId"`
 	AgentType        string `json:"agentType"`
 	WorkflowID       string `json:"workflowId,omitempty"`
+	// Companion is the name of a persistent companion the step waits for
+	// (empty for a sub-agent).
+	Companion string `json:"companion,omitempty"`
 }
 
 // CreateSessionParams describes a new session. SessionID and AgentType are

@@ -68,7 +68,7 @@ func (t *turn) runCompanion(step int, call helix.ToolCall, tc *store.TracingCont
 		}
 		if err == nil && (out.Status == helix.RunInterrupted || out.Hibernated) {
 			w := store.SuspendedChildWait{ParentToolCallID: call.ID, SubSessionID: o.Start.SessionID,
-				AgentType: o.Start.AgentType, WorkflowID: o.Start.WorkflowID}
+				AgentType: o.Start.AgentType, WorkflowID: o.Start.WorkflowID, Companion: o.Start.Name}
 			if out.Hibernated {
 				*asleep = append(*asleep, w)
 			} else {

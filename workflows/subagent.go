@@ -28,6 +28,9 @@ type child struct {
 	// span is the call's span, when its dispatch ran in this execution
 	// with tracing on (the parent of the child's run spans).
 	span trace.Span
+	// companion names a persistent companion (its result reads as a
+	// companion's).
+	companion string
 }
 
 // childTopic is the DBOS message topic on which the sub-agent of call
@@ -158,7 +161,11 @@ func (t *turn) awaitChildren(calls []helix.ToolCall, children []child, results [
 			t.env.Log.Error().Ctx(t.logCtx()).Err(err).Str("event", "subagent.ended_abnormally").Str("sessionId", t.run.SessionID).
 				Str("toolCallId", calls[c.index].ID).Msg("a sub-agent's workflow ended with an error; the call fails")
 		}
-		results[c.index] = steps.ChildResult(calls[c.index], out, err)
+		if c.companion != "" {
+			results[c.index] = steps.CompanionResult(calls[c.index], c.companion, out, err)
+		} else {
+			results[c.index] = steps.ChildResult(calls[c.index], out, err)
+		}
 		if c.span != nil {
 			steps.EndToolSpan(c.span, results[c.index], time.Time{})
 		}
@@ -252,12 +259,17 @@ func (t *turn) resumeStopped(rec steps.SuspendedStep, waits []store.SuspendedChi
 			asleepHere = append(asleepHere, i)
 			continue
 		}
-		h, err := dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: w.SubSessionID, RunID: o.RunID, Live: !t.hibernates()},
-			dbos.WithWorkflowID(o.WorkflowID))
+		var h dbos.WorkflowHandle[steps.Outcome]
+		if o.Ended {
+			h, err = dbos.RetrieveWorkflow[steps.Outcome](t.ctx, o.WorkflowID)
+		} else {
+			h, err = dbos.RunWorkflow(t.ctx, t.self, TurnInput{SessionID: w.SubSessionID, RunID: o.RunID, Live: !t.hibernates()},
+				dbos.WithWorkflowID(o.WorkflowID))
+		}
 		if err != nil {
 			return steps.Outcome{}, true, err
 		}
-		children = append(children, child{index: i, handle: h})
+		children = append(children, child{index: i, handle: h, companion: w.Companion})
 	}
 	stopped, asleep, err := t.awaitChildren(calls, children, results)
 	if err != nil {
