@@ -283,3 +283,39 @@ func TestWaitForResultOfHibernatedCompanion(t *testing.T) {
 	require.JSONEq(t, `{"answer":"paid"}`, string(got.Output))
 	require.EqualValues(t, 1, executions2(&runs, "t1"))
 }
+
+// Aborting a root session whose run and sub-agent hibernated ends both:
+// no workflow of either is left, nothing stays hibernated or woken, and a
+// late answer is refused.
+func TestHibernatedParentAbortedWithItsSubAgent(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	parent := &helix.Agent{Name: "boss-a", Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("finished"))}
+	e := hibernating(t, url, "hib-n7", nil, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child := h.SessionID + "-sub-r1"
+	require.Eventually(t, func() bool {
+		var n int
+		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, child).Scan(&n) == nil && n == 1
+	}, 30e9, 10e6)
+	awaitHibernated(t, pool, currentRunID(t, pool, child))
+	awaitHibernated(t, pool, h.RunID)
+
+	require.NoError(t, e.Abort(t.Context(), h.SessionID, "no longer needed"))
+	out := result(t, h)
+	require.Equal(t, helix.AgentFailed, out.Status)
+	cs, err := e.Session(t.Context(), child)
+	require.NoError(t, err)
+	require.Equal(t, helix.SessionFailed, cs.Status)
+	_, err = e.SubmitToolResult(t.Context(), h.SessionID, clientResult(t, "ask1", answer{Answer: "late"}))
+	require.Error(t, err)
+	require.Eventually(t, func() bool { return pendingWorkflows(t, pool, h.SessionID, child) == 0 }, 30e9, 10e6)
+	var asleep int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = ANY($1)
+		AND (hibernated_at IS NOT NULL OR woken_at IS NOT NULL) AND status NOT IN ('completed', 'failed', 'interrupted')`,
+		[]string{h.SessionID, child}).Scan(&asleep))
+	require.Zero(t, asleep, "nothing of the aborted tree waits to be woken")
+}
