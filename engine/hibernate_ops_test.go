@@ -32,6 +32,19 @@ func twoPayments(runs *sync.Map) *helix.Agent {
 	)}
 }
 
+// startHibernated starts a session of agent on a hibernating engine
+// (executor id) of the database at url and waits until its run
+// hibernated.
+func startHibernated(t *testing.T, url, id string, agent *helix.Agent) (*engine.Engine, *engine.Handle, *pgxpool.Pool) {
+	t.Helper()
+	pool := appPool(t, url)
+	e := hibernating(t, url, id, nil, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+	return e, h, pool
+}
+
 // leftOf counts what is left in the database of a session and of the
 // workflows whose ID starts with workflowID (the run's own, its
 // continuations): helix's session and run rows, step journal rows, DBOS
@@ -62,15 +75,9 @@ func leftOf(t *testing.T, pool *pgxpool.Pool, sessionID, workflowID string) map[
 // journal too.
 func TestRetentionKeepsHibernatedSessions(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
 	runs := &sync.Map{}
-	agent := payer(runs)
-	e := hibernating(t, url, "hib-ret", nil, agent)
-	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
-	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
-	_, err = pool.Exec(t.Context(), `UPDATE helix.sessions SET expires_at = now() - interval '1 day' WHERE session_id = $1`, h.SessionID)
+	e, h, pool := startHibernated(t, pgtest.NewURL(t), "hib-ret", payer(runs))
+	_, err := pool.Exec(t.Context(), `UPDATE helix.sessions SET expires_at = now() - interval '1 day' WHERE session_id = $1`, h.SessionID)
 	require.NoError(t, err)
 	all := engine.RetentionPolicy{Completed: time.Nanosecond, Failed: time.Nanosecond, Aborted: time.Nanosecond}
 	for _, dry := range []bool{true, false} {
@@ -98,21 +105,15 @@ func TestRetentionKeepsHibernatedSessions(t *testing.T) {
 // second), nor their journals. A later answer is refused.
 func TestDeleteHibernatedSession(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
 	var runs sync.Map
-	agent := twoPayments(&runs)
-	e := hibernating(t, url, "hib-del", nil, agent)
-	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay both"}, nil)
-	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
+	e, h, pool := startHibernated(t, pgtest.NewURL(t), "hib-del", twoPayments(&runs))
 	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
 	require.Eventually(t, func() bool {
 		s := readRunState(t, pool, h.RunID)
 		return s.hibernated && s.wakes == 1 && s.latest == "SUCCESS"
 	}, 30*time.Second, 10*time.Millisecond, "the continuation hibernated for t2")
 
-	_, err = e.DeleteSession(t.Context(), h.SessionID, nil)
+	_, err := e.DeleteSession(t.Context(), h.SessionID, nil)
 	require.ErrorIs(t, err, helix.ErrSessionRunning)
 	stats, err := e.DeleteSession(t.Context(), h.SessionID, &engine.DeleteOptions{Force: true})
 	require.NoError(t, err)
@@ -140,13 +141,9 @@ func requireAnswerRefused(t *testing.T, e *engine.Engine, sessionID, id string) 
 func TestDeleteWokenRunNotStarted(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
 	var runs sync.Map
 	agent := payer(&runs)
-	a := hibernating(t, url, "hib-woken-a", nil, agent)
-	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
-	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
+	a, h, pool := startHibernated(t, url, "hib-woken-a", agent)
 	require.NoError(t, a.Shutdown(t.Context()))
 
 	// An engine of another agent only: it does not start the payer's
@@ -294,13 +291,9 @@ func TestTraceContinuesAfterHibernation(t *testing.T) {
 func TestDBOSToolsOnHibernatedRun(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
 	var runs sync.Map
 	agent := twoPayments(&runs)
-	a := hibernating(t, url, "hib-dbos-a", nil, agent)
-	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "pay both"}, nil)
-	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
+	a, h, pool := startHibernated(t, url, "hib-dbos-a", agent)
 	client := dbosClient(t, url)
 
 	ws, err := dbos.ListWorkflows(client, dbos.WithFilterWorkflowIDs(h.WorkflowID))
