@@ -38,6 +38,7 @@ const (
 	AttrTurn            = attribute.Key("helix.run.turn")
 	AttrWorkflowID      = attribute.Key("helix.run.workflow_id")
 	AttrSegment         = attribute.Key("helix.run.segment")
+	AttrWake            = attribute.Key("helix.run.wake")
 	AttrRecovered       = attribute.Key("helix.run.recovered")
 	AttrRunStatus       = attribute.Key("helix.run.status")
 	AttrExecutorID      = attribute.Key("helix.executor.id")

@@ -251,11 +251,19 @@ type Run struct {
 	// that never waited.
 	AnsweredAt *time.Time `json:"answeredAt,omitempty"`
 	// HibernatedAt is when the run, waiting for people, last hibernated
-	// (no workflow runs it until a wake), nil when it is not hibernated.
+	// (no workflow runs it until a wake), nil when it is not hibernated
+	// (or it ended: an aborted hibernated run is not woken again).
 	HibernatedAt *time.Time `json:"hibernatedAt,omitempty"`
+	// WakeAt is, while the run is hibernated, the earliest deadline of the
+	// calls it waits for, when the engines' sweep wakes it; nil for none.
+	WakeAt *time.Time `json:"wakeAt,omitempty"`
 	// Wakes counts the run's wakes from hibernation: its workflow is
 	// continuation Wakes of WorkflowID (WakeWorkflowID) when not 0.
 	Wakes int `json:"wakes,omitempty"`
+	// WokenAt is set from the run's last wake until its continuation
+	// begins (an engine starts it within its recorded-run sweep
+	// interval); nil otherwise.
+	WokenAt *time.Time `json:"wokenAt,omitempty"`
 }
 
 // CurrentWorkflowID is the workflow that runs the run now, or ran it last:

@@ -60,6 +60,11 @@ func (t *turn) startRun(began time.Time, in TurnInput, recovered bool) {
 	if in.Segment > 0 {
 		span.SetAttributes(steps.AttrSegment.Int(in.Segment))
 	}
+	if in.Wake > 0 {
+		// A continuation of a run woken from hibernation: in the
+		// session's trace, as the run's first execution.
+		span.SetAttributes(steps.AttrWake.Int(in.Wake))
+	}
 }
 
 // endRun ends the run span with the execution's outcome.

@@ -473,18 +473,38 @@ func checkSessions(ctx context.Context, conn *pgx.Conn, execs []executorInfo, gr
 		return fail(readSessions, err)
 	}
 	stuck := []stuckSession{}
-	active := 0
+	active, hibernated := 0, 0
 	for _, a := range sessions {
 		active++
+		if a.HibernatedAt != nil {
+			hibernated++
+		}
 		s := stuckSession{SessionID: a.SessionID, AgentType: a.AgentType, RunID: a.RunID, RunStatus: a.RunStatus,
 			WorkflowID: a.WorkflowID, WorkflowStatus: a.WorkflowStatus, ExecutorID: a.ExecutorID}
 		old, overdue := a.Quiet, a.OverdueCalls
 		id := s.SessionID
 		abortRetry := fmt.Sprintf("`helix-dbos abort %s` fails it, then `helix-dbos retry %s --agents FILE` runs it again", id, id)
+		engineHint := fmt.Sprintf("every launched engine that defines agent %s does it within its recorded-run sweep interval (5 s by default): start one (`helix-dbos serve --agents FILE`)", s.AgentType)
 		switch {
 		case s.RunID == "":
 			s.Problem = "active, but it has no run: nothing will run it"
 			s.Hint = fmt.Sprintf("inspect it with `helix-dbos sessions show %s`", id)
+		case a.HibernatedAt != nil:
+			// It waits for people with no workflow running it: not stuck,
+			// unless a deadline passed and no engine woke it.
+			if overdue == "" {
+				continue
+			}
+			s.Problem = fmt.Sprintf("its run %s, hibernated since %s, waits for tool call(s) past their deadline: %s; no engine woke it",
+				s.RunID, fmtTime(*a.HibernatedAt), overdue)
+			s.Hint = "an engine wakes it at its deadline: " + engineHint
+		case a.WokenAt != nil && s.WorkflowStatus == "":
+			if !a.WokenQuiet {
+				continue // woken: its continuation is being started
+			}
+			s.Problem = fmt.Sprintf("its run %s was woken from hibernation at %s, but its continuation %s has not started",
+				s.RunID, fmtTime(*a.WokenAt), s.WorkflowID)
+			s.Hint = "an engine starts it: " + engineHint
 		case s.WorkflowID == "":
 			if !old {
 				continue
@@ -529,6 +549,9 @@ func checkSessions(ctx context.Context, conn *pgx.Conn, execs []executorInfo, gr
 		for _, s := range stuck {
 			c.Problems = append(c.Problems, doctorProblem{Subject: s.SessionID, Problem: s.Problem, Hint: s.Hint})
 		}
+	}
+	if hibernated > 0 {
+		c.Summary += fmt.Sprintf(" (%d hibernated: waiting for people with no workflow running)", hibernated)
 	}
 	if interrupted > 0 {
 		c.Summary += fmt.Sprintf(", %d interrupted (waiting for `helix-dbos resume <session>`: `helix-dbos sessions list --status interrupted`)", interrupted)

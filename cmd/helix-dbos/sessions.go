@@ -18,6 +18,7 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
+	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 func newSessionsCmd(g *globals) *cobra.Command {
@@ -186,6 +187,9 @@ func printDetail(out io.Writer, d *sessionDetail) {
 	}
 	if r := d.CurrentRun; r != nil {
 		row("current run", "turn %d · %s · %s · %d steps · workflow %s", r.Turn, r.RunID, r.Status, r.StepCount, r.WorkflowID)
+		if h := hibernation(r); h != "" {
+			row("hibernation", "%s", h)
+		}
 	}
 	if q := d.Queue; q != nil {
 		row("queued", "on %s, partition %s, since %s, %d ahead of it in its partition", q.Queue, q.PartitionKey, fmtTime(q.Since), q.Ahead)
@@ -346,8 +350,19 @@ func newSessionsRunsCmd(g *globals) *cobra.Command {
 					if r.CompletedAt != nil {
 						ended = fmtTime(*r.CompletedAt)
 					}
-					fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Turn, r.RunID, r.Status, r.StepCount,
-						cmp.Or(r.WorkflowID, "-"), fmtTime(r.StartedAt), ended, truncate(r.Error, 60))
+					status := string(r.Status)
+					switch {
+					case r.HibernatedAt != nil:
+						status += " (hibernated)"
+					case r.WokenAt != nil:
+						status += " (woken)"
+					}
+					wf := cmp.Or(r.WorkflowID, "-")
+					if r.Wakes > 0 {
+						wf += fmt.Sprintf(" +%d continuation(s)", r.Wakes)
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Turn, r.RunID, status, r.StepCount,
+						wf, fmtTime(r.StartedAt), ended, truncate(r.Error, 60))
 				}
 				return w.Flush()
 			})
@@ -448,4 +463,28 @@ func fmtTime(t time.Time) string {
 		return "-"
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// hibernation describes a run's hibernation for `sessions show`: since
+// when it is hibernated and its next wake, or that its continuation is due
+// but has not begun; "" for a run that is neither.
+func hibernation(r *store.Run) string {
+	wakes := ""
+	if r.Wakes > 0 {
+		wakes = fmt.Sprintf(" · woken %d time(s) before", r.Wakes)
+	}
+	switch {
+	case r.HibernatedAt != nil:
+		next := "an answer or an interrupt wakes it"
+		if r.WakeAt != nil {
+			next = "an answer, an interrupt or its deadline at " + fmtTime(*r.WakeAt) + " wakes it"
+		}
+		return fmt.Sprintf("hibernated since %s%s: no workflow runs it; %s", fmtTime(*r.HibernatedAt), wakes, next)
+	case r.WokenAt != nil:
+		return fmt.Sprintf("woken at %s: its continuation %s has not begun yet (an engine starts it)", fmtTime(*r.WokenAt),
+			workflows.WakeID(r.WorkflowID, r.Wakes))
+	case r.Wakes > 0:
+		return fmt.Sprintf("woken %d time(s): it runs in continuation %s", r.Wakes, workflows.WakeID(r.WorkflowID, r.Wakes))
+	}
+	return ""
 }

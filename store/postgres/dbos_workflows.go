@@ -57,9 +57,10 @@ type CancelledWorkflow struct {
 }
 
 // ListSessionsCancelledThroughDBOS lists the active sessions whose current
-// run's workflow, or one of its segments (a queued run), DBOS holds as
-// cancelled since before beforeMS (Unix ms), with the cancelled workflow's
-// ID. Two index probes per active session (the workflow by primary key,
+// run's workflow (its latest continuation, for a run woken from
+// hibernation: the run's own workflow ended), or one of its segments (a
+// queued run), DBOS holds as cancelled since before beforeMS (Unix ms),
+// with the cancelled workflow's ID. Two index probes per active session (the workflow by primary key,
 // its segments by parent): an OR in one join would compare every
 // cancelled workflow ever (aborted sessions leave theirs) with every
 // active session. Reads only.
@@ -82,9 +83,10 @@ func ListSessionsCancelledThroughDBOS(ctx context.Context, q Querier, beforeMS i
 
 var cancelledSessionsSQL = `
 SELECT s.session_id, w.workflow_uuid FROM helix.sessions s
-JOIN LATERAL (` + currentRun("workflow_id", "s.session_id") + `) r ON true
+JOIN LATERAL (` + currentRun("workflow_id, wakes", "s.session_id") + `) r ON true
 JOIN LATERAL (
-	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status WHERE workflow_uuid = r.workflow_id
+	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
+	WHERE workflow_uuid = CASE WHEN r.wakes > 0 THEN helix.wake_workflow_id(r.workflow_id, r.wakes) ELSE r.workflow_id END
 	UNION ALL
 	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
 	WHERE ` + segmentOf("", "r.workflow_id") + `

@@ -88,9 +88,9 @@ var dbosTables = []struct{ table, column string }{
 // usage rows, the streams they own with their chunks, truncations and
 // write-batch tokens, the step journal of every workflow of their runs, and
 // those workflows' DBOS rows (status, inputs, outputs, operation outputs,
-// notifications, events, streams). The workflows are the runs' workflows
-// and, recursively, their DBOS children (a queued run's segments, child
-// workflows).
+// notifications, events, streams). The workflows are the runs' workflows,
+// the continuations of the runs woken from hibernation and, recursively,
+// their DBOS children (a queued run's segments, child workflows).
 //
 // The tree's session rows are locked (FOR UPDATE) before anything is
 // checked, so no run can start on them meanwhile: Execute, Resume and
@@ -235,13 +235,25 @@ func checkIdle(ctx context.Context, q Querier, root string, sessions []string, d
 }
 
 // treeWorkflows is the recursive CTE wf(id, top) of the DBOS workflows of
-// the sessions $1: their runs' workflows and, recursively, the workflows
+// the sessions $1: their runs' workflows, the continuations of the runs
+// woken from hibernation (runWorkflows), and, recursively, the workflows
 // DBOS records as their children (top is the run's workflow).
 const treeWorkflows = `wf AS (
-		SELECT workflow_id AS id, workflow_id AS top FROM helix.runs WHERE session_id = ANY($1) AND workflow_id IS NOT NULL
+		` + runWorkflows + `
 		UNION
 		SELECT w.workflow_uuid, wf.top FROM dbos.workflow_status w JOIN wf ON w.parent_workflow_id = wf.id
 	)`
+
+// runWorkflows selects (id, top) for the workflows the runs of the
+// sessions $1 started themselves: each run's own workflow, and every
+// continuation 1 … wakes of a run woken from hibernation
+// (helix.wake_workflow_id; an engine starts them as top-level workflows,
+// so DBOS records no parent for them). The last continuation may not have
+// started yet.
+const runWorkflows = `SELECT workflow_id AS id, workflow_id AS top FROM helix.runs WHERE session_id = ANY($1) AND workflow_id IS NOT NULL
+		UNION
+		SELECT helix.wake_workflow_id(r.workflow_id, n), r.workflow_id FROM helix.runs r, generate_series(1, r.wakes) n
+		WHERE r.session_id = ANY($1) AND r.workflow_id IS NOT NULL AND r.wakes > 0`
 
 // hasDBOS reports whether DBOS's schema exists (a database migrated by
 // helix alone has none).
@@ -269,7 +281,7 @@ func treeKeys(ctx context.Context, q Querier, sessions []string, dbos bool) (str
 	if dbos {
 		rows, err = q.Query(ctx, `WITH RECURSIVE `+treeWorkflows+` SELECT DISTINCT id FROM wf`, sessions)
 	} else {
-		rows, err = q.Query(ctx, `SELECT workflow_id FROM helix.runs WHERE session_id = ANY($1) AND workflow_id IS NOT NULL`, sessions)
+		rows, err = q.Query(ctx, `SELECT id FROM (`+runWorkflows+`) w`, sessions)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list workflows: %w", err)
@@ -341,8 +353,8 @@ func collectStrings(rows Rows) ([]string, error) {
 }
 
 // PendingTreeWorkflows returns the workflows of the session tree of rootID
-// (its runs' workflows and their DBOS children) that DBOS has not finished:
-// PENDING, ENQUEUED or DELAYED. A database without DBOS's schema has none.
+// (its runs' workflows, their continuations and their DBOS children) that
+// DBOS has not finished: PENDING, ENQUEUED or DELAYED. A database without DBOS's schema has none.
 func (s *Store) PendingTreeWorkflows(ctx context.Context, rootID string) ([]string, error) {
 	dbos, err := hasDBOS(ctx, s.q)
 	if err != nil || !dbos {

@@ -199,7 +199,9 @@ type ActiveSession struct {
 	AgentType string
 	// RunID, RunStatus and WorkflowID are the current run's ("" without
 	// one); WorkflowStatus and ExecutorID its workflow's in DBOS ("" when
-	// DBOS has no such workflow).
+	// DBOS has no such workflow). For a run woken from hibernation,
+	// WorkflowID is its latest continuation (workflows.WakeID): the run's
+	// own workflow ended when it hibernated.
 	RunID          string
 	RunStatus      string
 	WorkflowID     string
@@ -208,19 +210,34 @@ type ActiveSession struct {
 	// Quiet is true when neither the session nor its run changed within
 	// the grace period.
 	Quiet bool
+	// HibernatedAt is set while the run is hibernated (its workflow
+	// ended, no process holds it: not stuck), and WakeAt then is its
+	// earliest deadline (nil for none).
+	HibernatedAt *time.Time
+	WakeAt       *time.Time
+	// Wakes counts the run's wakes from hibernation; WokenAt is set while
+	// its latest continuation has not begun (an engine starts it within
+	// its sweep interval), and WokenQuiet is true when that has lasted
+	// longer than the grace period.
+	Wakes      int
+	WokenAt    *time.Time
+	WokenQuiet bool
 	// OverdueCalls lists the tool calls it waits for past their deadline
 	// by more than the grace period ("call-1 (tool), …"); "" when none.
 	OverdueCalls string
 }
 
 // ActiveSessions returns every active session with its current run, that
-// run's workflow and the calls it waits for past their deadline by more
-// than grace, least recently active first.
+// run's current workflow (its latest continuation when it was woken from
+// hibernation), its hibernation and the calls it waits for past their
+// deadline by more than grace, least recently active first.
 func (d *Diagnostics) ActiveSessions(ctx context.Context, grace time.Duration) ([]ActiveSession, error) {
 	rows, err := d.q.Query(ctx, `
-SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''), coalesce(r.workflow_id, ''),
+SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''), coalesce(r.current_wf, ''),
        coalesce(greatest(r.updated_at, s.updated_at, s.checkpointed_at) < now() - make_interval(secs => $1), true),
        coalesce(w.status, ''), coalesce(w.executor_id, ''),
+       r.hibernated_at, to_timestamp(r.wake_at / 1000.0), coalesce(r.wakes, 0), r.woken_at,
+       coalesce(r.woken_at < now() - make_interval(secs => $1), false),
        (SELECT string_agg(c.key || ' (' || coalesce(c.value->>'toolName', '?') || ')', ', ' ORDER BY c.key)
           FROM jsonb_each(s.pending_client_tool_calls) c
          WHERE coalesce((c.value->>'deadlineAt')::bigint, 0) > 0
@@ -228,8 +245,9 @@ SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''
            AND c.value->'submission' IS NULL AND coalesce((c.value->>'timedOutAt')::bigint, 0) = 0
            AND coalesce((c.value->>'consumedAt')::bigint, 0) = 0)
 FROM helix.sessions s
-LEFT JOIN LATERAL (`+currentRun("run_id, status, workflow_id, updated_at", "s.session_id")+`) r ON true
-LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.workflow_id
+LEFT JOIN LATERAL (`+currentRun(`run_id, status, updated_at, hibernated_at, wake_at, wakes, woken_at,
+	CASE WHEN wakes > 0 THEN helix.wake_workflow_id(workflow_id, wakes) ELSE workflow_id END AS current_wf`, "s.session_id")+`) r ON true
+LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.current_wf
 WHERE s.status = 'active'
 ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
 	if err != nil {
@@ -241,7 +259,7 @@ ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
 		var s ActiveSession
 		var overdue *string
 		if err := rows.Scan(&s.SessionID, &s.AgentType, &s.RunID, &s.RunStatus, &s.WorkflowID, &s.Quiet, &s.WorkflowStatus,
-			&s.ExecutorID, &overdue); err != nil {
+			&s.ExecutorID, &s.HibernatedAt, &s.WakeAt, &s.Wakes, &s.WokenAt, &s.WokenQuiet, &overdue); err != nil {
 			return nil, wrap(err, "read the active sessions and their runs")
 		}
 		if overdue != nil {

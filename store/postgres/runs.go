@@ -17,7 +17,10 @@ var runColumns = `run_id, session_id, turn, status,
 	GREATEST(step_count, (SELECT c.step_count ` + runProgressSQL + `)), start_sequence, COALESCE(workflow_id, ''),
 	COALESCE(previous_run_id, ''), COALESCE(error, ''), COALESCE(error_code, ''), queue, COALESCE(queue_partition_key, ''),
 	COALESCE(queue_priority, 0), started_at, completed_at,
-	GREATEST(updated_at, (SELECT c.created_at ` + runProgressSQL + `)), answered_at, hibernated_at, wakes`
+	GREATEST(updated_at, (SELECT c.created_at ` + runProgressSQL + `)), answered_at,
+	CASE WHEN status NOT IN ('completed', 'failed', 'interrupted') THEN hibernated_at END,
+	CASE WHEN status NOT IN ('completed', 'failed', 'interrupted') AND hibernated_at IS NOT NULL THEN to_timestamp(wake_at / 1000.0) END,
+	wakes, CASE WHEN status NOT IN ('completed', 'failed', 'interrupted') THEN woken_at END`
 
 // runProgressSQL finds the checkpoint a running run's last step wrote: the
 // one its session points at, when it is the run's.
@@ -31,7 +34,7 @@ func scanRun(row Row) (*store.Run, error) {
 	var adm store.Admission
 	if err := row.Scan(&r.RunID, &r.SessionID, &r.Turn, &status, &r.StepCount, &r.StartSequence, &r.WorkflowID,
 		&r.PreviousRunID, &r.Error, &r.ErrorCode, &queue, &adm.PartitionKey, &adm.Priority, &r.StartedAt, &r.CompletedAt, &r.UpdatedAt, &r.AnsweredAt,
-		&r.HibernatedAt, &r.Wakes); err != nil {
+		&r.HibernatedAt, &r.WakeAt, &r.Wakes, &r.WokenAt); err != nil {
 		return nil, err
 	}
 	r.Status = helix.RunStatus(status)
