@@ -153,7 +153,8 @@ type Runs interface {
 	// concurrent creators get distinct, contiguous turns.
 	CreateRun(ctx context.Context, p CreateRunParams) (*Run, error)
 	// UpdateRunStatus sets a run's status; final statuses also stamp the
-	// completion time (once). Idempotent.
+	// completion time (once) and end its hibernation (an ended run is
+	// neither hibernated nor due to wake). Idempotent.
 	UpdateRunStatus(ctx context.Context, runID string, status helix.RunStatus, u *RunUpdate) error
 	// GetRun returns one run. Read-only.
 	GetRun(ctx context.Context, runID string) (*Run, error)

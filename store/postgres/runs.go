@@ -110,6 +110,8 @@ func (s *Store) UpdateRunStatus(ctx context.Context, runID string, status helix.
 	n, err := s.q.Exec(ctx, `UPDATE helix.runs SET status = $2, step_count = COALESCE($3, step_count),
 			error = COALESCE($4, error), error_code = COALESCE($6, error_code),
 			completed_at = CASE WHEN $5 THEN COALESCE(completed_at, now()) ELSE NULL END,
+			hibernated_at = CASE WHEN $5 THEN NULL ELSE hibernated_at END, wake_at = CASE WHEN $5 THEN NULL ELSE wake_at END,
+			woken_at = CASE WHEN $5 THEN NULL ELSE woken_at END,
 			updated_at = now()
 		WHERE run_id = $1`, runID, string(status), stepCount, errMsg, status.Final(), errCode)
 	if err == nil && n == 0 {
