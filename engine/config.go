@@ -115,9 +115,12 @@ type Config struct {
 	// deadline wakes it in a continuation workflow, on whichever engine
 	// hears of it first (see docs/engine.md, "Hibernation"). Answers
 	// within it wake the run as a live wait does. 0 means
-	// DefaultHibernateAfter; negative never hibernates. Root runs that
-	// start at once hibernate; a queued run's, a sub-agent's and a
-	// persistent companion's runs wait in their workflow.
+	// DefaultHibernateAfter; negative never hibernates. Root runs
+	// hibernate, whether they start at once or through Queue (a queued
+	// run's driver hibernates, and its continuation admits the run's next
+	// segment through the queue); a sub-agent's and a persistent
+	// companion's runs (queued or not) wait in their workflow, as does a
+	// queued run's driver while it waits for its sub-agents' runs.
 	HibernateAfter time.Duration
 	// Clock, for tests, is the time of the deadlines of calls that wait for
 	// people (helix.ClientTimeout): when a call started waiting, when its

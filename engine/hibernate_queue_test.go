@@ -172,3 +172,39 @@ func TestQueuedRunHibernatedAborted(t *testing.T) {
 	}
 	require.Len(t, runSegments(t, pool, h.WorkflowID), 1, "no segment was enqueued after the abort")
 }
+
+// A hibernated queued run whose continuation goes on to a step with a
+// sub-agent: the sub-agent's queued run reports its outcome to the
+// continuation (the workflow that waits for it), not to the ended driver,
+// and the run completes; no message is left untaken for the driver.
+func TestQueuedRunHibernatedThenRunsASubAgent(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	lead := &helix.Agent{
+		Name:  "lead-q",
+		Tools: []*helix.Tool{transferTool(&runs), helix.MustSubAgentTool(summarizer(func(string) {}), nil, nil)},
+		Model: script(
+			calls(call("t1", "transfer", `{"to":"bob","amount":5}`)),
+			calls(call("s1", "subagent__summarizer", `{"task":"alpha"}`)),
+			text("paid and summarized"),
+		),
+	}
+	e := hibernatingQueued(t, url, "hibq-g", lead)
+	h, err := e.Execute(t.Context(), lead, engine.Input{Message: "pay, then summarize"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
+	waitFor(t, h, helix.AgentCompleted)
+	msgs := allMessages(t, e, h.SessionID)
+	require.JSONEq(t, `{"summary":"short alpha"}`, msgs[len(msgs)-2].Content, "the child's output is the tool result")
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+
+	var untaken, taken int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE destination_uuid = $1 AND NOT consumed),
+		count(*) FILTER (WHERE destination_uuid = $2 AND consumed) FROM dbos.notifications`,
+		h.WorkflowID, workflows.WakeID(h.WorkflowID, 1)).Scan(&untaken, &taken))
+	require.Zero(t, untaken, "no report was sent to the ended driver")
+	require.Equal(t, 3, taken, "the continuation took its two segments' reports and the sub-agent's")
+}

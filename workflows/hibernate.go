@@ -19,9 +19,11 @@ import (
 // once, when the waits end.
 
 // hibernates reports whether this execution hibernates its waits: a
-// root run that starts at once (not a queued run's segment, nor a
-// sub-agent's or a persistent companion's run, whose parents wait for
-// their workflows), when the engine sets a hibernation delay.
+// root run that starts at once (not a sub-agent's or a persistent
+// companion's run, whose parents wait for their workflows), when the
+// engine sets a hibernation delay. A queued run's segment never waits: it
+// ends at the wait, and its driver waits and hibernates
+// (driverHibernates).
 func (t *turn) hibernates() bool {
 	return t.env.HibernateAfter > 0 && t.segment == 0 && t.adm == nil && t.run.Parent == nil && !t.run.Persistent
 }
