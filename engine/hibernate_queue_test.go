@@ -46,19 +46,32 @@ func runSegments(t *testing.T, pool *pgxpool.Pool, driver string) []segment {
 	return out
 }
 
-// hibernatedQueuedPayer starts a payer session on a hibernating queued
-// engine of a fresh database and waits until its driver hibernated.
-func hibernatedQueuedPayer(t *testing.T, id string) (*engine.Engine, *engine.Handle, *sync.Map, *pgxpool.Pool) {
+// hibernatedQueued is a payer session on a hibernating queued engine of a
+// fresh database, its driver hibernated.
+type hibernatedQueued struct {
+	e     *engine.Engine
+	h     *engine.Handle
+	runs  *sync.Map
+	pool  *pgxpool.Pool
+	url   string
+	agent *helix.Agent
+}
+
+// hibernatedQueuedPayer starts a payer session (with hooks, when not nil)
+// on a hibernating queued engine (executor id) of a fresh database and
+// waits until its driver hibernated.
+func hibernatedQueuedPayer(t *testing.T, id string, hooks *helix.Hooks) hibernatedQueued {
 	t.Helper()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
-	runs := &sync.Map{}
-	agent := payer(runs)
-	e := hibernatingQueued(t, url, id, agent)
-	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	q := hibernatedQueued{url: pgtest.NewURL(t), runs: &sync.Map{}}
+	q.pool = appPool(t, q.url)
+	q.agent = payer(q.runs)
+	q.agent.Hooks = hooks
+	q.e = hibernatingQueued(t, q.url, id, q.agent)
+	var err error
+	q.h, err = q.e.Execute(t.Context(), q.agent, engine.Input{Message: "pay bob"}, nil)
 	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
-	return e, h, runs, pool
+	awaitHibernated(t, q.pool, q.h.RunID)
+	return q
 }
 
 // A queued run waiting for an approval hibernates: its driver's workflow
@@ -69,28 +82,21 @@ func hibernatedQueuedPayer(t *testing.T, id string) (*engine.Engine, *engine.Han
 // approved tool run once, the hooks of the suspension fired once.
 func TestQueuedRunHibernatesAndCompletesAfterApproval(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
-	var runs sync.Map
 	var hc hookCounts
-	agent := payer(&runs)
-	agent.Hooks = hc.hooks()
-	a := hibernatingQueued(t, url, "hibq-a", agent)
-	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
-	require.NoError(t, err)
-	awaitHibernated(t, pool, h.RunID)
+	q := hibernatedQueuedPayer(t, "hibq-a", hc.hooks())
+	h, pool, runs := q.h, q.pool, q.runs
 	segs := runSegments(t, pool, h.WorkflowID)
 	require.Len(t, segs, 1)
 	require.Equal(t, "SUCCESS", segs[0].status, "no segment runs while the run hibernates")
-	require.NoError(t, a.Shutdown(t.Context()))
+	require.NoError(t, q.e.Shutdown(t.Context()))
 
-	b := hibernatingQueued(t, url, "hibq-b", agent)
+	b := hibernatingQueued(t, q.url, "hibq-b", q.agent)
 	require.Empty(t, submit(t, b, h.SessionID, helix.Approve("t1", "ok")).Remaining)
 	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
 	require.NoError(t, err)
 	out := waitFor(t, hb, helix.AgentCompleted)
 	require.JSONEq(t, `"paid"`, string(out.Output))
-	require.EqualValues(t, 1, executions2(&runs, "t1"), "the approved tool ran once")
+	require.EqualValues(t, 1, executions2(runs, "t1"), "the approved tool ran once")
 	require.EqualValues(t, 1, hc.suspended.Load())
 	require.EqualValues(t, 1, hc.resumed.Load())
 	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
@@ -137,20 +143,15 @@ func TestQueuedRunHibernatedClientToolDeadlineFires(t *testing.T) {
 // Resume continues it, and the approval given then completes it.
 func TestQueuedRunHibernatedInterruptedThenResumed(t *testing.T) {
 	t.Parallel()
-	e, h, runs, pool := hibernatedQueuedPayer(t, "hibq-e")
+	q := hibernatedQueuedPayer(t, "hibq-e", nil)
+	e, h, runs, pool := q.e, q.h, q.runs, q.pool
 	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "stop"))
 	waitFor(t, h, helix.AgentInterrupted)
 	s := readRunState(t, pool, h.RunID)
 	require.Equal(t, 1, s.wakes, "the interrupt woke the driver")
 	require.Equal(t, "SUCCESS", s.latest)
 
-	h2, err := e.Resume(t.Context(), h.SessionID, nil)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		pending, err := e.PendingToolCalls(t.Context(), h.SessionID)
-		return err == nil && len(pending) == 1
-	}, 30*time.Second, 10*time.Millisecond)
-	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
+	h2 := resumeAndApprove(t, e, h.SessionID)
 	waitFor(t, h2, helix.AgentCompleted)
 	require.EqualValues(t, 1, executions2(runs, "t1"))
 }
@@ -159,7 +160,8 @@ func TestQueuedRunHibernatedInterruptedThenResumed(t *testing.T) {
 // segment is left queued, and a late answer is refused.
 func TestQueuedRunHibernatedAborted(t *testing.T) {
 	t.Parallel()
-	e, h, runs, pool := hibernatedQueuedPayer(t, "hibq-f")
+	q := hibernatedQueuedPayer(t, "hibq-f", nil)
+	e, h, runs, pool := q.e, q.h, q.runs, q.pool
 	require.NoError(t, e.Abort(t.Context(), h.SessionID, "no longer needed"))
 	out := result(t, h)
 	require.Equal(t, helix.AgentFailed, out.Status)
@@ -207,4 +209,18 @@ func TestQueuedRunHibernatedThenRunsASubAgent(t *testing.T) {
 		h.WorkflowID, workflows.WakeID(h.WorkflowID, 1)).Scan(&untaken, &taken))
 	require.Zero(t, untaken, "no report was sent to the ended driver")
 	require.Equal(t, 3, taken, "the continuation took its two segments' reports and the sub-agent's")
+}
+
+// resumeAndApprove resumes the interrupted session sessionID, waits until
+// its call t1 waits again, approves it and returns the resumed run.
+func resumeAndApprove(t *testing.T, e *engine.Engine, sessionID string) *engine.Handle {
+	t.Helper()
+	h, err := e.Resume(t.Context(), sessionID, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		pending, err := e.PendingToolCalls(t.Context(), sessionID)
+		return err == nil && len(pending) == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	submit(t, e, sessionID, helix.Approve("t1", "ok"))
+	return h
 }
