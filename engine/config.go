@@ -115,10 +115,14 @@ type Config struct {
 	// deadline wakes it in a continuation workflow, on whichever engine
 	// hears of it first (see docs/engine.md, "Hibernation"). Answers
 	// within it wake the run as a live wait does. 0 means
-	// DefaultHibernateAfter; negative never hibernates. Runs that start
-	// at once hibernate, sub-agents' and companions' included (a parent
-	// waiting for a child that hibernated hibernates too, and the child's
-	// end wakes it); a queued run's segments wait in their workflow.
+	// DefaultHibernateAfter; negative never hibernates. Runs hibernate,
+	// whether they start at once or through Queue (a queued run's driver
+	// hibernates, and its continuation admits the run's next segment
+	// through the queue), sub-agents' and companions' that start at once
+	// included (a parent waiting for a child that hibernated hibernates
+	// too, and the child's end wakes it). A sub-agent's queued run, and a
+	// queued run's driver while it waits for its sub-agents' runs, wait in
+	// their workflow.
 	HibernateAfter time.Duration
 	// Clock, for tests, is the time of the deadlines of calls that wait for
 	// people (helix.ClientTimeout): when a call started waiting, when its

@@ -279,9 +279,14 @@ func (e *Engine) Launch(ctx context.Context) error {
 // start starts (or joins, when it exists) a run's workflow: through the
 // queue with adm, or at once without.
 // startWake starts continuation n of the woken run runID, whose workflow
-// is origin (workflows.WakeID; several engines may start it: one runs).
-func (e *Engine) startWake(sessionID, runID, origin string, n int) error {
-	in := workflows.TurnInput{SessionID: sessionID, RunID: runID, Wake: n, Origin: origin}
+// is origin (workflows.WakeID; several engines may start it: one runs). A
+// queued run's (adm) is a continuation of its driver: it goes on
+// enqueuing the run's segments under origin's IDs.
+func (e *Engine) startWake(sessionID, runID, origin string, n int, adm *workflows.Admission) error {
+	in := workflows.TurnInput{SessionID: sessionID, RunID: runID, Wake: n, Origin: origin, Queue: adm}
+	if adm != nil {
+		in.Driver = origin
+	}
 	id := workflows.WakeID(origin, n)
 	if _, err := dbos.RunWorkflow(e.dbos, e.turn, in, dbos.WithWorkflowID(id)); err != nil {
 		return fmt.Errorf("engine: start workflow %s (run %s woken from hibernation): %w", id, runID, err)

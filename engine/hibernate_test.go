@@ -207,13 +207,7 @@ func TestHibernatedRunInterruptedThenResumed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentInterrupted, out.Status, out.Error)
 
-	h2, err := e.Resume(t.Context(), h.SessionID, nil)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		pending, err := e.PendingToolCalls(t.Context(), h.SessionID)
-		return err == nil && len(pending) == 1
-	}, 30*time.Second, 10*time.Millisecond)
-	submit(t, e, h.SessionID, helix.Approve("t1", "ok"))
+	h2 := resumeAndApprove(t, e, h.SessionID)
 	out = result(t, h2)
 	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
 	require.EqualValues(t, 1, executions2(runs, "t1"))

@@ -143,10 +143,14 @@ func (e *Engine) startOrphan(o postgres.OrphanRun, announced bool, warned map[st
 		}
 		return nil
 	}
+	var adm *workflows.Admission
+	if o.Queue != "" {
+		adm = &workflows.Admission{Queue: o.Queue, PartitionKey: o.PartitionKey, Priority: uint(max(o.Priority, 0))}
+	}
 	if o.Wake > 0 {
 		e.log.Debug().Str("event", "run.woken").Str("sessionId", o.SessionID).Str("runId", o.RunID).Int("wake", o.Wake).
 			Msg("starting a run woken from hibernation")
-		return e.startWake(o.SessionID, o.RunID, o.WorkflowID, o.Wake)
+		return e.startWake(o.SessionID, o.RunID, o.WorkflowID, o.Wake, adm)
 	}
 	if announced {
 		e.log.Debug().Str("event", "run.recorded_started").Str("sessionId", o.SessionID).Str("runId", o.RunID).
@@ -154,10 +158,6 @@ func (e *Engine) startOrphan(o postgres.OrphanRun, announced bool, warned map[st
 	} else {
 		e.log.Warn().Str("event", "run.orphan_started").Str("sessionId", o.SessionID).Str("runId", o.RunID).
 			Msg("starting a recorded run whose workflow was never started")
-	}
-	var adm *workflows.Admission
-	if o.Queue != "" {
-		adm = &workflows.Admission{Queue: o.Queue, PartitionKey: o.PartitionKey, Priority: uint(max(o.Priority, 0))}
 	}
 	return e.start(o.SessionID, o.RunID, o.WorkflowID, adm)
 }

@@ -90,3 +90,89 @@ func (e *Env) HibernateForChildren(in ChildHibernateInput) dbos.Txn[HibernateOut
 		return HibernateOutput{Hibernated: true}, nil
 	}
 }
+
+// NameDriverWake is the transaction step of a queued run's driver whose
+// wait for a person reached Env.HibernateAfter, and the first one of a
+// continuation of a hibernated driver: it takes the message of the call
+// the driver waits for, or ends the wait at the call's deadline, or
+// hibernates the run (DriverWake).
+const NameDriverWake = "helix.driver_wake"
+
+// DriverWakeInput is the call a queued run's driver waits for (the
+// steps.AwaitCall of its last segment's outcome).
+type DriverWakeInput struct {
+	RunID string `json:"runId"`
+	// WorkflowID is the run's workflow (the original driver's), the
+	// messages' destination.
+	WorkflowID string `json:"workflowId"`
+	ToolCallID string `json:"toolCallId"`
+	// DeadlineAt is the call's deadline (Unix ms, on Env.Clock), 0 for
+	// none.
+	DeadlineAt int64 `json:"deadlineAt,omitempty"`
+	// Then are the step's later calls that wait too: with the call's
+	// message, those of theirs already there are taken as well.
+	Then []string `json:"then,omitempty"`
+	// StepID names the step that takes the messages (DBOS's
+	// consumed_by_function_id).
+	StepID int `json:"stepId"`
+	// Wake numbers the continuation that runs the transaction (0: the
+	// driver itself): it records that the continuation began
+	// (postgres.BeginContinuation).
+	Wake int `json:"wake,omitempty"`
+}
+
+// DriverWakeOutput is how a driver's wait ended: the messages it took
+// (the call's, then those of Then already there, in order), its
+// deadline (TimedOut), or a hibernation. None of them set: a message
+// came while the run hibernated and went before this transaction could
+// take it, which does not happen while the driver is the messages' only
+// taker; wait again.
+type DriverWakeOutput struct {
+	Received   []string `json:"received,omitempty"`
+	TimedOut   bool     `json:"timedOut,omitempty"`
+	Hibernated bool     `json:"hibernated,omitempty"`
+}
+
+// DriverWake returns the transaction that ends a queued run's driver's
+// wait for a person without a goroutine waiting for the message: a message
+// for the call is taken (with those of the later calls already there), a
+// deadline that passed (on Env.Clock) ends the wait, and otherwise the run
+// hibernates as a root run does (postgres.HibernateRun, under the run's
+// row lock: a message that commits after it wakes the run, whose
+// continuation runs this transaction again).
+func (e *Env) DriverWake(in DriverWakeInput) dbos.Txn[DriverWakeOutput] {
+	return func(ctx context.Context, tx dbos.Tx) (DriverWakeOutput, error) {
+		if in.Wake > 0 {
+			if err := postgres.BeginContinuation(ctx, txQuerier{tx}, in.RunID, in.Wake); err != nil {
+				return DriverWakeOutput{}, err
+			}
+		}
+		passed := in.DeadlineAt > 0 && e.Clock.Now().UnixMilli() >= in.DeadlineAt
+		if !passed {
+			ok, err := postgres.HibernateRun(ctx, txQuerier{tx}, in.RunID, in.WorkflowID, []string{recv.Topic(in.ToolCallID)}, in.DeadlineAt)
+			if err != nil || ok {
+				return DriverWakeOutput{Hibernated: ok}, err
+			}
+		}
+		var out DriverWakeOutput
+		took, err := recv.Consume[dbos.Row](ctx, tx, in.WorkflowID, in.ToolCallID, in.StepID)
+		switch {
+		case err != nil:
+			return DriverWakeOutput{}, err
+		case !took:
+			return DriverWakeOutput{TimedOut: passed}, nil
+		}
+		out.Received = append(out.Received, in.ToolCallID)
+		for _, id := range in.Then {
+			took, err := recv.Consume[dbos.Row](ctx, tx, in.WorkflowID, id, in.StepID)
+			if err != nil {
+				return DriverWakeOutput{}, err
+			}
+			if !took {
+				break
+			}
+			out.Received = append(out.Received, id)
+		}
+		return out, nil
+	}
+}

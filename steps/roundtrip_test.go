@@ -48,6 +48,10 @@ func TestStepValuesRoundTripThroughJSON(t *testing.T) {
 		steps.HooksInput{Run: run, Step: 2, Events: []steps.HookEvent{{Kind: steps.HookAgentSuspended,
 			Suspension: &helix.Suspension{ToolCallIDs: []string{"c1"}}, PreviousRunID: "p"}}},
 		steps.Outcome{Status: helix.RunCompleted, Output: json.RawMessage(`{"o":1}`), Text: "t", Steps: 2},
+		steps.Outcome{Status: helix.RunSuspendedClientTool, Await: &steps.AwaitCall{ToolCallID: "c1", DeadlineAt: 20, Then: []string{"c2"}},
+			Hibernated: true},
+		steps.DriverWakeInput{RunID: "r", WorkflowID: "s-turn-1", ToolCallID: "c1", DeadlineAt: 20, Then: []string{"c2"}, StepID: 7, Wake: 2},
+		steps.DriverWakeOutput{Received: []string{"c1", "c2"}, TimedOut: true, Hibernated: true},
 	}
 	for _, v := range values {
 		b, err := json.Marshal(v)

@@ -21,10 +21,11 @@ import (
 // once, when the waits end.
 
 // hibernates reports whether this execution hibernates its waits, when
-// the engine sets a hibernation delay: a run that starts at once (not a
-// queued run's segment), unless its parent waits for its workflow in
-// place (TurnInput.Live: a sub-agent's or a blocking companion's run whose
-// parent cannot hibernate).
+// the engine sets a hibernation delay: a run that starts at once, unless
+// its parent waits for its workflow in place (TurnInput.Live: a
+// sub-agent's or a blocking companion's run whose parent cannot
+// hibernate). A queued run's segment never waits: it ends at the wait,
+// and its driver waits and hibernates (driverHibernates).
 func (t *turn) hibernates() bool {
 	return t.env.HibernateAfter > 0 && t.segment == 0 && t.adm == nil && !t.live
 }

@@ -69,7 +69,7 @@ func (t *turn) startChildren(step int, calls []helix.ToolCall, subs []int, resul
 		c := child{index: i, workflowID: d.WorkflowID, span: span}
 		if queued {
 			c.topic = childTopic(step, calls[i].ID)
-			in.Queue, in.Driver, in.Notify = t.adm, d.WorkflowID, &ChildNotify{Driver: t.run.WorkflowID, Topic: c.topic}
+			in.Queue, in.Driver, in.Notify = t.adm, d.WorkflowID, &ChildNotify{Driver: t.reportTo, Topic: c.topic}
 		}
 		h, err := dbos.RunWorkflow(t.ctx, t.self, in, dbos.WithWorkflowID(d.WorkflowID))
 		if err != nil {

@@ -43,6 +43,10 @@ type TurnInput struct {
 	// fork, under another ID) runs nothing.
 	Segment int    `json:"segment,omitempty"`
 	Driver  string `json:"driver,omitempty"`
+	// ReportTo, on a segment enqueued by a continuation of its hibernated
+	// driver, is that continuation's workflow ID: the segment reports its
+	// outcome there ("" reports to Driver).
+	ReportTo string `json:"reportTo,omitempty"`
 	// TimedOut names the call whose wait the driver ended at its deadline;
 	// Received the calls whose messages (answers, or wake-ups) the driver
 	// took since the last segment.
@@ -198,8 +202,8 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,
-			segment: in.Segment, adm: in.Queue, timedOut: in.TimedOut, received: in.Received, childOutcomes: in.ChildOutcomes,
-			live: in.Live}
+			segment: in.Segment, reportTo: reportTo(in), adm: in.Queue, timedOut: in.TimedOut, received: in.Received,
+			childOutcomes: in.ChildOutcomes, live: in.Live}
 		t.startRun(began, in, !beganHere)
 		defer func() { t.endRun(result, resultErr) }()
 		if run.Interrupted {
@@ -286,6 +290,9 @@ type turn struct {
 	// (0 otherwise): a call it would wait for ends it, with the call in
 	// its outcome, for its driver to wait for.
 	segment int
+	// reportTo is the workflow a segment reports to (its driver's, or a
+	// continuation's of it), which its queued sub-agents report to too.
+	reportTo string
 	// timedOut names the call whose wait the driver ended at its deadline;
 	// received the calls whose messages the driver took (each is resolved
 	// once on its account).

@@ -165,6 +165,18 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT wf || '-wake-' || n $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- helix.run_workflow_ids lists the workflows that ran the run whose
+-- workflow is wf: wf and each of its continuations (by the run's wakes).
+-- A queued run's segments are children of one of them (its driver's, or a
+-- continuation's of a hibernated driver).
+CREATE FUNCTION helix.run_workflow_ids(wf text) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT wf || ARRAY(SELECT helix.wake_workflow_id(wf, n) FROM generate_series(1,
+        coalesce((SELECT max(r.wakes) FROM helix.runs r WHERE r.workflow_id = wf), 0)) n)
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- helix.wake_run wakes the hibernated run whose workflow is wf, if any,
 -- and reports whether it did: its next continuation is due, announced on
 -- helix_run_recorded (a woken run is started like a recorded one). Called
@@ -862,6 +874,7 @@ DROP TABLE helix.executors;
 DROP FUNCTION helix.executors_format_level_reset();
 DROP FUNCTION helix.send_tool_message(text, text, text, text);
 DROP FUNCTION helix.wake_run(text);
+DROP FUNCTION helix.run_workflow_ids(text);
 DROP FUNCTION helix.wake_workflow_id(text, integer);
 DROP FUNCTION helix.refuse_step_commit(text);
 DROP FUNCTION helix.run_model_messages(text, text, integer);

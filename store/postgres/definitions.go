@@ -50,10 +50,11 @@ const SegmentInfix = "-seg-"
 
 // segmentOf is the condition that the dbos.workflow_status row w is a
 // segment of the queued run whose driver's workflow ID is the SQL
-// expression driver: a child workflow of the driver whose ID has the
-// segment prefix (a sub-agent's run, also a child, has not).
+// expression driver: a child workflow of the driver, or of one of its
+// continuations after a hibernation (helix.run_workflow_ids), whose ID has
+// the segment prefix (a sub-agent's run, also a child, has not).
 func segmentOf(w, driver string) string {
-	return col(w, "parent_workflow_id") + " = " + driver + " AND starts_with(" + col(w, "workflow_uuid") + ", " + driver +
+	return col(w, "parent_workflow_id") + " = ANY(helix.run_workflow_ids(" + driver + ")) AND starts_with(" + col(w, "workflow_uuid") + ", " + driver +
 		" || '" + SegmentInfix + "')"
 }
 

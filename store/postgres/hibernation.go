@@ -90,3 +90,14 @@ func WakeDue(ctx context.Context, q Querier, now time.Time) (int, error) {
 		WHERE hibernated_at IS NOT NULL AND wake_at IS NOT NULL AND wake_at <= $1) w`, now.UnixMilli()).Scan(&n)
 	return n, wrap(err, "wake the hibernated runs whose deadline passed")
 }
+
+// LastSegment returns the number of the last segment (1, 2, …) of the
+// queued run whose driver's workflow is driverID, 0 when it has none: where
+// a hibernated driver stopped (its last segment's outcome names the call it
+// waits for). Reads only.
+func LastSegment(ctx context.Context, q Querier, driverID string) (int, error) {
+	var k int
+	err := q.QueryRow(ctx, `SELECT coalesce(max(substr(workflow_uuid, length($1 || '`+SegmentInfix+`') + 1)::integer), 0)
+		FROM dbos.workflow_status WHERE `+segmentOf("", "$1"), driverID).Scan(&k)
+	return k, wrap(err, "read the last segment of workflow %s", driverID)
+}
