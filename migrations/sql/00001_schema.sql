@@ -187,6 +187,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     woke text;
 BEGIN
+    -- The run's row is locked whatever its state: a hibernation locks it
+    -- too (postgres.HibernateRun) before it looks for messages, so a
+    -- message sent in this transaction is either seen by a hibernation
+    -- that locked the row after it (which then does not hibernate), or
+    -- wakes one that locked it before (this waits for its commit, then
+    -- sees the run hibernated).
+    PERFORM 1 FROM helix.runs WHERE workflow_id = wf FOR NO KEY UPDATE;
     UPDATE helix.runs SET hibernated_at = NULL, wake_at = NULL, woken_at = now(), wakes = wakes + 1
     WHERE workflow_id = wf AND hibernated_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'interrupted')
     RETURNING run_id INTO woke;

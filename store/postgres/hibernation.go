@@ -60,15 +60,12 @@ func HibernateForChildren(ctx context.Context, q Querier, runID string, asleep [
 	if err := record(); err != nil {
 		return false, err
 	}
-	woken = live < len(asleep)
-	set := `hibernated_at = now(), wake_at = NULL`
-	if woken {
-		set = `woken_at = now(), wakes = wakes + 1`
-	}
-	var id string
-	err = q.QueryRow(ctx, `UPDATE helix.runs SET `+set+` WHERE run_id = $1 AND hibernated_at IS NULL RETURNING run_id`, runID).Scan(&id)
-	if err == nil && woken {
-		_, err = q.Exec(ctx, `SELECT pg_notify($1, $2)`, RunRecordedChannel, runID)
+	var wf string
+	err = q.QueryRow(ctx, `UPDATE helix.runs SET hibernated_at = now(), wake_at = NULL WHERE run_id = $1 AND hibernated_at IS NULL
+		RETURNING workflow_id`, runID).Scan(&wf)
+	if woken = live < len(asleep); err == nil && woken {
+		// A child ended meanwhile: wake the run at once, as its end would.
+		_, err = q.Exec(ctx, `SELECT helix.wake_run($1)`, wf)
 	}
 	return woken, wrap(err, "hibernate run %s for its sub-agents", runID)
 }
