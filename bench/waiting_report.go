@@ -80,6 +80,25 @@ type WaitingDatabase struct {
 	BytesBefore     int64 `json:"bytesBefore"`
 	BytesWaiting    int64 `json:"bytesWaiting"`
 	BytesHibernated int64 `json:"bytesHibernated,omitempty"`
+	// Relations is the growth of each helix and dbos table from before the
+	// sessions to the moment all of them waited (hibernated, when they
+	// hibernate), per session, largest first: where the per-session bytes
+	// go.
+	Relations []RelationGrowth `json:"relations,omitempty"`
+}
+
+// RelationGrowth is one table's growth per waiting session: its rows, its
+// heap (with the free space and dead tuples it holds), its indexes (each
+// by name) and its TOAST.
+type RelationGrowth struct {
+	Table      string             `json:"table"`
+	Rows       float64            `json:"rows"`
+	DeadRows   float64            `json:"deadRows"`
+	Bytes      float64            `json:"bytes"`
+	HeapBytes  float64            `json:"heapBytes"`
+	IndexBytes float64            `json:"indexBytes"`
+	ToastBytes float64            `json:"toastBytes"`
+	Indexes    map[string]float64 `json:"indexes,omitempty"`
 }
 
 // WaitingHibernation is worker A once every session's run hibernated: its
