@@ -87,9 +87,14 @@ func poke(c chan struct{}) {
 	}
 }
 
-// startAnnounced starts the announced run runID if it still has no
-// workflow and this engine registers its agent.
+// startAnnounced starts what an announcement on postgres.RunRecordedChannel
+// names, if this engine registers its agent: a woken run's continuation
+// (startWoken), or the recorded run runID if it still has no workflow.
 func (e *Engine) startAnnounced(ctx context.Context, runID string) {
+	if o, ok := postgres.ParseWakeAnnouncement(runID); ok {
+		e.startWoken(ctx, o, false)
+		return
+	}
 	o, ok, err := postgres.GetOrphanRun(ctx, postgres.PgxQuerier(e.pool), runID)
 	if err == nil && ok {
 		err = e.startOrphan(o, true, nil)
@@ -97,6 +102,32 @@ func (e *Engine) startAnnounced(ctx context.Context, runID string) {
 	if err != nil && ctx.Err() == nil {
 		e.log.Warn().Err(err).Str("event", "run.recorded_start_failed").Str("runId", runID).
 			Msg("could not start a run recorded in an application's transaction; the sweep retries")
+	}
+}
+
+// startWoken starts continuation o.Wake of the hibernated run o, woken by a
+// message: submitted, just after this engine's submission that woke it
+// committed (Engine.SubmitToolResult), at once; else on hearing the wake's
+// announcement, unless DBOS has the continuation's workflow already (the
+// submitting engine's, or another engine's that heard it too): starting
+// it again would cost DBOS a write, to learn that it exists. Of starts
+// that race, one runs the workflow (its ID is deterministic). A start that
+// fails is logged; the sweep (postgres.ListOrphanRuns) retries it.
+func (e *Engine) startWoken(ctx context.Context, o postgres.OrphanRun, submitted bool) {
+	var err error
+	if !submitted {
+		var started bool
+		_, started, err = postgres.ReadWorkflowStatus(ctx, postgres.PgxQuerier(e.pool), workflows.WakeID(o.WorkflowID, o.Wake))
+		if err == nil && started {
+			return
+		}
+	}
+	if err == nil {
+		err = e.startOrphan(o, true, nil)
+	}
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn().Err(err).Str("event", "run.wake_start_failed").Str("sessionId", o.SessionID).Str("runId", o.RunID).Int("wake", o.Wake).
+			Msg("could not start the continuation of a run woken from hibernation; the sweep retries")
 	}
 }
 
