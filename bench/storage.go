@@ -104,7 +104,9 @@ func readRelations(ctx context.Context, pool *pgxpool.Pool) (relationSizes, erro
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+regname).Scan(&s.rows); err != nil {
 			return nil, fmt.Errorf("count the rows of %s: %w", name, err)
 		}
-		ix, err := pool.Query(ctx, `SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid) FROM pg_index i WHERE i.indrelid = $1::regclass`, regname)
+		ix, err := pool.Query(ctx, `SELECT n.nspname || '.' || c.relname, pg_relation_size(i.indexrelid)
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE i.indrelid = $1::regclass`, regname)
 		if err != nil {
 			return nil, fmt.Errorf("measure the indexes of %s: %w", name, err)
 		}
@@ -134,14 +136,18 @@ func relationGrowth(before, after relationSizes, n int) []RelationGrowth {
 	for name, a := range after {
 		b := before[name]
 		g := RelationGrowth{Table: name, Rows: per(a.rows - b.rows), DeadRows: per(a.dead - b.dead),
-			HeapBytes: per(a.heap - b.heap), ToastBytes: per(a.toast - b.toast), Indexes: map[string]float64{}}
+			HeapBytes: per(a.heap - b.heap), ToastBytes: per(a.toast - b.toast)}
 		var ix int64
 		for iname, sz := range a.indexes {
 			d := sz - b.indexes[iname]
 			ix += d
-			if d != 0 {
-				g.Indexes[iname] = per(d)
+			if d == 0 {
+				continue
 			}
+			if g.Indexes == nil {
+				g.Indexes = map[string]float64{}
+			}
+			g.Indexes[iname] = per(d)
 		}
 		g.IndexBytes = per(ix)
 		g.Bytes = per(a.heap - b.heap + a.toast - b.toast + ix)

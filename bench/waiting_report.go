@@ -227,6 +227,13 @@ func (r *WaitingReport) WriteText(w io.Writer) error {
 	if h != nil {
 		fmt.Fprintf(&b, ", %.1f MiB hibernated", mib(r.Database.BytesHibernated))
 	}
+	if len(r.Database.Relations) > 0 {
+		parts := make([]string, len(r.Database.Relations))
+		for i, g := range r.Database.Relations {
+			parts[i] = fmt.Sprintf("%s %.0f B (%.1f rows)", g.Table, g.Bytes, g.Rows)
+		}
+		fmt.Fprintf(&b, "\ndatabase per session, by table (heap, indexes, TOAST): %s", strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(&b, "\nstart: %d sessions to their approval wait in %.1f s (%.0f/s, %d at a time)\n", n, r.Start.WallS, r.Start.SessionsPerSecond, c.Starters)
 	if h != nil {
 		fmt.Fprintf(&b, "hibernation: all %d runs hibernated, their workflows ended, %.1f s after the last one suspended\n", h.Hibernated, h.WallS)
