@@ -42,7 +42,7 @@ func (e *Engine) SubmitToolResult(ctx context.Context, rootSessionID string, sub
 		return helix.SubmitResult{}, err
 	}
 	c := e.control()
-	c.woke = e.startWoken
+	c.woke, c.hold = e.startWoken, e.submitting.hold
 	return c.submit(ctx, rootSessionID, sub)
 }
 
@@ -66,6 +66,11 @@ type control struct {
 	// submission woke (its announcement, postgres.ParseWakeAnnouncement),
 	// once the submission committed.
 	woke func(ctx context.Context, o postgres.OrphanRun, submitted bool)
+	// hold, set with woke, records a submission in flight to workflow wf's
+	// run until release, which returns the wakes of that run heard
+	// meanwhile and left to the submission: it starts them with woke
+	// (they may be its own, started already: woke then finds them).
+	hold func(wf string) (release func() (left []postgres.OrphanRun))
 }
 
 func (e *Engine) control() control {
@@ -76,16 +81,31 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 	var res helix.SubmitResult
 	var wf string
 	var woke *string // the announcement of the hibernated run the message woke
+	var release func() []postgres.OrphanRun
 	// One transaction in two round trips for a call of the root session:
 	// BEGIN with the lock and read of the conversation, then the
 	// submission's writes and the message to the waiting run with COMMIT.
 	err := pipelinedTx(ctx, c.pool, func(pq *postgres.Pipelined) (err error) {
 		res, wf, err = c.recordAnswer(ctx, pq, rootSessionID, sub, &woke)
+		if err == nil && wf != "" && c.hold != nil {
+			// Held before the COMMIT goes out: the wake's announcement
+			// may reach this engine's starter before the commit's reply.
+			release = c.hold(wf)
+		}
 		return err
 	})
+	var own postgres.OrphanRun
 	if err == nil && woke != nil && c.woke != nil {
-		if o, ok := postgres.ParseWakeAnnouncement(*woke); ok {
-			c.woke(ctx, o, true)
+		var ok bool
+		if own, ok = postgres.ParseWakeAnnouncement(*woke); ok {
+			c.woke(ctx, own, true)
+		}
+	}
+	if release != nil {
+		for _, o := range release() {
+			if o != own { // another wake of the run (its deadline's)
+				c.woke(ctx, o, false)
+			}
 		}
 	}
 	return c.submitted(rootSessionID, sub, res, wf, err, false)
