@@ -119,6 +119,7 @@ type waitingRun struct {
 	prefix     string
 	workers    []*workerProc // every worker started, for cleanup
 	a, b       *workerProc   // the killed worker and the one that recovers
+	relBefore  relationSizes // the tables before the sessions
 	r          *WaitingReport
 }
 
@@ -250,8 +251,23 @@ func (w *waitingRun) idle(ctx context.Context) error {
 		return err
 	}
 	mark, err := markStorage(ctx, w.pool)
+	if err != nil {
+		return err
+	}
 	w.r.Database.BytesBefore = mark.tables
+	w.relBefore, err = readRelations(ctx, w.pool)
 	return err
+}
+
+// relations records each table's growth since before the sessions, per
+// session.
+func (w *waitingRun) relations(ctx context.Context) error {
+	after, err := readRelations(ctx, w.pool)
+	if err != nil {
+		return err
+	}
+	w.r.Database.Relations = relationGrowth(w.relBefore, after, w.cfg.Sessions)
+	return nil
 }
 
 // start starts the sessions in worker A, waits until each waits for its
@@ -281,7 +297,10 @@ func (w *waitingRun) start(ctx context.Context) error {
 	}
 	w.r.Database.BytesWaiting = m.tables
 	w.r.PerSession.DatabaseBytes = w.perSessionBytes(m.tables)
-	return nil
+	if w.cfg.hibernates() {
+		return nil // read once they hibernated
+	}
+	return w.relations(ctx)
 }
 
 // startTook records the time from began to every session waiting.
@@ -366,7 +385,7 @@ func (w *waitingRun) hibernate(ctx context.Context) error {
 	w.r.Database.BytesHibernated = m.tables
 	h.PerSession = perSession(w.r.Idle, h.Footprint, n)
 	h.PerSession.DatabaseBytes = w.perSessionBytes(m.tables)
-	return nil
+	return w.relations(ctx)
 }
 
 // perSessionBytes is the database's growth from before the sessions to

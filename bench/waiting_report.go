@@ -80,6 +80,25 @@ type WaitingDatabase struct {
 	BytesBefore     int64 `json:"bytesBefore"`
 	BytesWaiting    int64 `json:"bytesWaiting"`
 	BytesHibernated int64 `json:"bytesHibernated,omitempty"`
+	// Relations is the growth of each helix and dbos table from before the
+	// sessions to the moment all of them waited (hibernated, when they
+	// hibernate), per session, largest first: where the per-session bytes
+	// go.
+	Relations []RelationGrowth `json:"relations,omitempty"`
+}
+
+// RelationGrowth is one table's growth per waiting session: its rows, its
+// heap (with the free space and dead tuples it holds), its indexes (each
+// by name) and its TOAST.
+type RelationGrowth struct {
+	Table      string             `json:"table"`
+	Rows       float64            `json:"rows"`
+	DeadRows   float64            `json:"deadRows"`
+	Bytes      float64            `json:"bytes"`
+	HeapBytes  float64            `json:"heapBytes"`
+	IndexBytes float64            `json:"indexBytes"`
+	ToastBytes float64            `json:"toastBytes"`
+	Indexes    map[string]float64 `json:"indexes,omitempty"`
 }
 
 // WaitingHibernation is worker A once every session's run hibernated: its
@@ -207,6 +226,13 @@ func (r *WaitingReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "database (helix and dbos tables): %.1f MiB before, %.1f MiB with the sessions waiting", mib(r.Database.BytesBefore), mib(r.Database.BytesWaiting))
 	if h != nil {
 		fmt.Fprintf(&b, ", %.1f MiB hibernated", mib(r.Database.BytesHibernated))
+	}
+	if len(r.Database.Relations) > 0 {
+		parts := make([]string, len(r.Database.Relations))
+		for i, g := range r.Database.Relations {
+			parts[i] = fmt.Sprintf("%s %.0f B (%.1f rows)", g.Table, g.Bytes, g.Rows)
+		}
+		fmt.Fprintf(&b, "\ndatabase per session, by table (heap, indexes, TOAST): %s", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(&b, "\nstart: %d sessions to their approval wait in %.1f s (%.0f/s, %d at a time)\n", n, r.Start.WallS, r.Start.SessionsPerSecond, c.Starters)
 	if h != nil {

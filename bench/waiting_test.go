@@ -99,6 +99,19 @@ func TestWaitingHibernated(t *testing.T) {
 	require.Less(t, h.PerSession.Goroutines, 1.0)
 	require.Positive(t, h.PerSession.DatabaseBytes)
 	require.Positive(t, r.Database.BytesHibernated)
+	// Where the bytes go: one session row and one run row per session,
+	// the tables largest first.
+	rel := map[string]RelationGrowth{}
+	for i, g := range r.Database.Relations {
+		rel[g.Table] = g
+		if i > 0 {
+			require.GreaterOrEqual(t, r.Database.Relations[i-1].Bytes, g.Bytes)
+		}
+	}
+	require.InDelta(t, 1, rel["helix.sessions"].Rows, 0.001)
+	require.InDelta(t, 1, rel["helix.runs"].Rows, 0.001)
+	require.Positive(t, rel["helix.sessions"].Bytes)
+	require.Contains(t, rel["helix.runs"].Indexes, "helix.runs_pkey")
 	if !h.LiveCaught {
 		require.Zero(t, r.Waiting)
 	}
@@ -128,7 +141,7 @@ func TestWaitingHibernated(t *testing.T) {
 	require.Equal(t, 20, once, "every run woke once")
 	require.Equal(t, 20, continued, "every run's continuation succeeded")
 	requireReportRoundTrips(t, r, "20 sessions waiting for an approval, hibernated after 200ms", "worker A, 20 hibernated:",
-		"per hibernated session:", "replayed: 0 (waits B holds), 20 runs still hibernated", "wake from hibernation, 5 sessions",
+		"per hibernated session:", "database per session, by table", "replayed: 0 (waits B holds), 20 runs still hibernated", "wake from hibernation, 5 sessions",
 		"outcome: 20 of 20 sessions completed", "20 wakes from hibernation")
 }
 

@@ -50,6 +50,9 @@ type Engine struct {
 	levels   *loop      // the format level's sweep with Config.DisableTakeover, set by Launch
 	gcJob    *loop      // the retention job, set by Launch with Config.Retention
 	recorded *loop      // the starter of recorded runs (recorded_runs.go), set by Launch
+	// submitting holds the workflows whose wake this engine's submissions
+	// in flight start themselves (recorded_runs.go).
+	submitting wakeHolds
 }
 
 // New builds an engine: it connects to the database and prepares DBOS, but

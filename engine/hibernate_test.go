@@ -124,6 +124,47 @@ func TestHibernatedApprovalCompletesOnAnotherEngine(t *testing.T) {
 	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, s)
 }
 
+// The engine that receives the approval of a hibernated run starts the
+// run's continuation itself, before SubmitToolResult returns (it does not
+// wait to hear of the wake); an approval from a Client, which runs no
+// workflow, wakes the run too: an engine starts the continuation on
+// hearing of the wake. Each run wakes once and completes.
+func TestHibernatedApprovalStartsContinuation(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	agent := payer(&runs)
+	e := hibernating(t, url, "hib-start", nil, agent)
+	h1, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	require.NoError(t, err)
+	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob again"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h1.RunID)
+	awaitHibernated(t, pool, h2.RunID)
+
+	submit(t, e, h1.SessionID, helix.Approve("t1", "ok"))
+	var wf string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT workflow_id FROM helix.runs WHERE run_id = $1`, h1.RunID).Scan(&wf))
+	var started bool
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = $1)`,
+		workflows.WakeID(wf, 1)).Scan(&started))
+	require.True(t, started, "the continuation's workflow exists once SubmitToolResult returned")
+
+	c, err := engine.NewClient(t.Context(), engine.ClientConfig{Pool: pool})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	res, err := c.SubmitToolResult(t.Context(), h2.SessionID, helix.Approve("t1", "ok"))
+	require.NoError(t, err)
+	require.False(t, res.AlreadyCompleted)
+
+	for _, h := range []*engine.Handle{h1, h2} {
+		out := result(t, h)
+		require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+		require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
+	}
+}
+
 // Two approvals of one step, answered at once from two goroutines (and
 // each twice) while the run hibernates: each answer is delivered once,
 // each approved tool runs once, and the run completes.

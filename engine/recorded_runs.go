@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/helix-agents/helix-dbos/store/postgres"
@@ -87,9 +88,14 @@ func poke(c chan struct{}) {
 	}
 }
 
-// startAnnounced starts the announced run runID if it still has no
-// workflow and this engine registers its agent.
+// startAnnounced starts what an announcement on postgres.RunRecordedChannel
+// names, if this engine registers its agent: a woken run's continuation
+// (startWoken), or the recorded run runID if it still has no workflow.
 func (e *Engine) startAnnounced(ctx context.Context, runID string) {
+	if o, ok := postgres.ParseWakeAnnouncement(runID); ok {
+		e.startWoken(ctx, o, false)
+		return
+	}
 	o, ok, err := postgres.GetOrphanRun(ctx, postgres.PgxQuerier(e.pool), runID)
 	if err == nil && ok {
 		err = e.startOrphan(o, true, nil)
@@ -97,6 +103,37 @@ func (e *Engine) startAnnounced(ctx context.Context, runID string) {
 	if err != nil && ctx.Err() == nil {
 		e.log.Warn().Err(err).Str("event", "run.recorded_start_failed").Str("runId", runID).
 			Msg("could not start a run recorded in an application's transaction; the sweep retries")
+	}
+}
+
+// startWoken starts continuation o.Wake of the hibernated run o, woken by a
+// message: submitted, just after this engine's submission that woke it
+// committed (Engine.SubmitToolResult), at once; else on hearing the wake's
+// announcement, unless DBOS has the continuation's workflow already (the
+// submitting engine's, or another engine's that heard it too): starting
+// it again would cost DBOS a write, to learn that it exists; nor when a
+// submission of this engine to the run is in flight (wakeHolds): that
+// submission starts what it woke. Of starts
+// that race, one runs the workflow (its ID is deterministic). A start that
+// fails is logged; the sweep (postgres.ListOrphanRuns) retries it.
+func (e *Engine) startWoken(ctx context.Context, o postgres.OrphanRun, submitted bool) {
+	var err error
+	if !submitted && e.submitting.leave(o) {
+		return // the submission in flight starts it (control.submit)
+	}
+	if !submitted {
+		var started bool
+		_, started, err = postgres.ReadWorkflowStatus(ctx, postgres.PgxQuerier(e.pool), workflows.WakeID(o.WorkflowID, o.Wake))
+		if err == nil && started {
+			return
+		}
+	}
+	if err == nil {
+		err = e.startOrphan(o, true, nil)
+	}
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn().Err(err).Str("event", "run.wake_start_failed").Str("sessionId", o.SessionID).Str("runId", o.RunID).Int("wake", o.Wake).
+			Msg("could not start the continuation of a run woken from hibernation; the sweep retries")
 	}
 }
 
@@ -160,4 +197,60 @@ func (e *Engine) startOrphan(o postgres.OrphanRun, announced bool, warned map[st
 			Msg("starting a recorded run whose workflow was never started")
 	}
 	return e.start(o.SessionID, o.RunID, o.WorkflowID, adm)
+}
+
+// wakeHolds counts, by workflow ID, this engine's submissions in flight
+// to the run of that workflow: each starts the continuation of the run it
+// wakes once it committed, so the starter, hearing of that wake (often
+// before the submission's caller hears of its commit), leaves it to it
+// rather than start it too. A wake the starter left that no submission
+// woke (the deadline sweep's, meanwhile) is handed to the last release.
+// The zero value is ready.
+type wakeHolds struct {
+	mu sync.Mutex
+	m  map[string]*wakeHold
+}
+
+type wakeHold struct {
+	n    int
+	left []postgres.OrphanRun // wakes the starter left to the holders
+}
+
+// hold records a submission in flight to workflow wf's run, until the
+// returned release, which returns the wakes the starter left meanwhile
+// (to the last holder).
+func (h *wakeHolds) hold(wf string) (release func() (left []postgres.OrphanRun)) {
+	h.mu.Lock()
+	if h.m == nil {
+		h.m = map[string]*wakeHold{}
+	}
+	w := h.m[wf]
+	if w == nil {
+		w = &wakeHold{}
+		h.m[wf] = w
+	}
+	w.n++
+	h.mu.Unlock()
+	return func() []postgres.OrphanRun {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if w.n--; w.n > 0 {
+			return nil
+		}
+		delete(h.m, wf)
+		return w.left
+	}
+}
+
+// leave reports whether a submission to o's workflow is in flight, and
+// then leaves the wake o to it.
+func (h *wakeHolds) leave(o postgres.OrphanRun) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := h.m[o.WorkflowID]
+	if w == nil {
+		return false
+	}
+	w.left = append(w.left, o)
+	return true
 }

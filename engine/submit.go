@@ -8,6 +8,7 @@ import (
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
@@ -30,14 +31,19 @@ import (
 // while no process runs the session: the answer waits in Postgres and the
 // recovered run consumes it.
 //
-// The waiting run continues by itself; Resume returns a handle on it. A
-// process that runs no agents submits with a [Client] instead. To commit
+// The waiting run continues by itself; Resume returns a handle on it. When
+// the answer wakes a hibernated run whose agent this engine registers, the
+// engine starts its continuation before returning (any engine would start
+// it otherwise, on hearing of the wake). A process that runs no agents
+// submits with a [Client] instead. To commit
 // the answer with the app's own writes, use SubmitToolResultTx.
 func (e *Engine) SubmitToolResult(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	if err := e.requireLaunched(); err != nil {
 		return helix.SubmitResult{}, err
 	}
-	return e.control().submit(ctx, rootSessionID, sub)
+	c := e.control()
+	c.woke, c.hold = e.startWoken, e.submitting.hold
+	return c.submit(ctx, rootSessionID, sub)
 }
 
 // PendingToolCalls returns the tool calls waiting in a session and, for a
@@ -56,6 +62,15 @@ type control struct {
 	store *postgres.Store
 	dbos  dbos.Client
 	log   zerolog.Logger
+	// woke, when set, starts the continuation of a hibernated run a
+	// submission woke (its announcement, postgres.ParseWakeAnnouncement),
+	// once the submission committed.
+	woke func(ctx context.Context, o postgres.OrphanRun, submitted bool)
+	// hold, set with woke, records a submission in flight to workflow wf's
+	// run until release, which returns the wakes of that run heard
+	// meanwhile and left to the submission: it starts them with woke
+	// (they may be its own, started already: woke then finds them).
+	hold func(wf string) (release func() (left []postgres.OrphanRun))
 }
 
 func (e *Engine) control() control {
@@ -65,13 +80,34 @@ func (e *Engine) control() control {
 func (c control) submit(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	var res helix.SubmitResult
 	var wf string
+	var woke *string // the announcement of the hibernated run the message woke
+	var release func() []postgres.OrphanRun
 	// One transaction in two round trips for a call of the root session:
 	// BEGIN with the lock and read of the conversation, then the
 	// submission's writes and the message to the waiting run with COMMIT.
 	err := pipelinedTx(ctx, c.pool, func(pq *postgres.Pipelined) (err error) {
-		res, wf, err = c.recordAnswer(ctx, pq, rootSessionID, sub)
+		res, wf, err = c.recordAnswer(ctx, pq, rootSessionID, sub, &woke)
+		if err == nil && wf != "" && c.hold != nil {
+			// Held before the COMMIT goes out: the wake's announcement
+			// may reach this engine's starter before the commit's reply.
+			release = c.hold(wf)
+		}
 		return err
 	})
+	var own postgres.OrphanRun
+	if err == nil && woke != nil && c.woke != nil {
+		var ok bool
+		if own, ok = postgres.ParseWakeAnnouncement(*woke); ok {
+			c.woke(ctx, own, true)
+		}
+	}
+	if release != nil {
+		for _, o := range release() {
+			if o != own { // another wake of the run (its deadline's)
+				c.woke(ctx, o, false)
+			}
+		}
+	}
 	return c.submitted(rootSessionID, sub, res, wf, err, false)
 }
 
@@ -80,8 +116,11 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 // submission on pq and holds the message that wakes the waiting run for
 // pq's next statement (the COMMIT, or a Flush). wf is the waiting run's
 // workflow, empty when the call was already answered (nothing is written
-// then).
-func (c control) recordAnswer(ctx context.Context, pq *postgres.Pipelined, rootSessionID string, sub helix.ToolSubmission) (res helix.SubmitResult, wf string, err error) {
+// then). woke, when not nil, gets the announcement of the hibernated run
+// the message woke (helix.send_tool_message's result) once the message
+// went out, nil when it woke none.
+func (c control) recordAnswer(ctx context.Context, pq *postgres.Pipelined, rootSessionID string, sub helix.ToolSubmission,
+	woke **string) (res helix.SubmitResult, wf string, err error) {
 	res.ToolCallID = sub.ToolCallID
 	rec, err := c.store.WithQuerier(pq).RecordSubmission(ctx, rootSessionID, sub)
 	if err != nil {
@@ -98,7 +137,11 @@ func (c control) recordAnswer(ctx context.Context, pq *postgres.Pipelined, rootS
 	if err != nil {
 		return res, wf, err
 	}
-	pq.Defer(ctx, sql, args...)
+	if woke == nil {
+		pq.Defer(ctx, sql, args...)
+	} else {
+		pq.DeferRow(sql, func(r pgx.Row) error { return r.Scan(woke) }, args...)
+	}
 	return res, wf, nil
 }
 

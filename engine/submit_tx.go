@@ -131,7 +131,7 @@ func (c control) submitTx(ctx context.Context, tx pgx.Tx, rootSessionID string, 
 	var res helix.SubmitResult
 	var wf string
 	err := inSavepoint(ctx, tx, func(pq *postgres.Pipelined) (err error) {
-		if res, wf, err = c.recordAnswer(ctx, pq, rootSessionID, sub); err != nil || !res.AlreadyCompleted {
+		if res, wf, err = c.recordAnswer(ctx, pq, rootSessionID, sub, nil); err != nil || !res.AlreadyCompleted {
 			return err
 		}
 		return &helix.SubmissionError{Code: helix.SubmissionAlreadyAnswered, SessionID: rootSessionID, ToolCallID: sub.ToolCallID,

@@ -97,6 +97,11 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			info.Interrupted = res.Interrupted
 			return info, nil
 		}
+		if !st.InterruptRequested {
+			// The session was read in this transaction: no flag, no
+			// second read (a flag set since is seen at the next check).
+			return info, nil
+		}
 		interrupted, err := e.interruptIfRequested(ctx, s, info, st.StepCount, st.CheckpointID)
 		info.Interrupted = interrupted
 		return info, err

@@ -136,16 +136,12 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			}
 			runWF = in.Origin
 		}
-		if env.Revive != nil {
+		if env.Revive != nil && in.Wake == 0 {
 			// A workflow resumed with DBOS's tools after its session was
 			// aborted runs its session again (a fork's copy does not, nor
 			// does a continuation, which may have been started after the
-			// abort: Revive takes it for a copy).
-			reviveWF := runWF
-			if in.Wake > 0 {
-				reviveWF = wfID
-			}
-			if err := env.Revive(ctx, in.SessionID, in.RunID, reviveWF); err != nil {
+			// abort: Revive would take it for a copy, so it is not asked).
+			if err := env.Revive(ctx, in.SessionID, in.RunID, runWF); err != nil {
 				return steps.Outcome{}, err
 			}
 		}

@@ -178,11 +178,18 @@ $$;
 
 -- +goose StatementBegin
 -- helix.wake_run wakes the hibernated run whose workflow is wf, if any,
--- and reports whether it did: its next continuation is due, announced on
--- helix_run_recorded (a woken run is started like a recorded one). Called
--- by every message sent to a run (helix.send_tool_message) and by the
--- deadline sweep.
-CREATE FUNCTION helix.wake_run(wf text) RETURNS boolean
+-- and returns its announcement (NULL when it woke none): its next
+-- continuation is due, announced on helix_run_recorded (a woken run is
+-- started like a recorded one). The announcement carries what starting
+-- the continuation needs, tab-separated: run ID, session ID, workflow ID,
+-- the continuation's number, the agent type and a queued run's admission
+-- (queue, partition key, priority; empty and 0 for a run that starts at
+-- once) (store/postgres's ParseWakeAnnouncement), so that a starter reads
+-- nothing more. Called by
+-- every message sent to a run (helix.send_tool_message, which returns it:
+-- the sender may start the continuation at once) and by the deadline
+-- sweep.
+CREATE FUNCTION helix.wake_run(wf text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     woke text;
@@ -194,13 +201,16 @@ BEGIN
     -- wakes one that locked it before (this waits for its commit, then
     -- sees the run hibernated).
     PERFORM 1 FROM helix.runs WHERE workflow_id = wf FOR NO KEY UPDATE;
-    UPDATE helix.runs SET hibernated_at = NULL, wake_at = NULL, woken_at = now(), wakes = wakes + 1
-    WHERE workflow_id = wf AND hibernated_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'interrupted')
-    RETURNING run_id INTO woke;
+    UPDATE helix.runs r SET hibernated_at = NULL, wake_at = NULL, woken_at = now(), wakes = r.wakes + 1
+    FROM helix.sessions s
+    WHERE r.workflow_id = wf AND r.hibernated_at IS NOT NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
+      AND s.session_id = r.session_id
+    RETURNING concat_ws(E'\t', r.run_id, r.session_id, r.workflow_id, r.wakes, s.agent_type,
+        coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''), coalesce(r.queue_priority, 0)) INTO woke;
     IF woke IS NOT NULL THEN
         PERFORM pg_notify('helix_run_recorded', woke);
     END IF;
-    RETURN woke IS NOT NULL;
+    RETURN woke;
 END
 $$;
 -- +goose StatementEnd
@@ -820,8 +830,10 @@ $$;
 
 -- +goose StatementBegin
 -- helix.send_tool_message sends a DBOS message to workflow dest inside the
--- caller's transaction (HX404: no such workflow; HX410: cancelled).
-CREATE FUNCTION helix.send_tool_message(dest text, msg_topic text, msg text, msg_uuid text) RETURNS void
+-- caller's transaction (HX404: no such workflow; HX410: cancelled) and
+-- returns the announcement of the hibernated run it woke (helix.wake_run),
+-- NULL when it woke none.
+CREATE FUNCTION helix.send_tool_message(dest text, msg_topic text, msg text, msg_uuid text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     wf_status text;
@@ -837,7 +849,7 @@ BEGIN
     INSERT INTO dbos.notifications (destination_uuid, topic, message, serialization, message_uuid, created_at_epoch_ms)
     VALUES (dest, msg_topic, msg, 'DBOS_JSON', msg_uuid, (EXTRACT(EPOCH FROM now()) * 1000)::bigint)
     ON CONFLICT (message_uuid) DO NOTHING;
-    PERFORM helix.wake_run(dest);
+    RETURN helix.wake_run(dest);
 END
 $$;
 -- +goose StatementEnd

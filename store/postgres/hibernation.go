@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,7 +85,7 @@ func BeginContinuation(ctx context.Context, q Querier, runID string, wake int) e
 // how many it woke. Several engines may run it at once: a run wakes once.
 func WakeDue(ctx context.Context, q Querier, now time.Time) (int, error) {
 	var n int
-	err := q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE w.woke) FROM (SELECT helix.wake_run(workflow_id) AS woke FROM helix.runs
+	err := q.QueryRow(ctx, `SELECT count(w.woke) FROM (SELECT helix.wake_run(workflow_id) AS woke FROM helix.runs
 		WHERE hibernated_at IS NOT NULL AND wake_at IS NOT NULL AND wake_at <= $1) w`, now.UnixMilli()).Scan(&n)
 	return n, wrap(err, "wake the hibernated runs whose deadline passed")
 }
@@ -97,4 +99,26 @@ func LastSegment(ctx context.Context, q Querier, driverID string) (int, error) {
 	err := q.QueryRow(ctx, `SELECT coalesce(max(substr(workflow_uuid, length($1 || '`+SegmentInfix+`') + 1)::integer), 0)
 		FROM dbos.workflow_status WHERE `+segmentOf("", "$1"), driverID).Scan(&k)
 	return k, wrap(err, "read the last segment of workflow %s", driverID)
+}
+
+// ParseWakeAnnouncement parses the announcement of a woken run
+// (helix.wake_run's, on RunRecordedChannel, also returned by
+// helix.send_tool_message): the run whose continuation o.Wake is due, with
+// its agent and a queued run's admission. ok is false for any other
+// payload (a recorded run's ID, "", or NULL's "").
+func ParseWakeAnnouncement(payload string) (o OrphanRun, ok bool) {
+	f := strings.Split(payload, "\t")
+	if len(f) != 8 {
+		return OrphanRun{}, false
+	}
+	n, err := strconv.Atoi(f[3])
+	if err != nil || n < 1 || f[0] == "" || f[2] == "" {
+		return OrphanRun{}, false
+	}
+	priority, err := strconv.Atoi(f[7])
+	if err != nil {
+		return OrphanRun{}, false
+	}
+	return OrphanRun{RunID: f[0], SessionID: f[1], WorkflowID: f[2], Wake: n, AgentType: f[4],
+		Queue: f[5], PartitionKey: f[6], Priority: priority}, true
 }

@@ -108,6 +108,7 @@ type Pipelined struct {
 type heldStatement struct {
 	sql  string
 	args []any
+	scan func(pgx.Row) error // nil: the result is not read
 }
 
 // NewPipelined returns a pipelined view of tx.
@@ -120,6 +121,14 @@ func (p *Pipelined) Defer(_ context.Context, sql string, args ...any) {
 	p.held = append(p.held, heldStatement{sql: sql, args: args})
 }
 
+// DeferRow holds a statement that returns one row, as Defer does, and
+// calls scan with that row when the statement has gone out (with the
+// statement Defer's statements go out with); an error of scan is that
+// statement's error.
+func (p *Pipelined) DeferRow(sql string, scan func(pgx.Row) error, args ...any) {
+	p.held = append(p.held, heldStatement{sql: sql, args: args, scan: scan})
+}
+
 // batch returns a batch of the held statements (nil when none) and forgets
 // them.
 func (p *Pipelined) batch() *pgx.Batch {
@@ -128,7 +137,10 @@ func (p *Pipelined) batch() *pgx.Batch {
 	}
 	b := &pgx.Batch{}
 	for _, h := range p.held {
-		b.Queue(h.sql, h.args...)
+		q := b.Queue(h.sql, h.args...)
+		if h.scan != nil {
+			q.QueryRow(h.scan)
+		}
 	}
 	p.held = nil
 	return b
@@ -172,8 +184,14 @@ func QueryAfter(ctx context.Context, q interface {
 	n := b.Len()
 	b.Queue(sql, args...)
 	br := q.SendBatch(ctx, b)
-	for range n {
-		if _, err := br.Exec(); err != nil {
+	for i := range n {
+		var err error
+		if fn := b.QueuedQueries[i].Fn; fn != nil {
+			err = fn(br) // a statement held with DeferRow, or queued with a callback
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			_ = br.Close()
 			return nil, err
 		}
