@@ -55,6 +55,11 @@ const chaosEnvQueued = "HELIX_CHAOS_QUEUED"
 // them.
 const chaosHibernateAfter = 30 * time.Millisecond
 
+// chaosNestedAnswerDelay is how long the submitter leaves the lead's
+// helper waiting for its approval: long enough for the helper to
+// hibernate, and its lead for it.
+const chaosNestedAnswerDelay = 300 * time.Millisecond
+
 // chaosLease is every worker's executor lease.
 const chaosLease = 2 * time.Second
 
@@ -163,6 +168,24 @@ func (c *chaos) events() string {
 	return strings.Join(c.log, "; ")
 }
 
+// chaosQueuedWorker reports whether worker n (executor chaos-w{n}) admits
+// the sessions it starts through the queue: every other one.
+func chaosQueuedWorker(n int) bool { return n%2 == 1 }
+
+// queuedWorkers lists the executor IDs of the queued workers spawned so
+// far.
+func (c *chaos) queuedWorkers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for n := range c.next {
+		if chaosQueuedWorker(n) {
+			out = append(out, fmt.Sprintf("chaos-w%d", n))
+		}
+	}
+	return out
+}
+
 // spawn starts a worker with a new executor ID.
 func (c *chaos) spawn() {
 	c.mu.Lock()
@@ -171,7 +194,7 @@ func (c *chaos) spawn() {
 	c.next++
 	c.mu.Unlock()
 	env := []string{crashEnvExecutor + "=" + id, crashEnvLease + "=" + chaosLease.String()}
-	if n%2 == 1 {
+	if chaosQueuedWorker(n) {
 		// Every other worker admits the sessions it starts through the
 		// queue (and every worker runs queued segments): the cluster
 		// mixes both modes.
@@ -258,10 +281,14 @@ func (c *chaos) submit(ctx context.Context, stop <-chan struct{}) {
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
-		// Answers go to the root session (a sub-agent's calls too).
+		// Answers go to the root session (a sub-agent's calls too). The
+		// helper's approval waits chaosNestedAnswerDelay, far longer than
+		// chaosHibernateAfter: the helper hibernates, then its lead.
 		rows, err := c.pool.Query(ctx, `SELECT s.root_session_id, p.key, p.val->>'toolName' FROM helix.sessions s
 			CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
-			WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT p.val ? 'submission' AND NOT p.val ? 'timedOutAt'`)
+			WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT p.val ? 'submission' AND NOT p.val ? 'timedOutAt'
+			  AND (p.key <> 's-pay' OR (p.val->>'createdAt')::bigint < (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1)`,
+			chaosNestedAnswerDelay.Milliseconds())
 		if err != nil {
 			continue // Postgres restarting
 		}
@@ -618,14 +645,23 @@ func (c *chaos) check(ref map[string]chaosRef, n int) {
 	require.Positive(t, leadsWoken, "leads waiting for a helper waiting for a person hibernated and woke")
 
 	// Sessions' runs admitted through the queue (by the queued workers):
-	// their segments' parents, sub-agents' runs aside (their parent's
-	// stream says subagent_start instead of run_queued).
-	var queued int
-	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(DISTINCT w.parent_workflow_id) FROM dbos.workflow_status w
+	// their segments' drivers (a segment's DBOS parent is its driver or
+	// one of the driver's continuations, {driver}-wake-{n}), sub-agents'
+	// runs aside (their parent's stream says subagent_start instead of
+	// run_queued).
+	var queued, byQueued int
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(DISTINCT d.driver) FROM dbos.workflow_status w,
+			LATERAL (SELECT regexp_replace(w.parent_workflow_id, '-wake-[0-9]+$', '') AS driver) d
 		WHERE w.queue_name = $1 AND NOT EXISTS (SELECT 1 FROM helix.runs r JOIN helix.sessions s USING (session_id)
-			WHERE r.workflow_id = w.parent_workflow_id AND s.parent_session_id IS NOT NULL)`,
+			WHERE r.workflow_id = d.driver AND s.parent_session_id IS NOT NULL)`,
 		engine.DefaultQueueName).Scan(&queued))
-	require.Positive(t, queued, "the queued workers admit their sessions through the queue")
+	// Which sessions a queued worker started (a worker killed before it
+	// claimed any starts none).
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*) FROM chaos_requests WHERE started AND claimed_by = ANY($1)`,
+		c.queuedWorkers()).Scan(&byQueued))
+	if byQueued > 0 {
+		require.Positive(t, queued, "the queued workers admit their sessions through the queue")
+	}
 	require.Equal(t, queued, queuedChunks, "each queued run says so in its stream, once")
 
 	c.mu.Lock()
