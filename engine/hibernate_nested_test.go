@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -20,6 +21,35 @@ func currentRunID(t *testing.T, pool *pgxpool.Pool, sessionID string) string {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT run_id FROM helix.runs WHERE session_id = $1 ORDER BY turn DESC LIMIT 1`,
 		sessionID).Scan(&id))
 	return id
+}
+
+// firstRunOf waits until session sessionID has a run and returns its ID.
+func firstRunOf(t *testing.T, pool *pgxpool.Pool, sessionID string) string {
+	t.Helper()
+	var id string
+	require.Eventually(t, func() bool {
+		return pool.QueryRow(t.Context(), `SELECT run_id FROM helix.runs WHERE session_id = $1 ORDER BY turn LIMIT 1`, sessionID).Scan(&id) == nil
+	}, 30*time.Second, 10*time.Millisecond, "session %s never got a run", sessionID)
+	return id
+}
+
+// hibernatedTree starts a parent agent (executor id) whose only step
+// delegates to askingResearcher (call r1) on a hibernating engine of a
+// fresh database, and waits until the child's run and the parent's
+// hibernated.
+func hibernatedTree(t *testing.T, name, id string) (e *engine.Engine, h *engine.Handle, pool *pgxpool.Pool, child string) {
+	t.Helper()
+	url := pgtest.NewURL(t)
+	pool = appPool(t, url)
+	parent := &helix.Agent{Name: name, Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("finished"))}
+	e = hibernating(t, url, id, nil, parent)
+	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child = h.SessionID + "-sub-r1"
+	awaitHibernated(t, pool, firstRunOf(t, pool, child))
+	awaitHibernated(t, pool, h.RunID)
+	return e, h, pool, child
 }
 
 // pendingWorkflows counts the DBOS workflows of sessionIDs' runs (their
@@ -152,20 +182,7 @@ func TestHibernatedChainOfSubAgents(t *testing.T) {
 // asks again; the answer completes both.
 func TestHibernatedParentInterruptedWithItsSubAgent(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
-	parent := &helix.Agent{Name: "boss-i", Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
-		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("finished"))}
-	e := hibernating(t, url, "hib-n4", nil, parent)
-	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
-	require.NoError(t, err)
-	child := h.SessionID + "-sub-r1"
-	require.Eventually(t, func() bool {
-		var n int
-		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, child).Scan(&n) == nil && n == 1
-	}, 30e9, 10e6)
-	awaitHibernated(t, pool, currentRunID(t, pool, child))
-	awaitHibernated(t, pool, h.RunID)
+	e, h, _, child := hibernatedTree(t, "boss-i", "hib-n4")
 
 	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "stop everything"))
 	res := waitFor(t, h, helix.AgentInterrupted)
@@ -216,11 +233,7 @@ func TestHibernatedBlockingCompanion(t *testing.T) {
 	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
 	require.NoError(t, err)
 	comp := h.SessionID + "-agent-k"
-	require.Eventually(t, func() bool {
-		var n int
-		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, comp).Scan(&n) == nil && n == 1
-	}, 30e9, 10e6)
-	awaitHibernated(t, pool, currentRunID(t, pool, comp))
+	awaitHibernated(t, pool, firstRunOf(t, pool, comp))
 	awaitHibernated(t, pool, h.RunID)
 	require.Zero(t, pendingWorkflows(t, pool, h.SessionID, comp))
 
@@ -257,11 +270,7 @@ func TestWaitForResultOfHibernatedCompanion(t *testing.T) {
 	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
 	require.NoError(t, err)
 	comp := h.SessionID + "-agent-k"
-	require.Eventually(t, func() bool {
-		var n int
-		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, comp).Scan(&n) == nil && n == 1
-	}, 30e9, 10e6)
-	awaitHibernated(t, pool, currentRunID(t, pool, comp))
+	awaitHibernated(t, pool, firstRunOf(t, pool, comp))
 	close(gate)
 	// Approve once the parent waits (DBOS records the wait's deadline
 	// before it waits): the wait sees the companion's wake and end.
@@ -289,20 +298,7 @@ func TestWaitForResultOfHibernatedCompanion(t *testing.T) {
 // late answer is refused.
 func TestHibernatedParentAbortedWithItsSubAgent(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	pool := appPool(t, url)
-	parent := &helix.Agent{Name: "boss-a", Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
-		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("finished"))}
-	e := hibernating(t, url, "hib-n7", nil, parent)
-	h, err := e.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
-	require.NoError(t, err)
-	child := h.SessionID + "-sub-r1"
-	require.Eventually(t, func() bool {
-		var n int
-		return pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.runs WHERE session_id = $1`, child).Scan(&n) == nil && n == 1
-	}, 30e9, 10e6)
-	awaitHibernated(t, pool, currentRunID(t, pool, child))
-	awaitHibernated(t, pool, h.RunID)
+	e, h, pool, child := hibernatedTree(t, "boss-a", "hib-n7")
 
 	require.NoError(t, e.Abort(t.Context(), h.SessionID, "no longer needed"))
 	out := result(t, h)
