@@ -419,7 +419,7 @@ func (c control) abortOne(ctx context.Context, st *store.SessionState, msg strin
 		// hibernation (which may not have started yet: it then runs
 		// nothing, its run being ended below).
 		ids := []string{run.WorkflowID}
-		if cur := currentWorkflow(run); cur != run.WorkflowID {
+		if cur := run.CurrentWorkflowID(); cur != run.WorkflowID {
 			ids = append(ids, cur)
 		}
 		if err := dbos.CancelWorkflows(c.dbos, ids); err != nil {

@@ -13,7 +13,6 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store"
-	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 // Handle observes and controls one run. Handles are cheap values: Engine.Run
@@ -121,7 +120,7 @@ func (h *Handle) result(ctx context.Context, run *store.Run) (helix.AgentResult,
 		// The run record is final once the last commit lands; the workflow
 		// still fires the closing hooks. Wait for it, so a caller that shuts
 		// down after Result does not leave them pending.
-		out, err := h.workflowOutcome(ctx, currentWorkflow(run))
+		out, err := h.workflowOutcome(ctx, run.CurrentWorkflowID())
 		if err != nil {
 			return res, err
 		}
@@ -248,13 +247,4 @@ func (h *Handle) Resume(ctx context.Context, opts *ResumeOptions) (*Handle, erro
 // Engine.Retry).
 func (h *Handle) Retry(ctx context.Context, opts *RetryOptions) (*Handle, error) {
 	return h.e.Retry(ctx, h.SessionID, opts)
-}
-
-// currentWorkflow is the workflow that runs run now, or ran it last: its
-// own, or its last continuation after a wake from hibernation.
-func currentWorkflow(run *store.Run) string {
-	if run.Wakes > 0 {
-		return workflows.WakeID(run.WorkflowID, run.Wakes)
-	}
-	return run.WorkflowID
 }

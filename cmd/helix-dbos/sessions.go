@@ -18,7 +18,6 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
-	"github.com/helix-agents/helix-dbos/workflows"
 )
 
 func newSessionsCmd(g *globals) *cobra.Command {
@@ -482,9 +481,9 @@ func hibernation(r *store.Run) string {
 		return fmt.Sprintf("hibernated since %s%s: no workflow runs it; %s", fmtTime(*r.HibernatedAt), wakes, next)
 	case r.WokenAt != nil:
 		return fmt.Sprintf("woken at %s: its continuation %s has not begun yet (an engine starts it)", fmtTime(*r.WokenAt),
-			workflows.WakeID(r.WorkflowID, r.Wakes))
+			r.CurrentWorkflowID())
 	case r.Wakes > 0:
-		return fmt.Sprintf("woken %d time(s): it runs in continuation %s", r.Wakes, workflows.WakeID(r.WorkflowID, r.Wakes))
+		return fmt.Sprintf("woken %d time(s): it runs in continuation %s", r.Wakes, r.CurrentWorkflowID())
 	}
 	return ""
 }

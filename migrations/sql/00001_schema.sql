@@ -165,6 +165,14 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT wf || '-wake-' || n $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- helix.current_workflow_id is the workflow that runs a run now, or ran it
+-- last: its own (wf), or its continuation number wakes after a wake from
+-- hibernation (store.Run.CurrentWorkflowID).
+CREATE FUNCTION helix.current_workflow_id(wf text, wakes integer) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN wakes > 0 THEN helix.wake_workflow_id(wf, wakes) ELSE wf END $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- helix.run_workflow_ids lists the workflows that ran the run whose
 -- workflow is wf: wf and each of its continuations (by the run's wakes).
 -- A queued run's segments are children of one of them (its driver's, or a
@@ -894,6 +902,7 @@ DROP FUNCTION helix.executors_format_level_reset();
 DROP FUNCTION helix.send_tool_message(text, text, text, text);
 DROP FUNCTION helix.wake_run(text);
 DROP FUNCTION helix.run_workflow_ids(text);
+DROP FUNCTION helix.current_workflow_id(text, integer);
 DROP FUNCTION helix.wake_workflow_id(text, integer);
 DROP FUNCTION helix.refuse_step_commit(text);
 DROP FUNCTION helix.run_model_messages(text, text, integer);

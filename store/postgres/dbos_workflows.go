@@ -86,7 +86,7 @@ SELECT s.session_id, w.workflow_uuid FROM helix.sessions s
 JOIN LATERAL (` + currentRun("workflow_id, wakes", "s.session_id") + `) r ON true
 JOIN LATERAL (
 	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
-	WHERE workflow_uuid = CASE WHEN r.wakes > 0 THEN helix.wake_workflow_id(r.workflow_id, r.wakes) ELSE r.workflow_id END
+	WHERE workflow_uuid = helix.current_workflow_id(r.workflow_id, r.wakes)
 	UNION ALL
 	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
 	WHERE ` + segmentOf("", "r.workflow_id") + `

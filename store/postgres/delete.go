@@ -247,13 +247,11 @@ const treeWorkflows = `wf AS (
 // runWorkflows selects (id, top) for the workflows the runs of the
 // sessions $1 started themselves: each run's own workflow, and every
 // continuation 1 … wakes of a run woken from hibernation
-// (helix.wake_workflow_id; an engine starts them as top-level workflows,
+// (helix.run_workflow_ids; an engine starts them as top-level workflows,
 // so DBOS records no parent for them). The last continuation may not have
 // started yet.
-const runWorkflows = `SELECT workflow_id AS id, workflow_id AS top FROM helix.runs WHERE session_id = ANY($1) AND workflow_id IS NOT NULL
-		UNION
-		SELECT helix.wake_workflow_id(r.workflow_id, n), r.workflow_id FROM helix.runs r, generate_series(1, r.wakes) n
-		WHERE r.session_id = ANY($1) AND r.workflow_id IS NOT NULL AND r.wakes > 0`
+const runWorkflows = `SELECT unnest(helix.run_workflow_ids(workflow_id)) AS id, workflow_id AS top FROM helix.runs
+		WHERE session_id = ANY($1) AND workflow_id IS NOT NULL`
 
 // hasDBOS reports whether DBOS's schema exists (a database migrated by
 // helix alone has none).

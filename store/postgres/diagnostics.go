@@ -246,7 +246,7 @@ SELECT s.session_id, s.agent_type, coalesce(r.run_id, ''), coalesce(r.status, ''
            AND coalesce((c.value->>'consumedAt')::bigint, 0) = 0)
 FROM helix.sessions s
 LEFT JOIN LATERAL (`+currentRun(`run_id, status, updated_at, hibernated_at, wake_at, wakes, woken_at,
-	CASE WHEN wakes > 0 THEN helix.wake_workflow_id(workflow_id, wakes) ELSE workflow_id END AS current_wf`, "s.session_id")+`) r ON true
+	helix.current_workflow_id(workflow_id, wakes) AS current_wf`, "s.session_id")+`) r ON true
 LEFT JOIN dbos.workflow_status w ON w.workflow_uuid = r.current_wf
 WHERE s.status = 'active'
 ORDER BY greatest(s.updated_at, s.checkpointed_at)`, grace.Seconds())
