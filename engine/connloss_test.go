@@ -285,8 +285,8 @@ func TestConnectionCutWhileStartingAChildWorkflow(t *testing.T) {
 	requireNoStepFailed(t, &buf)
 }
 
-// A connection cut while a recovering engine reads a step's recorded
-// output (the replay's check before a step) is retried: the session
+// A connection cut while a recovering engine reads its workflow's recorded
+// steps (the step journal, read once before the first step) is retried: the session
 // replays, waits for its approval as before, and completes once approved.
 func TestConnectionCutWhileReplayingARecordedStep(t *testing.T) {
 	t.Parallel()
@@ -317,13 +317,13 @@ func TestConnectionCutWhileReplayingARecordedStep(t *testing.T) {
 	defer func() { _ = holder.Close(context.WithoutCancel(t.Context())) }()
 	lock, err := holder.Begin(t.Context())
 	require.NoError(t, err)
-	_, err = lock.Exec(t.Context(), `LOCK TABLE dbos.operation_outputs IN ACCESS EXCLUSIVE MODE`) // holds back reads
+	_, err = lock.Exec(t.Context(), `LOCK TABLE helix.step_journal IN ACCESS EXCLUSIVE MODE`) // holds back reads
 	require.NoError(t, err)
 	// Launch re-enqueues the session's workflow and returns; the workflow's
 	// replay then waits on the lock, and only its connection is busy when
 	// the cut comes.
 	require.NoError(t, second.Launch(t.Context()))
-	awaitBlocked(t, direct, "%SELECT output, error, function_name, serialization%operation_outputs%")
+	awaitBlocked(t, direct, "%LEFT JOIN helix.step_journal%")
 	p.cut()
 	require.NoError(t, lock.Rollback(t.Context()))
 

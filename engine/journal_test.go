@@ -90,7 +90,7 @@ func TestJournalRecordsNothingOnceTheWorkflowIsAnotherExecutions(t *testing.T) {
 		names = append(names, n)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{steps.NameCallModel}, names, "the tool and the commit are not recorded")
+	require.Equal(t, []string{steps.NameBeginRun, steps.NameCallModel}, names, "the tool and the commit are not recorded")
 	st, err := e.Session(t.Context(), h.SessionID)
 	require.NoError(t, err)
 	require.Zero(t, st.StepCount, "the step did not commit")
@@ -135,17 +135,17 @@ func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	base := workflows.JournalBase
-	require.Empty(t, got, "no helix.step_journal row: the model call's record is the assistant message row "+
-		"the tool's and the commit's are the checkpoint's")
+	require.Equal(t, []row{{base, 1}}, got, "one helix.step_journal row, the run's begin: the model call's record is "+
+		"the assistant message row, the tool's and the commit's are the checkpoint's")
 	var meta string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT m.meta::text FROM helix.messages m JOIN helix.sessions s ON s.key = m.session_key WHERE s.session_id = $1 AND m.seq = 1`,
 		h.SessionID).Scan(&meta))
-	require.True(t, strings.HasPrefix(meta, "[1,0,0,"), "turn 1, the run's own workflow, step 0 of the journal: %s", meta)
+	require.True(t, strings.HasPrefix(meta, "[1,0,1,"), "turn 1, the run's own workflow, step 1 of the journal (after the begin): %s", meta)
 	var checkpoint, carried string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT helix.checkpoint_id_of(s.session_id, c.step_count, c.id_ms, c.id_rand), c.journal
 		FROM helix.checkpoints c JOIN helix.sessions s ON s.key = c.session_key
 		WHERE s.session_id = $1 AND c.journal IS NOT NULL`, h.SessionID).Scan(&checkpoint, &carried))
-	require.True(t, strings.HasPrefix(carried, fmt.Sprintf("[0,%d,", base+1)), "the run's own workflow, from the tool: %s", carried)
+	require.True(t, strings.HasPrefix(carried, fmt.Sprintf("[0,%d,", base+2)), "the run's own workflow, from the tool: %s", carried)
 	require.NotContains(t, carried, checkpoint, "the commit's record does not repeat its checkpoint's ID")
 
 	type record struct {
@@ -169,12 +169,12 @@ func TestJournalCommitRecordsInTheCheckpointReplay(t *testing.T) {
 		recs = append(recs, r)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []record{{base, steps.NameCallModel}, {base + 1, steps.NameRunTool}, {base + 2, steps.NameCommitStep}},
+	require.Equal(t, []record{{base, steps.NameBeginRun}, {base + 1, steps.NameCallModel}, {base + 2, steps.NameRunTool}, {base + 3, steps.NameCommitStep}},
 		recs, "the view shows a row per record")
 	var commit steps.CommitOutput
 	var output string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM helix.step_journal_records WHERE workflow_id = $1 AND id = $2`,
-		h.WorkflowID, base+2).Scan(&output))
+		h.WorkflowID, base+3).Scan(&output))
 	require.NoError(t, json.Unmarshal([]byte(output), &commit))
 	require.Equal(t, steps.CommitOutput{CheckpointID: checkpoint, MessageCount: 3}, commit, "the view puts the checkpoint's ID back")
 

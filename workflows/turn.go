@@ -165,33 +165,29 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			}
 			defer env.Fence.Release(ticket)
 		}
+		// The journal of this execution's steps, the run's begin first. A
+		// continuation's commits carry its records under its number (a run
+		// that hibernates is not a queued run's segment); the run's turn,
+		// which its model records name, is known once it began.
+		if j, err = openJournal(ctx, env.Store, env.Log, wfID,
+			journalScope{sessionID: in.SessionID, runID: in.RunID, segment: max(in.Segment, in.Wake)}); err != nil {
+			return steps.Outcome{}, err
+		}
 		// A begin transaction that does not run here was recorded by an
 		// earlier execution: this one recovers the run.
-		beginRun, beganHere := env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF, Wake: in.Wake}), false
-		run, err := dbos.RunAsTransaction(ctx, env.DataSource, func(c context.Context, tx dbos.Tx) (steps.RunInfo, error) {
-			beganHere = true
-			return beginRun(c, tx)
-		}, dbos.WithStepName(steps.NameBeginRun))
+		run, err := runTxn(ctx, j, steps.NameBeginRun,
+			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF, Wake: in.Wake}))
 		if err != nil {
 			return steps.Outcome{}, err
 		}
+		beganHere := j.ran
 		defer env.Forget(run.SessionID)
-		if run.WorkflowID != runWF {
-			// A DBOS fork from a later step replays this step's record,
-			// made by the original workflow.
-			return *steps.ForkRefused(runWF, run.RunID, run.WorkflowID), nil
-		}
 		run.Ticket = ticket
 		persistent = run.Persistent
 		if run.Done != nil {
 			return *run.Done, nil
 		}
-		// A continuation's commits carry its records under its number (a
-		// run that hibernates is not a queued run's segment).
-		if j, err = openJournal(ctx, env.Store, env.Log, wfID,
-			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: max(in.Segment, in.Wake), turn: run.Turn}); err != nil {
-			return steps.Outcome{}, err
-		}
+		j.scope.turn = run.Turn
 		// The stream writes of this execution's steps are fenced by its
 		// owner token in the database itself (RunInfo.StreamFence).
 		run.Ticket.Owner = j.owner
