@@ -24,10 +24,7 @@ import (
 // and the report is complete. It asserts no timing.
 func TestWaitingSmall(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	var lines []string
-	r, err := Waiting(t.Context(), smallWaiting(t, url, 0, &lines))
-	require.NoError(t, err)
+	url, r, lines := runWaiting(t, 0, nil)
 
 	require.Equal(t, WaitingReportConfig{Sessions: 20, WakeSamples: 5, Callers: 4, Starters: waitingStarters, HibernateAfter: "never", ApproveVia: ApproveViaClient}, r.Config)
 	require.Nil(t, r.Hibernation)
@@ -86,10 +83,7 @@ func TestWaitingSmall(t *testing.T) {
 // approval and completes. It asserts counts and structure, no timing.
 func TestWaitingHibernated(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	var lines []string
-	r, err := Waiting(t.Context(), smallWaiting(t, url, 200*time.Millisecond, &lines))
-	require.NoError(t, err)
+	url, r, lines := runWaiting(t, 200*time.Millisecond, nil)
 
 	require.Equal(t, "200ms", r.Config.HibernateAfter)
 	h := r.Hibernation
@@ -149,19 +143,16 @@ func TestWaitingHibernated(t *testing.T) {
 // database, and worker B's profile is complete.
 func TestWaitingNoDrain(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	var lines []string
-	cfg := smallWaiting(t, url, 200*time.Millisecond, &lines)
-	cfg.NoDrain = true
 	profile := filepath.Join(t.TempDir(), "cpu")
-	worker := cfg.Worker
-	cfg.Worker = func() *exec.Cmd {
-		cmd := worker()
-		cmd.Env = append(cmd.Env, WorkerCPUProfileEnv+"="+profile)
-		return cmd
-	}
-	r, err := Waiting(t.Context(), cfg)
-	require.NoError(t, err)
+	url, r, lines := runWaiting(t, 200*time.Millisecond, func(cfg *WaitingConfig) {
+		cfg.NoDrain = true
+		worker := cfg.Worker
+		cfg.Worker = func() *exec.Cmd {
+			cmd := worker()
+			cmd.Env = append(cmd.Env, WorkerCPUProfileEnv+"="+profile)
+			return cmd
+		}
+	})
 
 	require.False(t, r.Drained)
 	require.Zero(t, r.Wake)
@@ -215,12 +206,7 @@ func TestWaitingNoDrain(t *testing.T) {
 // sampled.
 func TestWaitingApproveViaEngine(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewURL(t)
-	var lines []string
-	cfg := smallWaiting(t, url, 200*time.Millisecond, &lines)
-	cfg.ApproveVia = ApproveViaEngine
-	r, err := Waiting(t.Context(), cfg)
-	require.NoError(t, err)
+	url, r, _ := runWaiting(t, 200*time.Millisecond, func(cfg *WaitingConfig) { cfg.ApproveVia = ApproveViaEngine })
 
 	require.Equal(t, ApproveViaEngine, r.Config.ApproveVia)
 	require.True(t, r.Drained)
@@ -267,20 +253,30 @@ func requireWokeOnce(t *testing.T, url string) {
 	require.Equal(t, 20, continued, "every run's continuation succeeded")
 }
 
-// smallWaiting is the configuration of the small end-to-end runs: 20
-// sessions, whose workers are this test binary (TestMain), their progress
-// lines into lines.
-func smallWaiting(t *testing.T, url string, hibernateAfter time.Duration, lines *[]string) WaitingConfig {
+// runWaiting runs one of the small end-to-end runs on a new database: 20
+// sessions, whose workers are this test binary (TestMain), the runs
+// hibernating after hibernateAfter if positive, the configuration then
+// changed by change if not nil. It returns the database's URL, the report
+// and the progress lines.
+func runWaiting(t *testing.T, hibernateAfter time.Duration, change func(*WaitingConfig)) (string, *WaitingReport, []string) {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	return WaitingConfig{DatabaseURL: url, Sessions: 20, WakeSamples: 5, Callers: 4, HibernateAfter: hibernateAfter,
+	url := pgtest.NewURL(t)
+	var lines []string
+	cfg := WaitingConfig{DatabaseURL: url, Sessions: 20, WakeSamples: 5, Callers: 4, HibernateAfter: hibernateAfter,
 		Worker: func() *exec.Cmd {
 			cmd := exec.Command(exe)
 			cmd.Env = append(os.Environ(), waitingWorkerEnv+"=1")
 			return cmd
 		},
-		Progress: func(s string) { *lines = append(*lines, s) }}
+		Progress: func(s string) { lines = append(lines, s) }}
+	if change != nil {
+		change(&cfg)
+	}
+	r, err := Waiting(t.Context(), cfg)
+	require.NoError(t, err)
+	return url, r, lines
 }
 
 // requireAllCompleted checks that the 20 sessions completed with no call
