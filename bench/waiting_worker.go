@@ -322,12 +322,12 @@ func (w *waitingWorker) shutdown(ctx context.Context) error {
 
 // start starts sessions prefix-1 … prefix-n, waitingStarters at a time, and
 // returns once each Execute returned (each run is then under way; it
-// suspends by itself).
+// suspends by itself). It tells the parent its progress every 2 s, however
+// slow the starts.
 func (w *waitingWorker) start(ctx context.Context, prefix string, n int) error {
-	var next, started atomic.Int64
+	var next, started, last atomic.Int64
+	last.Store(time.Now().UnixNano())
 	errs := make([]error, waitingStarters)
-	last := time.Now()
-	var progress sync.Mutex
 	var wg sync.WaitGroup
 	for g := range waitingStarters {
 		wg.Go(func() {
@@ -337,13 +337,9 @@ func (w *waitingWorker) start(ctx context.Context, prefix string, n int) error {
 					errs[g] = fmt.Errorf("start session %s: %w", id, err)
 					return
 				}
-				if s := started.Add(1); s%100 == 0 {
-					progress.Lock()
-					if time.Since(last) >= 2*time.Second {
-						last = time.Now()
-						_ = w.write(workerLine{Event: eventProgress, Message: fmt.Sprintf("start: %d/%d sessions started", s, n)})
-					}
-					progress.Unlock()
+				s, now, l := started.Add(1), time.Now().UnixNano(), last.Load()
+				if time.Duration(now-l) >= 2*time.Second && last.CompareAndSwap(l, now) {
+					_ = w.write(workerLine{Event: eventProgress, Message: fmt.Sprintf("start: %d/%d sessions started", s, n)})
 				}
 			}
 		})
