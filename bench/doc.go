@@ -132,4 +132,17 @@
 //     second until the last SubmitToolResult returned, sessions completed
 //     per second until all have;
 //   - B stops cleanly. Every session must have woken once and completed.
+//
+// With [ApproveViaEngine] (`--waiting-approve-via engine`) the approvals go
+// to worker B over its pipes and B's own engine submits them
+// (Engine.SubmitToolResult), as a replica's request handler would: the
+// submitting engine starts a hibernated run's continuation itself. The
+// wake sample's start is taken before the request is written. With
+// WaitingConfig.NoDrain (`--waiting-drain=false`) the wake and drain phases
+// are skipped: B stops after the restart and the sessions are left waiting
+// (or hibernated) in the database, to measure the restart of many
+// sessions alone. With the environment variable [WorkerCPUProfileEnv]
+// (HELIX_BENCH_WORKER_CPUPROFILE) set to a path prefix, each worker writes
+// a CPU profile of its life to <prefix>.<migrate|A|B>.pprof; A's, killed,
+// may be empty.
 package bench

@@ -27,6 +27,19 @@ const (
 	DefaultWaitingCallers = 32
 )
 
+// The routes of the approvals (WaitingConfig.ApproveVia).
+const (
+	// ApproveViaClient submits each approval through an engine.Client in
+	// the bench process: the worker's engine hears of it through
+	// Postgres and resumes (or wakes) the run. The default.
+	ApproveViaClient = "client"
+	// ApproveViaEngine sends each approval to worker B, whose own engine
+	// submits it (Engine.SubmitToolResult): the deployment where a
+	// replica's request handler takes the answer, and the submitting
+	// engine starts a hibernated run's continuation itself.
+	ApproveViaEngine = "engine"
+)
+
 const (
 	// waitingSettle is the pause before a footprint is read, for the
 	// worker's background work to quiet down.
@@ -70,6 +83,15 @@ type WaitingConfig struct {
 	// default): they never hibernate, their waits are held live in the
 	// worker (the baseline).
 	HibernateAfter time.Duration
+	// NoDrain skips the wake and drain phases: after the restart worker B
+	// stops and the sessions are left waiting (or hibernated) in the
+	// database, unanswered; the report has no Wake and no Drain, and
+	// Drained false. For measuring the restart of many sessions without
+	// answering them all. The default answers them.
+	NoDrain bool
+	// ApproveVia is the route of the approvals, ApproveViaClient (the
+	// default) or ApproveViaEngine.
+	ApproveVia string
 	// Worker returns a new command that runs ServeWaitingWorker, its stdin,
 	// stdout and stderr unset: helix-dbos runs itself with the hidden
 	// command bench-waiting-worker. Waiting runs two, one after the
@@ -82,6 +104,7 @@ type WaitingConfig struct {
 func (c *WaitingConfig) withDefaults() error {
 	c.WakeSamples = min(cmp.Or(c.WakeSamples, DefaultWaitingWakeSamples), c.Sessions)
 	c.Callers = cmp.Or(c.Callers, DefaultWaitingCallers)
+	c.ApproveVia = cmp.Or(c.ApproveVia, ApproveViaClient)
 	c.Progress = serialProgress(c.Progress)
 	switch {
 	case c.DatabaseURL == "":
@@ -92,6 +115,8 @@ func (c *WaitingConfig) withDefaults() error {
 		return fmt.Errorf("bench: the waiting-sessions callers must be >= 1 (--waiting-callers), got %d", c.Callers)
 	case c.MaxConns < 0:
 		return fmt.Errorf("bench: MaxConns must be >= 0 (0 for the pool's default), got %d", c.MaxConns)
+	case c.ApproveVia != ApproveViaClient && c.ApproveVia != ApproveViaEngine:
+		return fmt.Errorf("bench: the approvals' route (--waiting-approve-via) must be %q or %q, got %q", ApproveViaClient, ApproveViaEngine, c.ApproveVia)
 	case c.Worker == nil:
 		return errors.New("bench: WaitingConfig.Worker is nil: give the command that runs ServeWaitingWorker (helix-dbos bench-waiting-worker)")
 	}
@@ -106,8 +131,17 @@ func (c *WaitingConfig) withDefaults() error {
 func (c *WaitingConfig) hibernates() bool { return c.HibernateAfter > 0 }
 
 // phaseTimeout bounds a phase over n sessions (all of them suspending,
-// recovering or completing): generous for a busy 2-CPU machine.
+// recovering or completing): generous for a busy 2-CPU machine (35 min
+// for 100,000).
 func phaseTimeout(n int) time.Duration { return 2*time.Minute + time.Duration(n)*20*time.Millisecond }
+
+// pollEvery is the time between two counts over n sessions, at least
+// floor: each count reads every session, so many sessions are counted less
+// often (1 s for 100,000), lest the counts load the database under
+// measure.
+func pollEvery(floor time.Duration, n int) time.Duration {
+	return max(floor, time.Duration(n)*10*time.Microsecond)
+}
 
 // waitingRun is one run of the waiting-sessions mode.
 type waitingRun struct {
@@ -139,6 +173,12 @@ type waitingRun struct {
 // Hibernation); the restarted worker recovers none of them (its
 // Restart.Replayed is 0), and the answers wake them: each continuation is
 // started by the worker's engine, which hears of the wake.
+//
+// With cfg.ApproveVia ApproveViaEngine worker B's own engine submits the
+// approvals, asked over its pipes, and starts the continuations it wakes
+// itself. With cfg.NoDrain the sessions are not answered: worker B stops
+// after the restart and they are left waiting in the database. With
+// [WorkerCPUProfileEnv] set each worker writes a CPU profile.
 func Waiting(ctx context.Context, cfg WaitingConfig) (_ *WaitingReport, err error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
@@ -157,7 +197,7 @@ func Waiting(ctx context.Context, cfg WaitingConfig) (_ *WaitingReport, err erro
 	id := uuid.NewString()[:8]
 	w := &waitingRun{cfg: cfg, pool: pool, wakes: newWakeLog(), executorID: "helix-bench-wait-" + id, prefix: "bench-wait-" + id,
 		r: &WaitingReport{Config: WaitingReportConfig{Sessions: cfg.Sessions, WakeSamples: cfg.WakeSamples, Callers: cfg.Callers,
-			Starters: waitingStarters, HibernateAfter: "never"}}}
+			Starters: waitingStarters, HibernateAfter: "never", ApproveVia: cfg.ApproveVia}, Drained: !cfg.NoDrain}}
 	if cfg.hibernates() {
 		w.r.Config.HibernateAfter = cfg.HibernateAfter.String()
 		w.r.Hibernation = &WaitingHibernation{}
@@ -166,7 +206,11 @@ func Waiting(ctx context.Context, cfg WaitingConfig) (_ *WaitingReport, err erro
 	if w.r.Machine, err = describeMachine(ctx, pool); err != nil {
 		return nil, fmt.Errorf("bench: describe the database: %w", err)
 	}
-	for _, phase := range []func(context.Context) error{w.idle, w.start, w.hibernate, w.restart, w.wake, w.drain, w.stop} {
+	phases := []func(context.Context) error{w.idle, w.start, w.hibernate, w.restart, w.wake, w.drain, w.stop}
+	if cfg.NoDrain {
+		phases = []func(context.Context) error{w.idle, w.start, w.hibernate, w.restart, w.leave, w.stop}
+	}
+	for _, phase := range phases {
 		if err := phase(ctx); err != nil {
 			return nil, err
 		}
@@ -186,11 +230,14 @@ func (w *waitingRun) cleanup() {
 	}
 }
 
-// launchWorker starts a worker process and launches its engine with
-// executor ID executorID; it returns the worker and its Launch time.
-func (w *waitingRun) launchWorker(ctx context.Context, executorID string, timeout time.Duration) (*workerProc, time.Duration, error) {
+// launchWorker starts a worker process of role (migrate, A or B: the
+// name of its CPU profile) and launches its engine with executor ID
+// executorID; it returns the worker and its Launch time.
+func (w *waitingRun) launchWorker(ctx context.Context, role, executorID string, timeout time.Duration) (*workerProc, time.Duration, error) {
 	cfg := w.cfg
-	p, err := startWorker(cfg.Worker(), func(l workerLine) {
+	cmd := cfg.Worker()
+	cmd.Env = append(cmd.Environ(), waitingWorkerRoleEnv+"="+role)
+	p, err := startWorker(cmd, func(l workerLine) {
 		if l.Event == eventProgress {
 			cfg.Progress(l.Message)
 			return
@@ -231,7 +278,7 @@ func footprint(ctx context.Context, p *workerProc) (WorkerFootprint, *workerStat
 // restarted process, finds the database migrated.
 func (w *waitingRun) idle(ctx context.Context) error {
 	w.cfg.Progress("migrate: a first worker launches (and migrates the database), then stops")
-	m, _, err := w.launchWorker(ctx, w.executorID+"-migrate", phaseTimeout(0))
+	m, _, err := w.launchWorker(ctx, "migrate", w.executorID+"-migrate", phaseTimeout(0))
 	if err != nil {
 		return err
 	}
@@ -240,7 +287,7 @@ func (w *waitingRun) idle(ctx context.Context) error {
 	}
 	w.cfg.Progress("idle: worker A launched, no session")
 	var launch time.Duration
-	if w.a, launch, err = w.launchWorker(ctx, w.executorID, requestTimeout); err != nil {
+	if w.a, launch, err = w.launchWorker(ctx, "A", w.executorID, requestTimeout); err != nil {
 		return err
 	}
 	w.r.Restart.IdleLaunchMS = ms(launch)
@@ -334,7 +381,7 @@ func (w *waitingRun) awaitLive(ctx context.Context, began time.Time) error {
 // still all wait live after the reading.
 func (w *waitingRun) awaitSuspended(ctx context.Context, began time.Time) error {
 	n := w.cfg.Sessions
-	if err := w.awaitAll(ctx, "start", "suspended on their approval", phaseTimeout(n), pollInterval, w.countSuspended, w.a); err != nil {
+	if err := w.awaitAll(ctx, "start", "suspended on their approval", phaseTimeout(n), pollEvery(pollInterval, n), w.countSuspended, w.a); err != nil {
 		return err
 	}
 	w.startTook(began)
@@ -364,7 +411,7 @@ func (w *waitingRun) hibernate(ctx context.Context) error {
 	n, h := w.cfg.Sessions, w.r.Hibernation
 	w.cfg.Progress(fmt.Sprintf("hibernate: until all %d runs hibernated (after %s of waiting) and their workflows ended", n, w.cfg.HibernateAfter))
 	began := time.Now()
-	if err := w.awaitAll(ctx, "hibernate", "hibernated", phaseTimeout(n)+w.cfg.HibernateAfter, pollInterval, w.countHibernated, w.a); err != nil {
+	if err := w.awaitAll(ctx, "hibernate", "hibernated", phaseTimeout(n)+w.cfg.HibernateAfter, pollEvery(pollInterval, n), w.countHibernated, w.a); err != nil {
 		return err
 	}
 	h.Hibernated, h.WallS = n, round3(time.Since(began).Seconds())
@@ -396,7 +443,8 @@ func (w *waitingRun) perSessionBytes(tables int64) float64 {
 
 // awaitWaiting returns once every session waits for its approval in p.
 func (w *waitingRun) awaitWaiting(ctx context.Context, p *workerProc, label string) error {
-	return w.awaitAll(ctx, label, "wait for their approval", phaseTimeout(w.cfg.Sessions), pollInterval,
+	n := w.cfg.Sessions
+	return w.awaitAll(ctx, label, "wait for their approval", phaseTimeout(n), pollEvery(pollInterval, n),
 		func(ctx context.Context) (int, error) { return w.liveWaits(ctx, p) }, p)
 }
 
@@ -473,7 +521,7 @@ func (w *waitingRun) restart(ctx context.Context) error {
 	if err := w.a.kill(); err != nil {
 		return err
 	}
-	b, launch, err := w.launchWorker(ctx, w.executorID, phaseTimeout(n))
+	b, launch, err := w.launchWorker(ctx, "B", w.executorID, phaseTimeout(n))
 	if err != nil {
 		return err
 	}
@@ -518,11 +566,14 @@ func (w *waitingRun) restart(ctx context.Context) error {
 }
 
 // wake answers the first WakeSamples sessions one at a time: each sample
-// runs from just before SubmitToolResult to the worker's stamp of the
-// approved tool's run and of the model's call for step 2.
+// runs from just before the approval (SubmitToolResult, or the request to
+// worker B) to the worker's stamp of the approved tool's run and of the
+// model's call for step 2.
 func (w *waitingRun) wake(ctx context.Context) (err error) {
-	if w.client, err = engine.NewClient(ctx, engine.ClientConfig{Pool: w.pool}); err != nil {
-		return err
+	if w.cfg.ApproveVia == ApproveViaClient {
+		if w.client, err = engine.NewClient(ctx, engine.ClientConfig{Pool: w.pool}); err != nil {
+			return err
+		}
 	}
 	n := w.cfg.WakeSamples
 	if n == 0 {
@@ -552,9 +603,21 @@ func (w *waitingRun) wake(ctx context.Context) (err error) {
 	return nil
 }
 
-// approve approves the waiting call of session id.
+// approve approves the waiting call of session id, by the configured
+// route.
 func (w *waitingRun) approve(ctx context.Context, id string) error {
-	res, err := w.client.SubmitToolResult(ctx, id, helix.Approve(approvalCallID, "bench"))
+	if w.cfg.ApproveVia == ApproveViaEngine {
+		_, err := w.b.call(ctx, workerRequest{Op: opApprove, Session: id}, requestTimeout)
+		return err
+	}
+	return approveSession(ctx, w.client.SubmitToolResult, id)
+}
+
+// approveSession approves the waiting call of session id with submit (a
+// Client's or an Engine's SubmitToolResult) and checks it was delivered
+// with nothing left to answer.
+func approveSession(ctx context.Context, submit func(context.Context, string, helix.ToolSubmission) (helix.SubmitResult, error), id string) error {
+	res, err := submit(ctx, id, helix.Approve(approvalCallID, "bench"))
 	if err != nil {
 		return fmt.Errorf("bench: approve session %s: %w", id, err)
 	}
@@ -607,7 +670,7 @@ func (w *waitingRun) drain(ctx context.Context) error {
 // awaitCompleted returns once every session completed, and records the
 // outcome.
 func (w *waitingRun) awaitCompleted(ctx context.Context) error {
-	o := &w.r.Outcome
+	o, n := &w.r.Outcome, w.cfg.Sessions
 	count := func(ctx context.Context) (int, error) {
 		if err := w.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(step_count), 0) FROM helix.sessions
 			WHERE agent_type = $1 AND status = 'completed'`, WaitingAgentName).Scan(&o.Completed, &o.Steps); err != nil {
@@ -615,7 +678,7 @@ func (w *waitingRun) awaitCompleted(ctx context.Context) error {
 		}
 		return o.Completed, nil
 	}
-	if err := w.awaitAll(ctx, "drain", "completed", phaseTimeout(w.cfg.Sessions), 50*time.Millisecond, count, w.b); err != nil {
+	if err := w.awaitAll(ctx, "drain", "completed", phaseTimeout(n), pollEvery(50*time.Millisecond, n/5), count, w.b); err != nil {
 		return err
 	}
 	if err := w.pool.QueryRow(ctx, `SELECT coalesce(sum(wakes), 0) FROM helix.runs WHERE session_id LIKE $1`,
@@ -623,6 +686,21 @@ func (w *waitingRun) awaitCompleted(ctx context.Context) error {
 		return fmt.Errorf("bench: count the runs' wakes: %w", err)
 	}
 	o.WokeOnce, o.ToolRuns, o.NextStepCalls = w.wakes.counts()
+	return nil
+}
+
+// leave replaces the wake and drain phases when the sessions are not to be
+// answered: it counts the sessions left waiting for their approval.
+func (w *waitingRun) leave(ctx context.Context) (err error) {
+	state := "waiting"
+	if w.cfg.hibernates() {
+		state = "hibernated"
+	}
+	if w.r.Outcome.LeftWaiting, err = w.countSuspended(ctx); err != nil {
+		return err
+	}
+	w.cfg.Progress(fmt.Sprintf("wake and drain skipped (--waiting-drain=false): %d sessions are left %s in the scratch database, unanswered",
+		w.r.Outcome.LeftWaiting, state))
 	return nil
 }
 

@@ -13,17 +13,23 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // workerProc is a running worker process, seen from the parent: requests
 // go to its stdin, answers and events come from its stdout, its stderr is
-// kept for the errors that need it.
+// kept for the errors that need it. Several goroutines may call it at
+// once: each request carries an ID, and its answer, which may come in any
+// order, is matched by it.
 type workerProc struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
-	answers chan workerLine
-	gone    chan struct{} // closed when its stdout ends
+	stdinM  sync.Mutex // one request line at a time
+	lastID  atomic.Int64
+	mu      sync.Mutex
+	pending map[int64]chan workerLine // by request ID, until answered
+	gone    chan struct{}             // closed when its stdout ends
 	stderr  *tailBuffer
 	waited  bool
 }
@@ -31,7 +37,7 @@ type workerProc struct {
 // startWorker starts cmd as a worker. Its events go to onEvent, from the
 // goroutine that reads its stdout (onEvent must not block).
 func startWorker(cmd *exec.Cmd, onEvent func(workerLine)) (*workerProc, error) {
-	w := &workerProc{cmd: cmd, answers: make(chan workerLine, 1), gone: make(chan struct{}), stderr: &tailBuffer{max: 16 << 10}}
+	w := &workerProc{cmd: cmd, pending: map[int64]chan workerLine{}, gone: make(chan struct{}), stderr: &tailBuffer{max: 16 << 10}}
 	cmd.Stderr = w.stderr
 	var err error
 	if w.stdin, err = cmd.StdinPipe(); err != nil {
@@ -58,7 +64,13 @@ func startWorker(cmd *exec.Cmd, onEvent func(workerLine)) (*workerProc, error) {
 				onEvent(l)
 				continue
 			}
-			w.answers <- l
+			w.mu.Lock()
+			ch, ok := w.pending[l.ID]
+			delete(w.pending, l.ID)
+			w.mu.Unlock()
+			if ok {
+				ch <- l // buffered: never blocks
+			} // else its caller gave up waiting
 		}
 	}()
 	return w, nil
@@ -66,22 +78,43 @@ func startWorker(cmd *exec.Cmd, onEvent func(workerLine)) (*workerProc, error) {
 
 // call sends req and returns its answer, waiting at most timeout.
 func (w *workerProc) call(ctx context.Context, req workerRequest, timeout time.Duration) (workerLine, error) {
+	req.ID = w.lastID.Add(1)
 	b, err := json.Marshal(req)
 	if err != nil {
 		return workerLine{}, err
 	}
-	if _, err := w.stdin.Write(append(b, '\n')); err != nil {
+	answer := make(chan workerLine, 1)
+	w.mu.Lock()
+	w.pending[req.ID] = answer
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.pending, req.ID)
+		w.mu.Unlock()
+	}()
+	w.stdinM.Lock()
+	_, err = w.stdin.Write(append(b, '\n'))
+	w.stdinM.Unlock()
+	if err != nil {
 		return workerLine{}, fmt.Errorf("bench: send %q to worker %d: %w%s", req.Op, w.cmd.Process.Pid, err, w.stderrTail())
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case l := <-w.answers:
+	answered := func(l workerLine) (workerLine, error) {
 		if l.Error != "" {
 			return l, fmt.Errorf("bench: worker %d: %s: %s", w.cmd.Process.Pid, req.Op, l.Error)
 		}
 		return l, nil
+	}
+	select {
+	case l := <-answer:
+		return answered(l)
 	case <-w.gone:
+		select {
+		case l := <-answer: // answered, then exited (a stop)
+			return answered(l)
+		default:
+		}
 		return workerLine{}, fmt.Errorf("bench: worker %d exited before it answered %q%s", w.cmd.Process.Pid, req.Op, w.stderrTail())
 	case <-t.C:
 		return workerLine{}, fmt.Errorf("bench: worker %d did not answer %q within %s: it is stuck or the machine is overloaded%s",

@@ -28,9 +28,13 @@ type WaitingReport struct {
 	// sessions hibernate (Config.HibernateAfter is not "never").
 	Hibernation *WaitingHibernation `json:"hibernation,omitempty"`
 	Restart     WaitingRestart      `json:"restart"`
-	Wake        WaitingWake         `json:"wake"`
-	Drain       WaitingDrain        `json:"drain"`
-	Outcome     WaitingOutcome      `json:"outcome"`
+	// Drained reports whether the wake and drain phases ran: false with
+	// WaitingConfig.NoDrain, the sessions left waiting, Wake and Drain
+	// omitted.
+	Drained bool           `json:"drained"`
+	Wake    WaitingWake    `json:"wake,omitzero"`
+	Drain   WaitingDrain   `json:"drain,omitzero"`
+	Outcome WaitingOutcome `json:"outcome"`
 	// DurationS is how long Waiting took.
 	DurationS float64 `json:"durationS"`
 }
@@ -46,6 +50,10 @@ type WaitingReportConfig struct {
 	// HibernateAfter is the workers' engine.Config.HibernateAfter (a Go
 	// duration), or "never": the sessions wait live in the worker.
 	HibernateAfter string `json:"hibernateAfter"`
+	// ApproveVia is the approvals' route: ApproveViaClient (an
+	// engine.Client in the bench process) or ApproveViaEngine (worker B's
+	// engine).
+	ApproveVia string `json:"approveVia"`
 }
 
 // WorkerFootprint is a worker process's footprint after a forced GC that
@@ -156,11 +164,13 @@ type WaitingRestart struct {
 }
 
 // WaitingWake is the wake latency of waiting sessions answered one at a
-// time, from just before SubmitToolResult.
+// time, from just before the approval: the call of SubmitToolResult, or
+// the request to worker B when it submits the approvals.
 type WaitingWake struct {
 	Samples int `json:"samples"`
 	// SubmitToTool runs to the approved tool's run, SubmitToNextStep to
-	// the model's call for step 2, Submit to SubmitToolResult's return.
+	// the model's call for step 2, Submit to SubmitToolResult's return
+	// (to worker B's answer, through its pipes, when it submits).
 	SubmitToTool     Distribution `json:"submitToTool"`
 	SubmitToNextStep Distribution `json:"submitToNextStep"`
 	Submit           Distribution `json:"submit"`
@@ -194,6 +204,9 @@ type WaitingOutcome struct {
 	// HibernationWakes sums the runs' wakes from hibernation
 	// (helix.runs.wakes): one per session when they hibernated, else 0.
 	HibernationWakes int `json:"hibernationWakes"`
+	// LeftWaiting counts the sessions left waiting for their approval
+	// when the sessions were not drained (Drained false).
+	LeftWaiting int `json:"leftWaiting,omitempty"`
 	// Failures counts the model calls of worker B that did not go as
 	// scripted.
 	Failures int64 `json:"failures"`
@@ -251,6 +264,18 @@ func (r *WaitingReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "%-34s %s\n", "worker B, launched:", footprintText(rs.Footprint))
 		fmt.Fprintf(&b, "%-34s %s\n\n", "per hibernated session:", perSessionText(rs.PerSession))
 	}
+	o := r.Outcome
+	if !r.Drained {
+		fmt.Fprintf(&b, "wake and drain: skipped (--waiting-drain=false); %d of %d sessions left waiting in the database, unanswered; %d failures\n",
+			o.LeftWaiting, n, o.Failures)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	via := "an engine.Client in the bench process"
+	if c.ApproveVia == ApproveViaEngine {
+		via = "worker B's engine (Engine.SubmitToolResult in the process that runs the sessions)"
+	}
+	fmt.Fprintf(&b, "approvals via %s\n", via)
 	wk := r.Wake
 	title := fmt.Sprintf("wake, %d sessions approved one at a time (ms):", wk.Samples)
 	if h != nil {
@@ -267,7 +292,6 @@ func (r *WaitingReport) WriteText(w io.Writer) error {
 	d := r.Drain
 	fmt.Fprintf(&b, "drain, %d sessions by %d concurrent callers: %.0f approvals/s (%.1f s), %.0f sessions completed/s (%.1f s)\n",
 		d.Sessions, d.Callers, d.ApprovalsPerSecond, d.SubmitWallS, d.CompletedPerSecond, d.CompleteWallS)
-	o := r.Outcome
 	fmt.Fprintf(&b, "outcome: %d of %d sessions completed (%d steps); %d woke once (%d tool runs, %d step-2 model calls, %d wakes from hibernation); %d failures\n",
 		o.Completed, n, o.Steps, o.WokeOnce, o.ToolRuns, o.NextStepCalls, o.HibernationWakes, o.Failures)
 	_, err := io.WriteString(w, b.String())

@@ -2,13 +2,16 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -45,8 +48,10 @@ func waitingSessionID(prefix string, i int) string { return prefix + "-" + strco
 const waitingStarters = 16
 
 // The operations the parent asks of a worker, one JSON line each on its
-// stdin; the worker answers each with one workerLine without Event, in
-// order.
+// stdin; the worker answers each with one workerLine without Event and
+// with the request's ID. It serves launch and stop alone, once the
+// requests before them were answered, and the others concurrently: their
+// answers may come in any order.
 const (
 	// opLaunch builds and launches the engine (the first request).
 	opLaunch = "launch"
@@ -58,6 +63,10 @@ const (
 	// opWaiting answers how many of the agent's unanswered calls a run of
 	// this process waits for now.
 	opWaiting = "waiting"
+	// opApprove approves the waiting call of Session through the worker's
+	// own engine (Engine.SubmitToolResult), which then starts the woken
+	// continuation itself, and answers once it returned.
+	opApprove = "approve"
 	// opStop shuts the engine down; the worker exits after its answer.
 	opStop = "stop"
 )
@@ -74,6 +83,8 @@ const (
 
 // workerRequest is one line the parent writes on a worker's stdin.
 type workerRequest struct {
+	// ID is echoed in the answer (the parent numbers its requests).
+	ID int64  `json:"id"`
 	Op string `json:"op"`
 	// DatabaseURL, ExecutorID, MaxConns and HibernateAfter (the engine's
 	// Config.HibernateAfter, in ns) configure opLaunch.
@@ -84,11 +95,14 @@ type workerRequest struct {
 	// Prefix and Sessions configure opStart.
 	Prefix   string `json:"prefix,omitempty"`
 	Sessions int    `json:"sessions,omitempty"`
+	// Session is opApprove's session.
+	Session string `json:"session,omitempty"`
 }
 
 // workerLine is one line a worker writes on its stdout: an event when
-// Event is set, else the answer to the last request.
+// Event is set, else the answer to request ID.
 type workerLine struct {
+	ID      int64  `json:"id,omitempty"`
 	Event   string `json:"event,omitempty"`
 	Session string `json:"session,omitempty"`
 	At      int64  `json:"at,omitempty"` // Unix ns, the wall clock the parent shares
@@ -135,15 +149,41 @@ type waitingWorker struct {
 	failures   atomic.Int64
 }
 
+// WorkerCPUProfileEnv names the environment variable that makes the
+// waiting-sessions workers profile themselves: set to a path prefix, each
+// worker process writes a pprof CPU profile of its whole life to
+// <prefix>.<role>.pprof, its role being migrate (the first worker, which
+// migrates the database), A (the worker killed with SIGKILL: its profile
+// may be empty or cut short) or B (the restarted worker, stopped cleanly:
+// its profile is complete). Read it with `go tool pprof`.
+const WorkerCPUProfileEnv = "HELIX_BENCH_WORKER_CPUPROFILE"
+
+// waitingWorkerRoleEnv tells a worker its role (migrate, A or B), for the
+// name of its CPU profile; Waiting sets it.
+const waitingWorkerRoleEnv = "HELIX_BENCH_WAITING_WORKER_ROLE"
+
 // ServeWaitingWorker is the worker process of [Waiting]: it reads the
 // parent's requests, one JSON line each, from in, and writes answers and
 // events, one JSON line each, to out; log gets the engine's warnings. It
 // returns after a stop request or when in ends (the parent is gone),
 // having shut its engine down. `helix-dbos bench-waiting-worker` runs it;
-// nothing else should write to out.
-func ServeWaitingWorker(ctx context.Context, in io.Reader, out, log io.Writer) error {
+// nothing else should write to out. With [WorkerCPUProfileEnv] set it
+// writes a CPU profile until it returns.
+func ServeWaitingWorker(ctx context.Context, in io.Reader, out, log io.Writer) (err error) {
+	stopProfile, err := startWorkerProfile()
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, stopProfile()) }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	w := &waitingWorker{out: json.NewEncoder(out), log: log}
-	defer w.shutdown(ctx)
+	var inflight sync.WaitGroup
+	defer func() {
+		cancel() // the parent is gone, or the engine stopped: abandon the requests in flight
+		inflight.Wait()
+		err = errors.Join(err, w.shutdown(ctx))
+	}()
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -151,11 +191,12 @@ func ServeWaitingWorker(ctx context.Context, in io.Reader, out, log io.Writer) e
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return fmt.Errorf("bench worker: decode the request %q: %w", sc.Text(), err)
 		}
-		ans, err := w.serve(ctx, req)
-		if err != nil {
-			ans = workerLine{Error: err.Error()}
+		if req.Op != opLaunch && req.Op != opStop {
+			inflight.Go(func() { _ = w.answer(ctx, req) }) // a failed write: the parent is gone, in ends
+			continue
 		}
-		if err := w.write(ans); err != nil {
+		inflight.Wait() // the engine changes: no request may be using it
+		if err := w.answer(ctx, req); err != nil {
 			return err
 		}
 		if req.Op == opStop {
@@ -163,6 +204,42 @@ func ServeWaitingWorker(ctx context.Context, in io.Reader, out, log io.Writer) e
 		}
 	}
 	return sc.Err()
+}
+
+// answer serves req and writes its answer.
+func (w *waitingWorker) answer(ctx context.Context, req workerRequest) error {
+	ans, err := w.serve(ctx, req)
+	if err != nil {
+		ans = workerLine{Error: err.Error()}
+	}
+	ans.ID = req.ID
+	return w.write(ans)
+}
+
+// startWorkerProfile starts the CPU profile [WorkerCPUProfileEnv] asks
+// for, if it does, and returns the function that stops and flushes it.
+func startWorkerProfile() (stop func() error, err error) {
+	prefix := os.Getenv(WorkerCPUProfileEnv)
+	if prefix == "" {
+		return func() error { return nil }, nil
+	}
+	role := cmp.Or(os.Getenv(waitingWorkerRoleEnv), "pid"+strconv.Itoa(os.Getpid()))
+	path := prefix + "." + role + ".pprof"
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench worker: create the CPU profile (%s): %w: give a writable path prefix", WorkerCPUProfileEnv, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench worker: start the CPU profile %s: %w", path, err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("bench worker: write the CPU profile %s: %w", path, err)
+		}
+		return nil
+	}, nil
 }
 
 func (w *waitingWorker) serve(ctx context.Context, req workerRequest) (workerLine, error) {
@@ -179,6 +256,8 @@ func (w *waitingWorker) serve(ctx context.Context, req workerRequest) (workerLin
 	case opWaiting:
 		n, err := w.waiting(ctx)
 		return workerLine{Waiting: n}, err
+	case opApprove:
+		return workerLine{}, approveSession(ctx, w.eng.SubmitToolResult, req.Session)
 	case opStop:
 		return workerLine{}, w.shutdown(ctx)
 	}
@@ -243,12 +322,12 @@ func (w *waitingWorker) shutdown(ctx context.Context) error {
 
 // start starts sessions prefix-1 … prefix-n, waitingStarters at a time, and
 // returns once each Execute returned (each run is then under way; it
-// suspends by itself).
+// suspends by itself). It tells the parent its progress every 2 s, however
+// slow the starts.
 func (w *waitingWorker) start(ctx context.Context, prefix string, n int) error {
-	var next, started atomic.Int64
+	var next, started, last atomic.Int64
+	last.Store(time.Now().UnixNano())
 	errs := make([]error, waitingStarters)
-	last := time.Now()
-	var progress sync.Mutex
 	var wg sync.WaitGroup
 	for g := range waitingStarters {
 		wg.Go(func() {
@@ -258,13 +337,9 @@ func (w *waitingWorker) start(ctx context.Context, prefix string, n int) error {
 					errs[g] = fmt.Errorf("start session %s: %w", id, err)
 					return
 				}
-				if s := started.Add(1); s%100 == 0 {
-					progress.Lock()
-					if time.Since(last) >= 2*time.Second {
-						last = time.Now()
-						_ = w.write(workerLine{Event: eventProgress, Message: fmt.Sprintf("start: %d/%d sessions started", s, n)})
-					}
-					progress.Unlock()
+				s, now, l := started.Add(1), time.Now().UnixNano(), last.Load()
+				if time.Duration(now-l) >= 2*time.Second && last.CompareAndSwap(l, now) {
+					_ = w.write(workerLine{Event: eventProgress, Message: fmt.Sprintf("start: %d/%d sessions started", s, n)})
 				}
 			}
 		})

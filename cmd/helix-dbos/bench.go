@@ -31,7 +31,8 @@ type benchFlags struct {
 	// The waiting-sessions mode (--waiting): sessions left waiting for an
 	// approval in a worker process, killed, recovered, then answered.
 	waiting, waitingWakeSamples, waitingCallers int
-	waitingSet                                  bool
+	waitingSet, waitingDrain                    bool
+	waitingApproveVia                           string
 	hibernateAfter                              time.Duration
 }
 
@@ -68,7 +69,13 @@ func newBenchCmd(g *globals) *cobra.Command {
 			"once they waited D (engine.Config.HibernateAfter): the bench waits until all of them hibernated\n" +
 			"and reads the worker's footprint again, checks that the restarted worker replays none of them,\n" +
 			"and measures their wake from hibernation; by default they never hibernate (live waits, the\n" +
-			"baseline). Linux only (it reads /proc).",
+			"baseline). --waiting-approve-via engine has worker B's own engine submit the approvals (asked\n" +
+			"over its pipes), as a replica's handler would, instead of a client in the bench process.\n" +
+			"--waiting-drain=false skips the wake and drain: worker B stops after the restart and the\n" +
+			"sessions are left waiting in the database (to measure the restart of many sessions alone).\n" +
+			"With the environment variable " + bench.WorkerCPUProfileEnv + "=PREFIX each worker writes a CPU\n" +
+			"profile of its life to PREFIX.<migrate|A|B>.pprof (A is killed: its profile may be empty).\n" +
+			"Linux only (it reads /proc).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.waitingSet = cmd.Flags().Changed("waiting")
@@ -95,6 +102,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.waiting, "waiting", 0, "run the waiting-sessions mode with this many sessions waiting for an approval instead of the benchmark (e.g. 10000)")
 	fl.IntVar(&f.waitingWakeSamples, "waiting-wake-samples", bench.DefaultWaitingWakeSamples, "waiting mode: sessions approved one at a time, one wake-latency sample each (at most --waiting; negative for none)")
 	fl.IntVar(&f.waitingCallers, "waiting-callers", bench.DefaultWaitingCallers, "waiting mode: concurrent callers that approve the other sessions")
+	fl.BoolVar(&f.waitingDrain, "waiting-drain", true, "waiting mode: approve every session after the restart (the wake and drain phases); false: skip them, worker B stops and the sessions are left waiting in the database")
+	fl.StringVar(&f.waitingApproveVia, "waiting-approve-via", bench.ApproveViaClient, "waiting mode: who submits the approvals: client (an engine.Client in the bench process) or engine (worker B's own engine, asked over its pipes)")
 	fl.DurationVar(&f.hibernateAfter, "hibernate-after", 0, "waiting mode: the workers' engine.Config.HibernateAfter: the runs hibernate once they waited this long (e.g. 1s); 0 or negative: never, they wait live (the baseline)")
 	fl.BoolVar(&f.samples, "samples", false, "keep every overhead sample of the sequential session and every human-in-the-loop sample in the JSON report")
 	return cmd
@@ -148,7 +157,8 @@ func runBench(ctx context.Context, out, progress io.Writer, g *globals, f benchF
 	if f.waitingSet {
 		r, err := bench.Waiting(ctx, bench.WaitingConfig{
 			DatabaseURL: dbURL, Sessions: f.waiting, WakeSamples: f.waitingWakeSamples, Callers: f.waitingCallers,
-			MaxConns: f.maxConns, HibernateAfter: f.hibernateAfter, Worker: worker, Progress: func(s string) { say("%s", s) },
+			MaxConns: f.maxConns, HibernateAfter: f.hibernateAfter, NoDrain: !f.waitingDrain, ApproveVia: f.waitingApproveVia,
+			Worker: worker, Progress: func(s string) { say("%s", s) },
 		})
 		if err != nil {
 			return err
