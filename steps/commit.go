@@ -53,7 +53,7 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			return info, nil
 		}
 		if in.Wake > 0 {
-			if err := postgres.BeginContinuation(ctx, txQuerier{tx}, run.RunID, in.Wake); err != nil {
+			if err := postgres.BeginContinuation(ctx, inTx(tx), run.RunID, in.Wake); err != nil {
 				return RunInfo{}, err
 			}
 		}

@@ -357,11 +357,15 @@ func (q deferringTx) Defer(ctx context.Context, sql string, args ...any) {
 var _ postgres.Deferrer = deferringTx{}
 
 // InTx returns a view of the store running on a DBOS transaction.
-func (e *Env) InTx(tx dbos.Tx) *postgres.Store {
+func (e *Env) InTx(tx dbos.Tx) *postgres.Store { return e.Store.WithQuerier(inTx(tx)) }
+
+// inTx is tx as a querier, a [postgres.Deferrer] when tx can hold writes
+// for its next statement.
+func inTx(tx dbos.Tx) postgres.Querier {
 	if d, ok := tx.(deferrer); ok {
-		return e.Store.WithQuerier(deferringTx{txQuerier{tx}, d})
+		return deferringTx{txQuerier{tx}, d}
 	}
-	return e.Store.WithQuerier(txQuerier{tx})
+	return txQuerier{tx}
 }
 
 // skillsFragment is the agent's skills catalog (and preloaded skill bodies)

@@ -74,9 +74,10 @@ func HibernateForChildren(ctx context.Context, q Querier, runID string, asleep [
 
 // BeginContinuation records that continuation wake of run runID began:
 // the starters' sweep no longer looks for it. Call it in the
-// continuation's first transaction.
+// continuation's first transaction. The write is held for q's next
+// statement when q is a [Deferrer] (the journal's transaction: its commit).
 func BeginContinuation(ctx context.Context, q Querier, runID string, wake int) error {
-	_, err := q.Exec(ctx, `UPDATE helix.runs SET woken_at = NULL WHERE run_id = $1 AND wakes = $2 AND woken_at IS NOT NULL`, runID, wake)
+	err := execLater(ctx, q, `UPDATE helix.runs SET woken_at = NULL WHERE run_id = $1 AND wakes = $2 AND woken_at IS NOT NULL`, runID, wake)
 	return wrap(err, "begin continuation %d of run %s", wake, runID)
 }
 
