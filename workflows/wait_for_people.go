@@ -153,6 +153,16 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 					// of a hibernated run): the message sent to the run's
 					// workflow is taken with the resolution.
 					take = &steps.Take{WorkflowID: t.run.WorkflowID, StepID: t.j.next}
+					if t.takesInCommit(rec, pending[i+1:], results) {
+						// The step's last wait: the answer is taken in the
+						// step's commit, as when the wait ended in place
+						// (the run began with no interrupt requested).
+						deferTxn(t.j, steps.NameResolveToolCall, t.env.ResolveToolCall(steps.ResolveInput{
+							Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, Take: take, LeaveInterrupt: true,
+						}))
+						c.ConsumedAt = max(c.SubmittedAt, 1) // here only: the loop ends
+						continue
+					}
 				}
 			default:
 				// The records that wait (hooks) are written before a wait
@@ -245,16 +255,26 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 func (t *turn) answeredLast(c store.PendingClientToolCall, rec steps.SuspendedStep, later []store.PendingClientToolCall,
 	results []steps.ToolResult) (store.PendingClientToolCall, bool) {
 	a := t.answer
-	if a == nil || t.j.has(t.j.next) || len(waitingAfter(later, results)) > 0 {
-		return c, false
-	}
-	if _, phase2, _ := t.classify(rec.Model.ToolCalls); len(phase2) > 0 {
+	if a == nil || !t.takesInCommit(rec, later, results) {
 		return c, false
 	}
 	if !a.Found || a.Interrupt || a.Call.Submission == nil || a.Call.ConsumedAt != 0 {
 		return c, false
 	}
 	return a.Call, true
+}
+
+// takesInCommit reports whether the step's commit can take the answer to
+// its call that waited last (later are the calls after it): no later call
+// waits, no finishWith tool runs after the waits (its record would be
+// written between), and this is not a replay (whose resolution is
+// recorded on its own).
+func (t *turn) takesInCommit(rec steps.SuspendedStep, later []store.PendingClientToolCall, results []steps.ToolResult) bool {
+	if t.j.has(t.j.next) || len(waitingAfter(later, results)) > 0 {
+		return false
+	}
+	_, phase2, _ := t.classify(rec.Model.ToolCalls)
+	return len(phase2) == 0
 }
 
 // waitPoll bounds a wait between two looks at the call's messages, should
