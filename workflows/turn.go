@@ -192,6 +192,9 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			journalScope{sessionID: run.SessionID, runID: run.RunID, segment: max(in.Segment, in.Wake), turn: run.Turn}); err != nil {
 			return steps.Outcome{}, err
 		}
+		if out, ok, err := hibernatedOutcome(j); ok || err != nil {
+			return out, err
+		}
 		// The stream writes of this execution's steps are fenced by its
 		// owner token in the database itself (RunInfo.StreamFence).
 		run.Ticket.Owner = j.owner
