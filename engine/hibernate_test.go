@@ -277,13 +277,8 @@ func TestRestartReplaysNoHibernatedSession(t *testing.T) {
 	url := pgtest.NewURL(t)
 	pool := appPool(t, url)
 	var runs sync.Map
-	var modelCalls atomic.Int32
 	agent := payer(&runs)
-	inner := agent.Model
-	agent.Model = helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-		modelCalls.Add(1)
-		return inner.GenerateStep(ctx, req, cb)
-	})
+	modelCalls := countModelCalls(agent)
 	a := hibernating(t, url, "hib-h", nil, agent)
 	var hs []*engine.Handle
 	for range 5 {
@@ -316,6 +311,17 @@ func TestRestartReplaysNoHibernatedSession(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
 }
 
+// countModelCalls makes agent's model count its calls.
+func countModelCalls(agent *helix.Agent) *atomic.Int32 {
+	var n atomic.Int32
+	inner := agent.Model
+	agent.Model = helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		n.Add(1)
+		return inner.GenerateStep(ctx, req, cb)
+	})
+	return &n
+}
+
 func sessionIDs(hs []*engine.Handle) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
@@ -336,13 +342,8 @@ func TestReplayOfHibernatedWorkflowReturnsItsOutcome(t *testing.T) {
 	url := pgtest.NewURL(t)
 	pool := appPool(t, url)
 	var runs sync.Map
-	var modelCalls atomic.Int32
 	agent := twoPayments(&runs)
-	inner := agent.Model
-	agent.Model = helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-		modelCalls.Add(1)
-		return inner.GenerateStep(ctx, req, cb)
-	})
+	modelCalls := countModelCalls(agent)
 	a, h, _ := startHibernated(t, url, "hib-replay", agent)
 	submit(t, a, h.SessionID, helix.Approve("t1", "ok"))
 	wake := workflows.WakeID(h.WorkflowID, 1)
