@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -311,6 +313,47 @@ func TestRestartReplaysNoHibernatedSession(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
 }
 
+// replayHibernated checks that each workflow of records (hibernated, its
+// engine stopped) keeps one journal record, named as records says, then
+// sets the workflows back to PENDING without their outputs (as a crash
+// after their hibernations' commits, before DBOS recorded their ends,
+// leaves them), launches an engine (start: the same executor ID, which
+// recovers them) and waits until each ended again with the output it had.
+func replayHibernated(t *testing.T, pool *pgxpool.Pool, start func() *engine.Engine, records map[string]string) *engine.Engine {
+	t.Helper()
+	journal := func(wf string) []string {
+		rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal_row_records WHERE workflow_id = $1 ORDER BY id`, wf)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return names
+	}
+	outputs := map[string]string{}
+	for wf, name := range records {
+		require.Equal(t, []string{name}, journal(wf), "workflow %s keeps its hibernation's record only", wf)
+		var out string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM dbos.workflow_output WHERE workflow_uuid = $1`, wf).Scan(&out))
+		outputs[wf] = out
+	}
+	wfs := slices.Collect(maps.Keys(records))
+	_, err := pool.Exec(t.Context(), `UPDATE dbos.workflow_status SET status = 'PENDING', output = NULL, completed_at = NULL
+		WHERE workflow_uuid = ANY($1)`, wfs)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `DELETE FROM dbos.workflow_output WHERE workflow_uuid = ANY($1)`, wfs)
+	require.NoError(t, err)
+	e := start()
+	for wf, name := range records {
+		var out string
+		require.Eventually(t, func() bool {
+			return pool.QueryRow(t.Context(), `SELECT o.output FROM dbos.workflow_status w JOIN dbos.workflow_output o USING (workflow_uuid)
+				WHERE w.workflow_uuid = $1 AND w.status = 'SUCCESS'`, wf).Scan(&out) == nil
+		}, 30*time.Second, 10*time.Millisecond, "workflow %s is recovered and ends", wf)
+		require.Equal(t, outputs[wf], out, "workflow %s returns the outcome it returned the first time", wf)
+		require.Equal(t, []string{name}, journal(wf))
+	}
+	return e
+}
+
 // countModelCalls makes agent's model count its calls.
 func countModelCalls(agent *helix.Agent) *atomic.Int32 {
 	var n atomic.Int32
@@ -353,40 +396,9 @@ func TestReplayOfHibernatedWorkflowReturnsItsOutcome(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond, "continuation 1 hibernates waiting for t2")
 	require.NoError(t, a.Shutdown(t.Context()))
 
-	wfs := []string{h.WorkflowID, wake}
-	journal := func(wf string) []string {
-		rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal_row_records WHERE workflow_id = $1 ORDER BY id`, wf)
-		require.NoError(t, err)
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return names
-	}
-	outputs := map[string]string{}
-	for _, wf := range wfs {
-		require.Equal(t, []string{steps.NameHibernate}, journal(wf), "workflow %s keeps its hibernation's record only", wf)
-		var out string
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM dbos.workflow_output WHERE workflow_uuid = $1`, wf).Scan(&out))
-		outputs[wf] = out
-	}
 	calls := modelCalls.Load()
-	// The crash's window: the hibernations committed, DBOS recorded
-	// neither workflow's end.
-	_, err := pool.Exec(t.Context(), `UPDATE dbos.workflow_status SET status = 'PENDING', output = NULL, completed_at = NULL
-		WHERE workflow_uuid = ANY($1)`, wfs)
-	require.NoError(t, err)
-	_, err = pool.Exec(t.Context(), `DELETE FROM dbos.workflow_output WHERE workflow_uuid = ANY($1)`, wfs)
-	require.NoError(t, err)
-
-	b := hibernating(t, url, "hib-replay", nil, agent)
-	for _, wf := range wfs {
-		var out string
-		require.Eventually(t, func() bool {
-			return pool.QueryRow(t.Context(), `SELECT o.output FROM dbos.workflow_status w JOIN dbos.workflow_output o USING (workflow_uuid)
-				WHERE w.workflow_uuid = $1 AND w.status = 'SUCCESS'`, wf).Scan(&out) == nil
-		}, 30*time.Second, 10*time.Millisecond, "workflow %s is recovered and ends", wf)
-		require.Equal(t, outputs[wf], out, "workflow %s returns the outcome it returned the first time", wf)
-		require.Equal(t, []string{steps.NameHibernate}, journal(wf))
-	}
+	b := replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-replay", nil, agent) },
+		map[string]string{h.WorkflowID: steps.NameHibernate, wake: steps.NameHibernate})
 	require.Equal(t, calls, modelCalls.Load(), "the replays called no model")
 	require.EqualValues(t, 1, executions2(&runs, "t1"))
 	require.Equal(t, runState{hibernated: true, wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
