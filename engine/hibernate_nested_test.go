@@ -12,6 +12,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/steps"
 )
 
 // currentRunID returns the run ID of session sessionID's latest run.
@@ -314,4 +315,38 @@ func TestHibernatedParentAbortedWithItsSubAgent(t *testing.T) {
 		AND (hibernated_at IS NOT NULL OR woken_at IS NOT NULL) AND status NOT IN ('completed', 'failed', 'interrupted')`,
 		[]string{h.SessionID, child}).Scan(&asleep))
 	require.Zero(t, asleep, "nothing of the aborted tree waits to be woken")
+}
+
+// A parent that hibernated for its sub-agent (helix.hibernate_for_children)
+// and the sub-agent that hibernated for its user keep one journal record
+// each; recovered after a crash between their hibernations' commits and
+// DBOS's record of their ends, both return the outcomes they returned, and
+// the tree still completes when the user answers.
+func TestReplayOfHibernatedParentReturnsItsOutcome(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	parent := &helix.Agent{Name: "boss-replay", Tools: []*helix.Tool{helix.MustSubAgentTool(askingResearcher(), nil, nil)},
+		Model: script(calls(call("r1", "subagent__researcher", `{"task":"research"}`)), text("finished"))}
+	a := hibernating(t, url, "hib-replay-n", nil, parent)
+	h, err := a.Execute(t.Context(), parent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	child := h.SessionID + "-sub-r1"
+	childRun := firstRunOf(t, pool, child)
+	awaitHibernated(t, pool, childRun)
+	awaitHibernated(t, pool, h.RunID)
+	require.NoError(t, a.Shutdown(t.Context()))
+	var childWF string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT workflow_id FROM helix.runs WHERE run_id = $1`, childRun).Scan(&childWF))
+
+	b := replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-replay-n", nil, parent) },
+		map[string]string{h.WorkflowID: steps.NameHibernateForChildren, childWF: steps.NameHibernate})
+	require.Equal(t, runState{hibernated: true, status: "SUCCESS"}, readRunState(t, pool, h.RunID))
+	require.Equal(t, runState{hibernated: true, status: "SUCCESS"}, readRunState(t, pool, childRun))
+
+	submit(t, b, h.SessionID, clientResult(t, "ask1", answer{Answer: "durability"}))
+	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	out := waitFor(t, hb, helix.AgentCompleted)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
 }

@@ -3,12 +3,15 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/workflows"
 )
 
@@ -275,13 +279,8 @@ func TestRestartReplaysNoHibernatedSession(t *testing.T) {
 	url := pgtest.NewURL(t)
 	pool := appPool(t, url)
 	var runs sync.Map
-	var modelCalls atomic.Int32
 	agent := payer(&runs)
-	inner := agent.Model
-	agent.Model = helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-		modelCalls.Add(1)
-		return inner.GenerateStep(ctx, req, cb)
-	})
+	modelCalls := countModelCalls(agent)
 	a := hibernating(t, url, "hib-h", nil, agent)
 	var hs []*engine.Handle
 	for range 5 {
@@ -314,10 +313,101 @@ func TestRestartReplaysNoHibernatedSession(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
 }
 
+// replayHibernated checks that each workflow of records (hibernated, its
+// engine stopped) keeps one journal record, named as records says, then
+// sets the workflows back to PENDING without their outputs (as a crash
+// after their hibernations' commits, before DBOS recorded their ends,
+// leaves them), launches an engine (start: the same executor ID, which
+// recovers them) and waits until each ended again with the output it had.
+func replayHibernated(t *testing.T, pool *pgxpool.Pool, start func() *engine.Engine, records map[string]string) *engine.Engine {
+	t.Helper()
+	journal := func(wf string) []string {
+		rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal_row_records WHERE workflow_id = $1 ORDER BY id`, wf)
+		require.NoError(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return names
+	}
+	outputs := map[string]string{}
+	for wf, name := range records {
+		require.Equal(t, []string{name}, journal(wf), "workflow %s keeps its hibernation's record only", wf)
+		var out string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM dbos.workflow_output WHERE workflow_uuid = $1`, wf).Scan(&out))
+		outputs[wf] = out
+	}
+	wfs := slices.Collect(maps.Keys(records))
+	_, err := pool.Exec(t.Context(), `UPDATE dbos.workflow_status SET status = 'PENDING', output = NULL, completed_at = NULL
+		WHERE workflow_uuid = ANY($1)`, wfs)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `DELETE FROM dbos.workflow_output WHERE workflow_uuid = ANY($1)`, wfs)
+	require.NoError(t, err)
+	e := start()
+	for wf, name := range records {
+		var out string
+		require.Eventually(t, func() bool {
+			return pool.QueryRow(t.Context(), `SELECT o.output FROM dbos.workflow_status w JOIN dbos.workflow_output o USING (workflow_uuid)
+				WHERE w.workflow_uuid = $1 AND w.status = 'SUCCESS'`, wf).Scan(&out) == nil
+		}, 30*time.Second, 10*time.Millisecond, "workflow %s is recovered and ends", wf)
+		require.Equal(t, outputs[wf], out, "workflow %s returns the outcome it returned the first time", wf)
+		require.Equal(t, []string{name}, journal(wf))
+	}
+	return e
+}
+
+// countModelCalls makes agent's model count its calls.
+func countModelCalls(agent *helix.Agent) *atomic.Int32 {
+	var n atomic.Int32
+	inner := agent.Model
+	agent.Model = helix.ModelFunc(func(ctx context.Context, req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		n.Add(1)
+		return inner.GenerateStep(ctx, req, cb)
+	})
+	return &n
+}
+
 func sessionIDs(hs []*engine.Handle) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
 		out[i] = h.SessionID
 	}
 	return out
+}
+
+// A hibernation leaves one record of its workflow's journal, which holds
+// the workflow's outcome. A crash after the hibernation's commit but before
+// DBOS recorded the workflow's end (here: the workflows of the run and of
+// its first continuation, both hibernated, set back to PENDING without
+// their outputs) recovers the workflows: each returns the outcome it
+// returned the first time, byte for byte, and no model or tool runs again.
+// The session then completes when answered.
+func TestReplayOfHibernatedWorkflowReturnsItsOutcome(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	agent := twoPayments(&runs)
+	modelCalls := countModelCalls(agent)
+	a, h, _ := startHibernated(t, url, "hib-replay", agent)
+	submit(t, a, h.SessionID, helix.Approve("t1", "ok"))
+	wake := workflows.WakeID(h.WorkflowID, 1)
+	require.Eventually(t, func() bool {
+		s := readRunState(t, pool, h.RunID)
+		return s.hibernated && s.wakes == 1 && s.latest == "SUCCESS"
+	}, 30*time.Second, 10*time.Millisecond, "continuation 1 hibernates waiting for t2")
+	require.NoError(t, a.Shutdown(t.Context()))
+
+	calls := modelCalls.Load()
+	b := replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-replay", nil, agent) },
+		map[string]string{h.WorkflowID: steps.NameHibernate, wake: steps.NameHibernate})
+	require.Equal(t, calls, modelCalls.Load(), "the replays called no model")
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.Equal(t, runState{hibernated: true, wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
+
+	submit(t, b, h.SessionID, helix.Approve("t2", "ok"))
+	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	out := result(t, hb)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.EqualValues(t, 1, executions2(&runs, "t2"))
 }

@@ -76,7 +76,10 @@ CREATE INDEX sessions_suspended_idx ON helix.sessions (session_id) WHERE suspend
 CREATE INDEX sessions_id_prefix_idx ON helix.sessions (session_id text_pattern_ops);
 CREATE INDEX sessions_roots_created_idx ON helix.sessions (created_at, session_id) WHERE parent_session_id IS NULL;
 CREATE INDEX sessions_roots_agent_created_idx ON helix.sessions (agent_type, created_at, session_id) WHERE parent_session_id IS NULL;
-CREATE INDEX sessions_roots_user_created_idx ON helix.sessions (user_id, created_at, session_id) WHERE parent_session_id IS NULL;
+-- A listing by user filters on user_id = $1, which implies the predicate:
+-- the roots with no user (most, in deployments without users) have no entry.
+CREATE INDEX sessions_roots_user_created_idx ON helix.sessions (user_id, created_at, session_id)
+    WHERE parent_session_id IS NULL AND user_id IS NOT NULL;
 
 -- +goose StatementBegin
 -- mode is write-once. An AFTER trigger limited to the column: a BEFORE

@@ -2,11 +2,8 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 
 	helix "github.com/helix-agents/helix-dbos"
-	"github.com/helix-agents/helix-dbos/store"
 )
 
 // syncAwaiting recomputes, for a conversation (the sessions under
@@ -33,10 +30,10 @@ func syncAwaiting(ctx context.Context, q Querier, rootSessionID string) error {
 			return err
 		}
 		parent[id] = p
-		var pending map[string]store.PendingClientToolCall
-		if err := json.Unmarshal(raw, &pending); err != nil {
+		pending, err := decodePending(id, raw)
+		if err != nil {
 			rows.Close()
-			return fmt.Errorf("decode pending calls of %s: %w", id, err)
+			return err
 		}
 		for _, c := range pending {
 			if !c.Resolved() {

@@ -6,3 +6,6 @@ var ClusterExecutorsSQL = clusterExecutorsSQL
 
 // WakeSweepSQL is ResendWakeups's statement, for the test of its plan.
 const WakeSweepSQL = wakeSweepSQL
+
+// PageSessionsQuery is PageSessions' query, for the test of its plans.
+var PageSessionsQuery = pageSessionsQuery

@@ -77,7 +77,6 @@ func scanSession(row Row) (*store.SessionState, error) {
 	}
 	if err := decodeJSON(
 		jsonField{"interrupt_context", interruptCtx, &s.InterruptContext},
-		jsonField{"pending_client_tool_calls", pending, &s.PendingClientToolCalls},
 		jsonField{"suspended_awaiting_children", awaiting, &s.SuspendedAwaitingChildren},
 		jsonField{"completed_client_tool_calls", completed, &s.CompletedClientToolCalls},
 		jsonField{"client_tool_call_ownership", ownership, &s.ClientToolCallOwnership},
@@ -85,6 +84,9 @@ func scanSession(row Row) (*store.SessionState, error) {
 		jsonField{"tracing_context", tracingCtx, &s.TracingContext},
 	); err != nil {
 		return nil, fmt.Errorf("session %s: %w", s.SessionID, err)
+	}
+	if s.PendingClientToolCalls, err = decodePending(s.SessionID, pending); err != nil {
+		return nil, err
 	}
 	if len(s.Tags) == 0 {
 		s.Tags = nil

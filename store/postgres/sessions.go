@@ -169,7 +169,7 @@ func mutableArgs(st *store.SessionState) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	pending, err := jsonObject(st.PendingClientToolCalls)
+	pending, err := encodePending(st.SessionID, st.PendingClientToolCalls)
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func stepIDKeptSQL(pending, id string) string {
 // setPending writes a session's pending calls.
 func setPending(ctx context.Context, q Querier, sessionID string, pending map[string]store.PendingClientToolCall) error {
 	var w rowWrite
-	if err := w.pending(pending); err != nil {
+	if err := w.pending(sessionID, pending); err != nil {
 		return err
 	}
 	return w.exec(ctx, q, sessionID)
@@ -103,9 +103,9 @@ func (w *rowWrite) set(column string, arg any) {
 	w.sets = append(w.sets, column+" = $"+strconv.Itoa(len(w.args)+1))
 }
 
-// pending sets the session's pending calls.
-func (w *rowWrite) pending(pending map[string]store.PendingClientToolCall) error {
-	b, err := jsonObject(pending)
+// pending sets the pending calls of session sessionID, the row's.
+func (w *rowWrite) pending(sessionID string, pending map[string]store.PendingClientToolCall) error {
+	b, err := encodePending(sessionID, pending)
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if err := rw.ownership(root.ClientToolCallOwnership); err != nil {
 			return err
 		}
-		if err := sw.pending(pending); err != nil {
+		if err := sw.pending(sess.SessionID, pending); err != nil {
 			return err
 		}
 		sw.set("suspended_step", rawOrNil(p.Record))
@@ -381,7 +381,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 				}
 			}
 			sess.PendingClientToolCalls[p.ToolCallID] = call
-			if err := sw.pending(sess.PendingClientToolCalls); err != nil {
+			if err := sw.pending(sess.SessionID, sess.PendingClientToolCalls); err != nil {
 				return err
 			}
 		}
@@ -456,8 +456,8 @@ func (s *Store) PeekAnswer(ctx context.Context, sessionID, toolCallID, workflowI
 		return a, wrap(err, "read the answer to tool call %s of %s", toolCallID, sessionID)
 	}
 	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &a.Call); err != nil {
-			return a, fmt.Errorf("store: decode pending call %s of %s: %w", toolCallID, sessionID, err)
+		if a.Call, err = decodePendingCall(sessionID, toolCallID, raw); err != nil {
+			return a, fmt.Errorf("store: %w", err)
 		}
 		a.Found = true
 	}
@@ -544,7 +544,7 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		owner.PendingClientToolCalls[sub.ToolCallID] = call
 		res.Call = call
 		ow, rw := writesFor(owner, root)
-		if err := ow.pending(owner.PendingClientToolCalls); err != nil {
+		if err := ow.pending(owner.SessionID, owner.PendingClientToolCalls); err != nil {
 			return err
 		}
 		rw.complete(root, sub.ToolCallID, now)
@@ -634,20 +634,21 @@ func (s *Store) ListPendingCalls(ctx context.Context, sessionID string) ([]store
 			UNION
 			SELECT c.session_id FROM helix.sessions c JOIN tree t ON c.parent_session_id = t.session_id
 		)
-		SELECT p.value FROM helix.sessions s JOIN tree USING (session_id), jsonb_each(s.pending_client_tool_calls) p`, sessionID)
+		SELECT s.session_id, p.key, p.value FROM helix.sessions s JOIN tree USING (session_id), jsonb_each(s.pending_client_tool_calls) p`, sessionID)
 	if err != nil {
 		return nil, wrap(err, "list pending calls of %s", sessionID)
 	}
 	defer rows.Close()
 	var out []store.PendingClientToolCall
 	for rows.Next() {
+		var owner, key string
 		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
+		if err := rows.Scan(&owner, &key, &raw); err != nil {
 			return nil, wrap(err, "list pending calls of %s", sessionID)
 		}
-		var c store.PendingClientToolCall
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("store: list pending calls of %s: decode: %w", sessionID, err)
+		c, err := decodePendingCall(owner, key, raw)
+		if err != nil {
+			return nil, fmt.Errorf("store: list pending calls of %s: %w", sessionID, err)
 		}
 		out = append(out, c)
 	}

@@ -47,7 +47,7 @@ func ResendWakeups(ctx context.Context, q Querier, w WakeSweep) (int, error) {
 
 const wakeSweepSQL = `
 SELECT count(pg_notify($1, w.payload)) FROM (
-	SELECT DISTINCT (p.val->>'workflowId') || '::' || $2 || (p.val->>'toolCallId') AS payload
+	SELECT DISTINCT (p.val->>'workflowId') || '::' || $2 || p.key AS payload
 	FROM helix.sessions s
 	CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
 	JOIN dbos.workflow_status ws ON ws.workflow_uuid = p.val->>'workflowId'
