@@ -318,8 +318,8 @@ func TestHibernatedParentAbortedWithItsSubAgent(t *testing.T) {
 }
 
 // A parent that hibernated for its sub-agent (helix.hibernate_for_children)
-// and the sub-agent that hibernated for its user keep one journal record
-// each; recovered after a crash between their hibernations' commits and
+// and the sub-agent that hibernated for its user, recovered after a crash
+// between their hibernations' commits and
 // DBOS's record of their ends, both return the outcomes they returned, and
 // the tree still completes when the user answers.
 func TestReplayOfHibernatedParentReturnsItsOutcome(t *testing.T) {

@@ -30,42 +30,11 @@ type HibernateInput struct {
 	ToolCallIDs []string `json:"toolCallIds"`
 	// WakeAt is the earliest of their deadlines (Unix ms), 0 for none.
 	WakeAt int64 `json:"wakeAt,omitempty"`
-	// Forget is what the hibernating execution forgets of itself once the
-	// run hibernated (see Forget).
-	Forget Forget `json:"forget"`
 }
 
-// Forget is what a workflow that hibernates its run keeps of its
-// execution: its journal's earlier records are redundant once the run
-// hibernated (its continuation begins from the session's suspended step
-// and pending calls, never from them), and the hibernation's own record
-// carries Outcome, which a replay of the workflow (a crash after the
-// hibernation's commit, before DBOS recorded the workflow's end) returns
-// at once (postgres.ForgetJournal).
-type Forget struct {
-	// Journal is the hibernating workflow (the run's own, or a
-	// continuation of it), whose earlier journal rows go.
-	Journal string `json:"journal"`
-	// Outcome is what the workflow ends with once the run hibernated.
-	Outcome Outcome `json:"outcome"`
-}
-
-// HibernateOutput reports whether the run hibernated, and then the
-// outcome its workflow ends with (nil in a record written before outcomes
-// were recorded: a replay then runs the workflow's steps again).
+// HibernateOutput reports whether the run hibernated.
 type HibernateOutput struct {
-	Hibernated bool     `json:"hibernated"`
-	Outcome    *Outcome `json:"outcome,omitempty"`
-}
-
-// forget drops the earlier journal rows of the workflow of f and returns
-// the output that records its outcome, in the hibernation's transaction.
-func (f Forget) forget(ctx context.Context, tx dbos.Tx) (HibernateOutput, error) {
-	if err := postgres.ForgetJournal(ctx, txQuerier{tx}, f.Journal); err != nil {
-		return HibernateOutput{}, err
-	}
-	out := f.Outcome
-	return HibernateOutput{Hibernated: true, Outcome: &out}, nil
+	Hibernated bool `json:"hibernated"`
 }
 
 // Hibernate returns the transaction that hibernates a run (see
@@ -79,10 +48,7 @@ func (e *Env) Hibernate(in HibernateInput) dbos.Txn[HibernateOutput] {
 			topics[i] = recv.Topic(id)
 		}
 		ok, err := postgres.HibernateRun(ctx, txQuerier{tx}, in.RunID, in.WorkflowID, topics, in.WakeAt)
-		if err != nil || !ok {
-			return HibernateOutput{}, err
-		}
-		return in.Forget.forget(ctx, tx)
+		return HibernateOutput{Hibernated: ok}, err
 	}
 }
 
@@ -101,8 +67,6 @@ type ChildHibernateInput struct {
 	// Asleep are the sessions of the children whose runs hibernated: the
 	// end of any of them wakes the run.
 	Asleep []string `json:"asleep"`
-	// Forget is what the hibernating execution forgets of itself.
-	Forget Forget `json:"forget"`
 }
 
 // HibernateForChildren returns the transaction that records a step waiting
@@ -123,7 +87,7 @@ func (e *Env) HibernateForChildren(in ChildHibernateInput) dbos.Txn[HibernateOut
 			e.Log.Info().Ctx(ctx).Str("event", "run.woken_at_once").Str("sessionId", in.Wait.Run.SessionID).Str("runId", in.Wait.Run.RunID).
 				Msg("a sub-agent the run would hibernate for ended meanwhile: the run goes on in its next continuation")
 		}
-		return in.Forget.forget(ctx, tx)
+		return HibernateOutput{Hibernated: true}, nil
 	}
 }
 

@@ -41,8 +41,6 @@ func (t *turn) hibernateForChildren(step int, res helix.StepResult, results []st
 	for _, w := range asleep {
 		in.Asleep = append(in.Asleep, w.SubSessionID)
 	}
-	out := steps.Outcome{Status: helix.RunSuspendedAwaitingChildren, Steps: step - 1, Hibernated: true}
-	in.Forget = steps.Forget{Journal: t.j.wfID, Outcome: out}
 	if _, err := runTxn(t.ctx, t.j, steps.NameHibernateForChildren, t.env.HibernateForChildren(in)); err != nil {
 		return steps.Outcome{}, err
 	}
@@ -50,7 +48,7 @@ func (t *turn) hibernateForChildren(step int, res helix.StepResult, results []st
 		t.env.Log.Info().Ctx(t.logCtx()).Str("event", "run.hibernated").Str("sessionId", t.run.SessionID).Str("runId", t.run.RunID).
 			Strs("subSessionIds", in.Asleep).Msg("the run waits for sub-agents that wait for people, with no workflow running it; their end wakes it")
 	}
-	return out, nil
+	return steps.Outcome{Status: helix.RunSuspendedAwaitingChildren, Steps: step - 1, Hibernated: true}, nil
 }
 
 // hibernate hibernates the run, which waits for the calls of pending that
@@ -59,8 +57,7 @@ func (t *turn) hibernateForChildren(step int, res helix.StepResult, results []st
 // the outcome the workflow ends with. A replay returns the recorded
 // decision.
 func (t *turn) hibernate(step int, pending []store.PendingClientToolCall, results []steps.ToolResult) (out steps.Outcome, done bool, err error) {
-	in := steps.HibernateInput{RunID: t.run.RunID, WorkflowID: t.run.WorkflowID, Forget: steps.Forget{Journal: t.j.wfID,
-		Outcome: steps.Outcome{Status: helix.RunSuspendedClientTool, Steps: step - 1, Hibernated: true}}}
+	in := steps.HibernateInput{RunID: t.run.RunID, WorkflowID: t.run.WorkflowID}
 	for _, c := range pending {
 		if !waits(c, results) {
 			continue
@@ -79,26 +76,5 @@ func (t *turn) hibernate(step int, pending []store.PendingClientToolCall, result
 			Strs("toolCallIds", in.ToolCallIDs).Int64("wakeAt", in.WakeAt).
 			Msg("the run waits for people with no workflow running it; an answer, an interrupt or a deadline wakes it")
 	}
-	return in.Forget.Outcome, true, nil
-}
-
-// hibernatedOutcome returns the outcome this workflow ended with when it
-// hibernated its run, if its journal says it did: the hibernation dropped
-// the workflow's earlier records (steps.Forget), so a replay of it (a
-// crash after the hibernation's commit, before DBOS recorded the
-// workflow's end) returns that outcome before it runs any step.
-func hibernatedOutcome(j *journal) (steps.Outcome, bool, error) {
-	for _, r := range j.replay {
-		if r.Err != nil || (r.Name != steps.NameHibernate && r.Name != steps.NameHibernateForChildren) {
-			continue
-		}
-		h, err := decode[steps.HibernateOutput](r)
-		if err != nil {
-			return steps.Outcome{}, false, err
-		}
-		if h.Outcome != nil {
-			return *h.Outcome, true, nil
-		}
-	}
-	return steps.Outcome{}, false, nil
+	return steps.Outcome{Status: helix.RunSuspendedClientTool, Steps: step - 1, Hibernated: true}, true, nil
 }

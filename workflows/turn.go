@@ -173,11 +173,6 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			journalScope{sessionID: in.SessionID, runID: in.RunID, segment: max(in.Segment, in.Wake)}); err != nil {
 			return steps.Outcome{}, err
 		}
-		if out, ok, err := hibernatedOutcome(j); ok || err != nil {
-			// A replay of a workflow that hibernated its run (the
-			// hibernation dropped its earlier records, its begin's too).
-			return out, err
-		}
 		// A begin transaction that does not run here was recorded by an
 		// earlier execution: this one recovers the run.
 		run, err := runTxn(ctx, j, steps.NameBeginRun,

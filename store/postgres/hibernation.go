@@ -72,19 +72,6 @@ func HibernateForChildren(ctx context.Context, q Querier, runID string, asleep [
 	return woken, wrap(err, "hibernate run %s for its sub-agents", runID)
 }
 
-// ForgetJournal deletes the helix.step_journal rows of workflow
-// workflowID, which hibernates its run in the calling transaction: once the
-// run hibernated they are redundant (its continuation begins from the
-// session's suspended step and pending calls, and the workflow, ended,
-// never runs its steps again); the hibernation's own record, written after
-// this in the same transaction, carries the workflow's outcome, which a
-// replay returns at once. The records its run's checkpoints and message
-// rows carry stay: they are the session's. Call it in a transaction.
-func ForgetJournal(ctx context.Context, q Querier, workflowID string) error {
-	_, err := q.Exec(ctx, `DELETE FROM helix.step_journal WHERE workflow_id = $1`, workflowID)
-	return wrap(err, "delete the step journal of workflow %s, which hibernates its run", workflowID)
-}
-
 // BeginContinuation records that continuation wake of run runID began:
 // the starters' sweep no longer looks for it. Call it in the
 // continuation's first transaction. The write is held for q's next
