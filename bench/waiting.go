@@ -92,6 +92,12 @@ type WaitingConfig struct {
 	// ApproveVia is the route of the approvals, ApproveViaClient (the
 	// default) or ApproveViaEngine.
 	ApproveVia string
+	// WakeIsolated makes each wake-latency sample wait, before the next
+	// approval, until its session completed and no workflow runs: each
+	// sample then measures a wake on an otherwise idle worker. The default
+	// approves the next session as soon as the last one's next step began,
+	// while that session finishes.
+	WakeIsolated bool
 	// Worker returns a new command that runs ServeWaitingWorker, its stdin,
 	// stdout and stderr unset: helix-dbos runs itself with the hidden
 	// command bench-waiting-worker. Waiting runs two, one after the
@@ -594,13 +600,41 @@ func (w *waitingRun) wake(ctx context.Context) (err error) {
 			return err
 		}
 		toTool[i], toStep[i] = time.Duration(tool-t0.UnixNano()), time.Duration(step-t0.UnixNano())
+		if w.cfg.WakeIsolated {
+			if err := w.awaitIdle(ctx, id); err != nil {
+				return err
+			}
+		}
 		if time.Since(last) >= 2*time.Second {
 			last = time.Now()
 			w.cfg.Progress(fmt.Sprintf("wake: %d/%d sessions", i+1, n))
 		}
 	}
-	w.r.Wake = WaitingWake{Samples: n, SubmitToTool: distribution(toTool), SubmitToNextStep: distribution(toStep), Submit: distribution(submit)}
+	w.r.Wake = WaitingWake{Samples: n, Isolated: w.cfg.WakeIsolated, SubmitToTool: distribution(toTool),
+		SubmitToNextStep: distribution(toStep), Submit: distribution(submit)}
 	return nil
+}
+
+// awaitIdle returns once session id completed and no workflow is pending
+// (its continuation ended too): the worker is idle again.
+func (w *waitingRun) awaitIdle(ctx context.Context, id string) error {
+	deadline := time.Now().Add(wakeTimeout)
+	for {
+		var idle bool
+		if err := w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM helix.sessions WHERE session_id = $1 AND status = 'completed')
+			AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status WHERE status = 'PENDING')`, id).Scan(&idle); err != nil {
+			return fmt.Errorf("bench: wait for session %s to complete: %w", id, err)
+		}
+		if idle {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: session %s did not complete, or workflows stayed pending, within %s of its approval", id, wakeTimeout)
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // approve approves the waiting call of session id, by the configured

@@ -168,6 +168,9 @@ type WaitingRestart struct {
 // the request to worker B when it submits the approvals.
 type WaitingWake struct {
 	Samples int `json:"samples"`
+	// Isolated: each sample waited for its session to complete before
+	// the next approval (WaitingConfig.WakeIsolated).
+	Isolated bool `json:"isolated,omitempty"`
 	// SubmitToTool runs to the approved tool's run, SubmitToNextStep to
 	// the model's call for step 2, Submit to SubmitToolResult's return
 	// (to worker B's answer, through its pipes, when it submits).
@@ -280,6 +283,9 @@ func (r *WaitingReport) WriteText(w io.Writer) error {
 	title := fmt.Sprintf("wake, %d sessions approved one at a time (ms):", wk.Samples)
 	if h != nil {
 		title = fmt.Sprintf("wake from hibernation, %d sessions approved one at a time (ms):", wk.Samples)
+	}
+	if wk.Isolated {
+		title = strings.TrimSuffix(title, " (ms):") + ", each on an idle worker (ms):"
 	}
 	width := max(44, utf8.RuneCountInString(title)-3) // the rows' name column
 	fmt.Fprintf(&b, "%-*s  p50     p99     mean    max\n", width+3, title)

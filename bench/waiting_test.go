@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,9 +207,13 @@ func TestWaitingNoDrain(t *testing.T) {
 // sampled.
 func TestWaitingApproveViaEngine(t *testing.T) {
 	t.Parallel()
-	url, r, _ := runWaiting(t, 200*time.Millisecond, func(cfg *WaitingConfig) { cfg.ApproveVia = ApproveViaEngine })
+	url, r, _ := runWaiting(t, 200*time.Millisecond, func(cfg *WaitingConfig) { cfg.ApproveVia, cfg.WakeIsolated = ApproveViaEngine, true })
 
 	require.Equal(t, ApproveViaEngine, r.Config.ApproveVia)
+	require.True(t, r.Wake.Isolated, "each wake sample waited for its session to complete")
+	var text strings.Builder
+	require.NoError(t, r.WriteText(&text))
+	require.Contains(t, text.String(), "each on an idle worker")
 	require.True(t, r.Drained)
 	require.Zero(t, r.Restart.Replayed)
 	require.Equal(t, WaitingOutcome{Completed: 20, Steps: 40, WokeOnce: 20, ToolRuns: 20, NextStepCalls: 20, HibernationWakes: 20}, r.Outcome)
