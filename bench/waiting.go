@@ -93,7 +93,7 @@ type WaitingConfig struct {
 	// default) or ApproveViaEngine.
 	ApproveVia string
 	// WakeIsolated makes each wake-latency sample wait, before the next
-	// approval, until its session completed and no workflow runs: each
+	// approval, until its session completed and its workflows ended: each
 	// sample then measures a wake on an otherwise idle worker. The default
 	// approves the next session as soon as the last one's next step began,
 	// while that session finishes.
@@ -615,14 +615,17 @@ func (w *waitingRun) wake(ctx context.Context) (err error) {
 	return nil
 }
 
-// awaitIdle returns once session id completed and no workflow is pending
-// (its continuation ended too): the worker is idle again.
+// awaitIdle returns once session id completed and its run's workflows
+// ended (its own, and the continuation that ran it): the worker is idle
+// again (the other sessions wait, hibernated or in their workflows).
 func (w *waitingRun) awaitIdle(ctx context.Context, id string) error {
 	deadline := time.Now().Add(wakeTimeout)
 	for {
 		var idle bool
 		if err := w.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM helix.sessions WHERE session_id = $1 AND status = 'completed')
-			AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status WHERE status = 'PENDING')`, id).Scan(&idle); err != nil {
+			AND NOT EXISTS (SELECT 1 FROM helix.runs r JOIN dbos.workflow_status w
+				ON w.workflow_uuid IN (r.workflow_id, helix.current_workflow_id(r.workflow_id, r.wakes))
+				WHERE r.session_id = $1 AND w.status = 'PENDING')`, id).Scan(&idle); err != nil {
 			return fmt.Errorf("bench: wait for session %s to complete: %w", id, err)
 		}
 		if idle {

@@ -103,7 +103,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	fl.IntVar(&f.waitingWakeSamples, "waiting-wake-samples", bench.DefaultWaitingWakeSamples, "waiting mode: sessions approved one at a time, one wake-latency sample each (at most --waiting; negative for none)")
 	fl.IntVar(&f.waitingCallers, "waiting-callers", bench.DefaultWaitingCallers, "waiting mode: concurrent callers that approve the other sessions")
 	fl.BoolVar(&f.waitingDrain, "waiting-drain", true, "waiting mode: approve every session after the restart (the wake and drain phases); false: skip them, worker B stops and the sessions are left waiting in the database")
-	fl.BoolVar(&f.waitingIsolated, "waiting-wake-isolated", false, "waiting mode: each wake-latency sample waits until its session completed and no workflow runs before the next approval (default: the next approval follows the last one's next step)")
+	fl.BoolVar(&f.waitingIsolated, "waiting-wake-isolated", false, "waiting mode: each wake-latency sample waits until its session completed and its workflows ended before the next approval (default: the next approval follows the last one's next step)")
 	fl.StringVar(&f.waitingApproveVia, "waiting-approve-via", bench.ApproveViaClient, "waiting mode: who submits the approvals: client (an engine.Client in the bench process) or engine (worker B's own engine, asked over its pipes)")
 	fl.DurationVar(&f.hibernateAfter, "hibernate-after", 0, "waiting mode: the workers' engine.Config.HibernateAfter: the runs hibernate once they waited this long (e.g. 1s); 0 or negative: never, they wait live (the baseline)")
 	fl.BoolVar(&f.samples, "samples", false, "keep every overhead sample of the sequential session and every human-in-the-loop sample in the JSON report")
