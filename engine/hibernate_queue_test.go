@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -100,11 +101,15 @@ func TestQueuedRunHibernatesAndCompletesAfterApproval(t *testing.T) {
 	require.EqualValues(t, 1, hc.suspended.Load())
 	require.EqualValues(t, 1, hc.resumed.Load())
 	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
-	segs = runSegments(t, pool, h.WorkflowID)
-	require.Equal(t, []segment{
+	want := []segment{
 		{id: workflows.SegmentID(h.WorkflowID, 1), status: "SUCCESS", queue: engine.DefaultQueueName, parent: h.WorkflowID},
 		{id: workflows.SegmentID(h.WorkflowID, 2), status: "SUCCESS", queue: engine.DefaultQueueName, parent: workflows.WakeID(h.WorkflowID, 1)},
-	}, segs, "the continuation admitted the run's second segment through the queue")
+	}
+	// The last segment reports to the continuation before DBOS records its
+	// own end: the run's result can come first.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, want, runSegments(t, pool, h.WorkflowID))
+	}, 10*time.Second, 5*time.Millisecond, "the continuation admitted the run's second segment through the queue")
 	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, b, h.SessionID)))
 }
 

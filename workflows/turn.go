@@ -195,7 +195,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,
 			segment: in.Segment, reportTo: reportTo(in), adm: in.Queue, timedOut: in.TimedOut, received: in.Received,
-			childOutcomes: in.ChildOutcomes, live: in.Live}
+			childOutcomes: in.ChildOutcomes, live: in.Live, begunHere: beganHere}
 		t.startRun(began, in, !beganHere)
 		defer func() { t.endRun(result, resultErr) }()
 		if run.Interrupted {
@@ -295,6 +295,10 @@ type turn struct {
 	// live: a sub-agent's run whose parent waits for its workflow in place
 	// (TurnInput.Live).
 	live bool
+	// begunHere: the run's begin ran in this execution, so what it read
+	// (no interrupt requested, the pending calls' answers) is this
+	// execution's, not a recorded execution's.
+	begunHere bool
 	// childOutcomes are the outcomes of the sub-agents a segment's step
 	// waits for, taken by its driver.
 	childOutcomes map[string]steps.Outcome

@@ -153,10 +153,11 @@ func (t *turn) await(rec steps.SuspendedStep, pending []store.PendingClientToolC
 					// of a hibernated run): the message sent to the run's
 					// workflow is taken with the resolution.
 					take = &steps.Take{WorkflowID: t.run.WorkflowID, StepID: t.j.next}
-					if t.takesInCommit(rec, pending[i+1:], results) {
+					if t.begunHere && t.takesInCommit(rec, pending[i+1:], results) {
 						// The step's last wait: the answer is taken in the
 						// step's commit, as when the wait ended in place
-						// (the run began with no interrupt requested).
+						// (the run began here with no interrupt requested;
+						// one requested since ends it at the commit).
 						deferTxn(t.j, steps.NameResolveToolCall, t.env.ResolveToolCall(steps.ResolveInput{
 							Run: t.run, Step: step, StepRunID: rec.RunID, Call: c, Take: take, LeaveInterrupt: true,
 						}))
