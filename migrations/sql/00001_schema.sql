@@ -159,6 +159,12 @@ CREATE INDEX runs_running_idx ON helix.runs (run_id) WHERE status = 'running';
 -- both as small as the runs in that state.
 CREATE INDEX runs_wake_at_idx ON helix.runs (wake_at) WHERE hibernated_at IS NOT NULL AND wake_at IS NOT NULL;
 CREATE INDEX runs_woken_idx ON helix.runs (run_id) WHERE woken_at IS NOT NULL;
+-- The runs in progress that are not hibernated (a workflow of theirs runs
+-- or is due), for the engines' sweep of sessions cancelled with DBOS's
+-- tools (postgres.ListSessionsCancelledThroughDBOS): as small as the runs
+-- held live, whatever the number of hibernated ones.
+CREATE INDEX runs_live_idx ON helix.runs (run_id)
+    WHERE hibernated_at IS NULL AND status NOT IN ('completed', 'failed', 'interrupted');
 
 -- +goose StatementBegin
 -- helix.wake_workflow_id is the workflow ID of continuation n (1, 2, ...)

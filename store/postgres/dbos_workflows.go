@@ -60,10 +60,14 @@ type CancelledWorkflow struct {
 // run's workflow (its latest continuation, for a run woken from
 // hibernation: the run's own workflow ended), or one of its segments (a
 // queued run), DBOS holds as cancelled since before beforeMS (Unix ms),
-// with the cancelled workflow's ID. Two index probes per active session (the workflow by primary key,
-// its segments by parent): an OR in one join would compare every
-// cancelled workflow ever (aborted sessions leave theirs) with every
-// active session. Reads only.
+// with the cancelled workflow's ID. It reads the live runs (partial index
+// helix.runs_live_idx: not ended, not hibernated: a hibernated run's
+// workflow ended, DBOS cannot cancel it) and probes each run's workflows
+// (the workflow by primary key, its segments by parent): its cost follows
+// the runs in progress, not the sessions that wait (with 88,000
+// hibernated sessions, a sweep over every active session took seconds
+// every two). An OR in one join would compare every cancelled workflow
+// ever (aborted sessions leave theirs) with every live run. Reads only.
 func ListSessionsCancelledThroughDBOS(ctx context.Context, q Querier, beforeMS int64) ([]CancelledWorkflow, error) {
 	rows, err := q.Query(ctx, cancelledSessionsSQL, beforeMS)
 	if err != nil {
@@ -82,8 +86,8 @@ func ListSessionsCancelledThroughDBOS(ctx context.Context, q Querier, beforeMS i
 }
 
 var cancelledSessionsSQL = `
-SELECT s.session_id, w.workflow_uuid FROM helix.sessions s
-JOIN LATERAL (` + currentRun("workflow_id, wakes", "s.session_id") + `) r ON true
+SELECT s.session_id, w.workflow_uuid FROM helix.runs r
+JOIN helix.sessions s ON s.session_id = r.session_id
 JOIN LATERAL (
 	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
 	WHERE workflow_uuid = helix.current_workflow_id(r.workflow_id, r.wakes)
@@ -91,7 +95,9 @@ JOIN LATERAL (
 	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
 	WHERE ` + segmentOf("", "r.workflow_id") + `
 ) w ON true
-WHERE s.status = 'active' AND w.status = 'CANCELLED' AND w.updated_at < $1`
+WHERE r.hibernated_at IS NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
+  AND NOT EXISTS (SELECT 1 FROM helix.runs n WHERE n.session_id = r.session_id AND n.turn > r.turn)
+  AND s.status = 'active' AND w.status = 'CANCELLED' AND w.updated_at < $1`
 
 // ListCancelledRunWorkflows lists the cancelled workflows of the run whose
 // workflow is runWorkflowID: that one and its queued segments, with the

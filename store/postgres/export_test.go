@@ -7,5 +7,9 @@ var ClusterExecutorsSQL = clusterExecutorsSQL
 // WakeSweepSQL is ResendWakeups's statement, for the test of its plan.
 const WakeSweepSQL = wakeSweepSQL
 
+// CancelledSessionsSQL is ListSessionsCancelledThroughDBOS's statement, for
+// the test of its plan.
+var CancelledSessionsSQL = cancelledSessionsSQL
+
 // PageSessionsQuery is PageSessions' query, for the test of its plans.
 var PageSessionsQuery = pageSessionsQuery

@@ -35,9 +35,11 @@ type WakeSweep struct {
 // messages when woken, so an extra wake-up is harmless. It returns how
 // many it sent.
 //
-// The sessions with pending calls are found through the index of those
-// with a suspended step (helix.sessions_suspended_idx;
-// the store keeps suspended_step_id set while calls are pending).
+// The sweep starts from the executor's pending workflows (DBOS's partial
+// index of pending workflows), then their runs and sessions: its cost
+// follows the runs this executor holds live, not the sessions that wait
+// (a hibernated run has no pending workflow; a sweep over every session
+// with a suspended step read 88,000 hibernated ones, 0.68 s, every second).
 func ResendWakeups(ctx context.Context, q Querier, w WakeSweep) (int, error) {
 	var n int
 	err := q.QueryRow(ctx, wakeSweepSQL, w.Channel, w.TopicPrefix, w.AnsweredBeforeMS, w.ExecutorID, w.SegmentTopicPrefix,
@@ -47,12 +49,14 @@ func ResendWakeups(ctx context.Context, q Querier, w WakeSweep) (int, error) {
 
 const wakeSweepSQL = `
 SELECT count(pg_notify($1, w.payload)) FROM (
-	SELECT DISTINCT (p.val->>'workflowId') || '::' || $2 || p.key AS payload
-	FROM helix.sessions s
+	SELECT DISTINCT ws.workflow_uuid || '::' || $2 || p.key AS payload
+	FROM dbos.workflow_status ws
+	JOIN helix.runs r ON r.workflow_id = ws.workflow_uuid
+	JOIN helix.sessions s ON s.session_id = r.session_id
 	CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
-	JOIN dbos.workflow_status ws ON ws.workflow_uuid = p.val->>'workflowId'
-	WHERE s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb
-	  AND ws.status = 'PENDING' AND ws.executor_id = $4
+	WHERE ws.status = 'PENDING' AND ws.executor_id = $4
+	  AND s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb
+	  AND p.val->>'workflowId' = ws.workflow_uuid
 	  AND ((p.val ? 'submission' AND NOT p.val ? 'consumedAt' AND (p.val->>'submittedAt')::bigint < $3)
 	       OR s.interrupt_requested)
 	UNION
