@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -92,6 +93,17 @@ func segmentStatuses(t *testing.T, pool *pgxpool.Pool, workflowID string) []stri
 	return out
 }
 
+// awaitSegmentStatuses waits until the segments of the queued run whose
+// workflow is workflowID have the statuses want: a segment reports its
+// outcome to its driver before DBOS records its own end, so the run's
+// result (or its suspension) can come first.
+func awaitSegmentStatuses(t *testing.T, pool *pgxpool.Pool, workflowID string, want []string, msg string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, want, segmentStatuses(t, pool, workflowID))
+	}, 10*time.Second, 5*time.Millisecond, msg)
+}
+
 func testPool(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), url)
@@ -120,13 +132,13 @@ func TestQueuedRunWaitsForAPersonWithoutASlot(t *testing.T) {
 	other, err := e.Execute(t.Context(), chat, engine.Input{Message: "hi"}, &engine.ExecuteOptions{SessionID: "other"})
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, waitFor(t, other, helix.AgentCompleted).Status)
-	require.Equal(t, []string{"SUCCESS"}, segmentStatuses(t, pool, waiting.WorkflowID), "the waiting run's first segment ended at the wait")
+	awaitSegmentStatuses(t, pool, waiting.WorkflowID, []string{"SUCCESS"}, "the waiting run's first segment ended at the wait")
 
 	require.False(t, submit(t, e, "waiting", helix.Approve("t1", "ok")).AlreadyCompleted)
 	res := waitFor(t, waiting, helix.AgentCompleted)
 	require.JSONEq(t, `"paid"`, string(res.Output))
 	require.EqualValues(t, 1, executions2(&runs, "t1"), "the approved tool ran once")
-	require.Equal(t, []string{"SUCCESS", "SUCCESS"}, segmentStatuses(t, pool, waiting.WorkflowID), "the answer queued a second segment")
+	awaitSegmentStatuses(t, pool, waiting.WorkflowID, []string{"SUCCESS", "SUCCESS"}, "the answer queued a second segment")
 	require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles(allMessages(t, e, "waiting")))
 }
 

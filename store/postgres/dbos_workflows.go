@@ -162,7 +162,14 @@ type OrphanRun struct {
 // starting its workflow, or a run recorded in a caller's transaction that
 // no engine has started yet), and the woken runs whose due continuation
 // DBOS has no workflow for (OrphanRun.Wake), with their session's agent
-// type and their admission. Reads only. It reads the running runs through
+// type and their admission. A sub-agent's or a companion's run is not
+// listed while unstarted: its parent's workflow starts it, with the input
+// that ties it to the parent (a queued parent's child reports to the
+// parent's driver; a child of a parent that cannot hibernate waits in
+// place), and a parent that stopped between recording it and starting it
+// starts it when it is recovered; started here it would run as a root
+// run. Its continuations, once it hibernated and woke, are listed. Reads
+// only. It reads the running runs through
 // the partial index runs_running_idx (the woken ones through runs_woken_idx)
 // and probes dbos.workflow_status by its primary key for each: its cost
 // follows the number of running runs, not the size of the tables, so
@@ -180,7 +187,7 @@ func listOrphanRuns(ctx context.Context, q Querier, runID string) ([]OrphanRun, 
 	rows, err := q.Query(ctx, `
 SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
 	coalesce(r.queue_priority, 0), 0 FROM helix.runs r JOIN helix.sessions s USING (session_id)
-WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
+WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> '' AND s.parent_session_id IS NULL
   `+filter+`
   AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)
 UNION ALL

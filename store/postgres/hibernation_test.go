@@ -251,3 +251,39 @@ func TestParseWakeAnnouncement(t *testing.T) {
 	require.Equal(t, postgres.OrphanRun{RunID: "r1", SessionID: "s1", WorkflowID: "wf", Wake: 2, AgentType: "a",
 		Queue: "helix-sessions", PartitionKey: "tenant-1", Priority: 3}, o)
 }
+
+// The recorded-run sweep lists a root session's run whose workflow was
+// never started, not a sub-agent's: its parent starts it, with the input
+// that ties it to the parent (started as a root run, it could hibernate
+// and hand a queued parent's driver a hibernated outcome as its result).
+// A sub-agent's woken run is listed: its continuation is the sweep's.
+func TestOrphanSweepLeavesSubAgentRunsToTheirParent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newClusterStore(t)
+	pool := st.Pool()
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "p", AgentType: "lead"})
+	require.NoError(t, err)
+	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: "p-sub-c", AgentType: "helper", ParentSessionID: "p", RootSessionID: "p"})
+	require.NoError(t, err)
+	for _, r := range []store.CreateRunParams{
+		{RunID: "rp", SessionID: "p", Turn: 1, Status: helix.RunRunning, WorkflowID: "p-turn-1"},
+		{RunID: "rc", SessionID: "p-sub-c", Turn: 1, Status: helix.RunRunning, WorkflowID: "p-sub-c-turn-1"},
+	} {
+		_, err = st.CreateRun(ctx, r)
+		require.NoError(t, err)
+	}
+	orphans, err := postgres.ListOrphanRuns(ctx, postgres.PgxQuerier(pool))
+	require.NoError(t, err)
+	require.Equal(t, []postgres.OrphanRun{{RunID: "rp", SessionID: "p", WorkflowID: "p-turn-1", AgentType: "lead"}}, orphans,
+		"the root's recorded run only")
+
+	_, err = pool.Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('p-turn-1', 'PENDING', 0), ('p-sub-c-turn-1', 'SUCCESS', 0)`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE helix.runs SET woken_at = now(), wakes = 1 WHERE run_id = 'rc'`)
+	require.NoError(t, err)
+	orphans, err = postgres.ListOrphanRuns(ctx, postgres.PgxQuerier(pool))
+	require.NoError(t, err)
+	require.Equal(t, []postgres.OrphanRun{{RunID: "rc", SessionID: "p-sub-c", WorkflowID: "p-sub-c-turn-1", AgentType: "helper", Wake: 1}}, orphans,
+		"the sub-agent's woken run: its continuation")
+}
