@@ -415,20 +415,30 @@ func (h *harness) concurrent(ctx context.Context, sessions, steps int) (Concurre
 }
 
 func (h *harness) roundTripFloor(ctx context.Context, n int) (Floor, error) {
-	if _, err := roundTrips(ctx, h.pool, min(n, 10)); err != nil { // warm the connection
-		return Floor{}, err
-	}
-	cpu0, sql0 := sampleCPU(ctx, h.pool), h.tracer.snapshot()
-	ds, err := roundTrips(ctx, h.pool, n)
+	pool, tracer, err := h.floorPool(ctx)
 	if err != nil {
 		return Floor{}, err
 	}
-	sql1, cpu1 := h.tracer.snapshot(), sampleCPU(ctx, h.pool)
+	defer pool.Close()
+	if _, err := roundTrips(ctx, pool, min(n, 10)); err != nil { // warm the connection
+		return Floor{}, err
+	}
+	cpu0, sql0 := sampleCPU(ctx, pool), tracer.snapshot()
+	ds, err := roundTrips(ctx, pool, n)
+	if err != nil {
+		return Floor{}, err
+	}
+	sql1, cpu1 := tracer.snapshot(), sampleCPU(ctx, pool)
 	return Floor{Distribution: distribution(ds), SQL: profile(sql0, sql1, n, 4), CPU: cpuProfile(cpu0, cpu1, n)}, nil
 }
 
 func (h *harness) commitFloor(ctx context.Context, n int) (_ Floor, err error) {
-	drop, err := probeTable(ctx, h.pool)
+	pool, tracer, err := h.floorPool(ctx)
+	if err != nil {
+		return Floor{}, err
+	}
+	defer pool.Close()
+	drop, err := probeTable(ctx, pool)
 	if err != nil {
 		return Floor{}, err
 	}
@@ -437,16 +447,26 @@ func (h *harness) commitFloor(ctx context.Context, n int) (_ Floor, err error) {
 			err = derr
 		}
 	}()
-	if _, err := commits(ctx, h.pool, min(n, 10)); err != nil { // prepare the statement on the connections
+	if _, err := commits(ctx, pool, min(n, 10)); err != nil { // prepare the statement on the connections
 		return Floor{}, err
 	}
-	cpu0, sql0 := sampleCPU(ctx, h.pool), h.tracer.snapshot()
-	ds, err := commits(ctx, h.pool, n)
+	cpu0, sql0 := sampleCPU(ctx, pool), tracer.snapshot()
+	ds, err := commits(ctx, pool, n)
 	if err != nil {
 		return Floor{}, err
 	}
-	sql1, cpu1 := h.tracer.snapshot(), sampleCPU(ctx, h.pool)
+	sql1, cpu1 := tracer.snapshot(), sampleCPU(ctx, pool)
 	return Floor{Distribution: distribution(ds), SQL: profile(sql0, sql1, n, 4), CPU: cpuProfile(cpu0, cpu1, n)}, nil
+}
+
+// floorPool opens a pool like the engine's (openEnginePool) for a floor of
+// bare statements, with a tracer of its own: the engine's sweeps, which
+// share the engine's pool and its tracer, would count in the floor's
+// statements.
+func (h *harness) floorPool(ctx context.Context) (*pgxpool.Pool, *sqlTracer, error) {
+	tracer := newSQLTracer()
+	pool, err := openEnginePool(ctx, h.cfg.DatabaseURL, h.cfg.MaxConns, tracer)
+	return pool, tracer, err
 }
 
 func (h *harness) workflowFloor(ctx context.Context, wf dbos.Workflow[int, int], n int) (Floor, error) {

@@ -68,7 +68,11 @@ type ResumeOptions struct {
 // an approval, or answered and going on in place, however far it got) is
 // continued by that same run: Resume returns a handle on it (RunID
 // unchanged; the run's OnAgentResumed reports it as its own previous run)
-// and starts nothing.
+// and starts nothing. That holds when the answered run already ended (an
+// answer can carry it to its end before the Resume that follows
+// SubmitToolResult comes): the handle's result is its outcome. (CanResume
+// still reports such a session as not resumable: nothing is left to
+// continue.)
 //
 // An interrupted session continues from its last committed step in a new
 // run (workflow {sessionId}-resume-{N}), emitting run_resumed. When it was
@@ -121,6 +125,17 @@ func (e *Engine) Resume(ctx context.Context, sessionID string, opts *ResumeOptio
 				if opts.Message != "" {
 					return refuse(RefusedAwaitingToolResults, sessionID, "session %s waits for tool results in run %s: submit them with SubmitToolResult; a message cannot be added now", sessionID, cur.RunID)
 				}
+				waiting = cur
+				return nil
+			}
+		}
+		if (st.Status == helix.SessionCompleted || st.Status == helix.SessionFailed) && opts.Message == "" {
+			// An answered run that went on in place to its end.
+			cur, err := s.GetCurrentRun(ctx, sessionID)
+			if err != nil && !errors.Is(err, helix.ErrNotFound) {
+				return err
+			}
+			if cur != nil && cur.AnsweredAt != nil && cur.Status.Final() {
 				waiting = cur
 				return nil
 			}

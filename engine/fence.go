@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -21,8 +20,9 @@ import (
 //   - An execution that had to wait for the lease at its start (a takeover
 //     or an outage was in progress) checks, once the lease is valid again,
 //     that its workflow is still pending under this executor and owned by
-//     the same DBOS execution as when it started: if a peer re-enqueued it
-//     meanwhile (and whoever dequeued it since), it runs nothing.
+//     it (the owner token DBOS gave it): if a peer took it over or
+//     re-enqueued it meanwhile (and whoever dequeued it since), it runs
+//     nothing.
 type fence struct {
 	lease *lease
 	pool  *pgxpool.Pool
@@ -40,22 +40,19 @@ func newFence(l *lease, pool *pgxpool.Pool, executorID string) *fence {
 var _ steps.Fence = (*fence)(nil)
 
 // Acquire implements steps.Fence.
-func (f *fence) Acquire(ctx context.Context, workflowID string) (steps.Ticket, error) {
+func (f *fence) Acquire(ctx context.Context, workflowID, owner string) (steps.Ticket, error) {
 	f.mu.Lock()
 	f.seq++
-	t := steps.Ticket{WorkflowID: workflowID, Seq: f.seq}
+	t := steps.Ticket{WorkflowID: workflowID, Seq: f.seq, Owner: owner}
 	f.current[workflowID] = t.Seq // at once, before any wait: the newest start wins
 	f.mu.Unlock()
 	epoch, valid, _, err := f.lease.now()
 	if err == nil && !valid {
-		// A takeover or an outage may be under way: note which execution
-		// owns the workflow now (DBOS just gave it to this one), then wait
-		// for the lease and check that no other execution took it since.
-		var owner *string
-		if owner, err = f.owner(ctx, workflowID); err == nil {
-			if epoch, _, err = f.lease.Acquire(ctx); err == nil {
-				err = f.stillOurs(ctx, workflowID, owner)
-			}
+		// A takeover or an outage may be under way (or this process was
+		// frozen since DBOS started the execution): wait for the lease,
+		// then check that the workflow is still this execution's.
+		if epoch, _, err = f.lease.Acquire(ctx); err == nil {
+			err = f.stillOurs(ctx, workflowID, owner)
 		}
 	}
 	if err != nil {
@@ -66,30 +63,14 @@ func (f *fence) Acquire(ctx context.Context, workflowID string) (steps.Ticket, e
 	return t, nil
 }
 
-// owner reads the workflow's DBOS owner token (its execution's), waiting
-// for the database during an outage.
-func (f *fence) owner(ctx context.Context, workflowID string) (*string, error) {
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		owner, _, err := postgres.ReadWorkflowOwner(ctx, postgres.PgxQuerier(f.pool), workflowID)
-		if err == nil {
-			return owner, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("engine: read the owner of workflow %s: %w (last error: %w)", workflowID, context.Cause(ctx), err)
-		case <-time.After(wait):
-		}
-	}
-}
-
 // stillOurs checks that the workflow is pending under this executor, still
-// owned by the execution that read owner.
-func (f *fence) stillOurs(ctx context.Context, workflowID string, owner *string) error {
-	ours, err := postgres.WorkflowStillOwned(ctx, postgres.PgxQuerier(f.pool), workflowID, f.id, owner)
+// owned by the execution whose token is owner.
+func (f *fence) stillOurs(ctx context.Context, workflowID, owner string) error {
+	ours, err := postgres.WorkflowStillOwned(ctx, postgres.PgxQuerier(f.pool), workflowID, f.id, &owner)
 	if err != nil {
 		return fmt.Errorf("engine: check that workflow %s is still this executor's: %w", workflowID, err)
 	}
-	if !ours || owner == nil {
+	if !ours || owner == "" {
 		return &TakenOverError{Reason: fmt.Sprintf("engine: workflow %s was taken over while this process waited for its executor lease: "+
 			"this execution runs nothing; the owner continues it", workflowID)}
 	}

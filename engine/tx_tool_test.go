@@ -200,6 +200,42 @@ func TestTxToolSerializationFailuresAreRetried(t *testing.T) {
 	require.Contains(t, got["n1"], "failed 5 times on a serialization failure or a deadlock")
 }
 
+// A transactional tool whose transaction loses its connection mid-call (a
+// database restart, a failover: here its backend is terminated) did not
+// fail: nothing of it committed, and the engine runs the call again on a
+// fresh transaction. Its row is written once, and the model sees its
+// result, not the connection's error.
+func TestTxToolConnectionLostRunsTheCallAgain(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	createLedger(t, url)
+	var attempts atomic.Int32
+	book := helix.MustNewTxTool("book", "Book an entry", func(ctx context.Context, tx pgx.Tx, in entry, _ helix.ToolContext) (string, error) {
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger (id) VALUES ($1)`, in.ID); err != nil {
+			return "", err
+		}
+		if attempts.Add(1) == 1 {
+			// The first attempt's backend dies under it, as in a restart.
+			_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+			require.Error(t, err, "the statement's own backend is terminated")
+			return "", err
+		}
+		return "booked " + in.ID, nil
+	})
+	agent := &helix.Agent{Name: "booker", Tools: []*helix.Tool{book}, Model: script(
+		calls(call("b1", "book", `{"ID":"x"}`)),
+		text("done"),
+	)}
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "book"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.EqualValues(t, 2, attempts.Load(), "the call ran again after its connection was lost")
+	require.Equal(t, []string{"x"}, ledger(t, url), "its row once: the lost attempt committed nothing")
+	require.Equal(t, `"booked x"`, toolResults(t, e, h.SessionID)["b1"])
+}
+
 // A transactional tool that outlives its TxTimeout is cancelled: its
 // write rolls back and the model sees the timeout.
 func TestTxToolTimeout(t *testing.T) {

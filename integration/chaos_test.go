@@ -55,10 +55,11 @@ const chaosEnvQueued = "HELIX_CHAOS_QUEUED"
 // them.
 const chaosHibernateAfter = 30 * time.Millisecond
 
-// chaosNestedAnswerDelay is how long the submitter leaves the lead's
-// helper waiting for its approval: long enough for the helper to
-// hibernate, and its lead for it.
-const chaosNestedAnswerDelay = 300 * time.Millisecond
+// chaosNestedAnswerLimit is how long the submitter leaves the lead's
+// helper waiting for its approval at most: it answers once the lead's run
+// hibernated (the helper first, then its lead for it), or after this
+// when it did not (a kill or a restart in between, say).
+const chaosNestedAnswerLimit = 5 * time.Second
 
 // chaosLease is every worker's executor lease.
 const chaosLease = 2 * time.Second
@@ -282,13 +283,16 @@ func (c *chaos) submit(ctx context.Context, stop <-chan struct{}) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		// Answers go to the root session (a sub-agent's calls too). The
-		// helper's approval waits chaosNestedAnswerDelay, far longer than
-		// chaosHibernateAfter: the helper hibernates, then its lead.
+		// helper's approval waits until its lead hibernated for it (a
+		// fixed delay was not enough under load), chaosNestedAnswerLimit
+		// at most.
 		rows, err := c.pool.Query(ctx, `SELECT s.root_session_id, p.key, p.val->>'toolName' FROM helix.sessions s
 			CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
 			WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT p.val ? 'submission' AND NOT p.val ? 'timedOutAt'
-			  AND (p.key <> 's-pay' OR (p.val->>'createdAt')::bigint < (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1)`,
-			chaosNestedAnswerDelay.Milliseconds())
+			  AND (p.key <> 's-pay'
+			    OR EXISTS (SELECT 1 FROM helix.runs r WHERE r.session_id = s.root_session_id AND r.hibernated_at IS NOT NULL)
+			    OR (p.val->>'createdAt')::bigint < (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1)`,
+			chaosNestedAnswerLimit.Milliseconds())
 		if err != nil {
 			continue // Postgres restarting
 		}

@@ -53,6 +53,7 @@ CREATE TABLE chaos_tool_runs (
 	tool_call_id text NOT NULL,
 	phase        text NOT NULL, -- 'start' when the body begins, 'done' when its effect is complete
 	worker       text NOT NULL,
+	-- toolRun's marks: the worker's clock when the body reached the mark
 	at           timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE TABLE chaos_refunds (
@@ -255,14 +256,18 @@ func (r *chaosRig) agents() map[string]*helix.Agent {
 	return map[string]*helix.Agent{chaosTools: tools, chaosHITL: hitl, chaosLead: lead, chaosCompanions: companions, chaosRefunds: refunds}
 }
 
-// toolRun records a tool execution's phase. Like any tool with a
-// dependency that can restart, it retries until the write succeeds (the
-// chaos restarts the very Postgres it writes to): a tool's error is its
-// result, which the model would see.
+// toolRun records a tool execution's phase, at the time the body reached
+// it (the worker's clock, read first: a worker frozen while the mark's
+// insert is in flight, its body begun before the freeze, must not read as
+// a body that began after the thaw). Like any tool with a dependency that
+// can restart, it retries until the write succeeds (the chaos restarts the
+// very Postgres it writes to): a tool's error is its result, which the
+// model would see.
 func (r *chaosRig) toolRun(ctx context.Context, tc helix.ToolContext, phase string) error {
+	at := time.Now()
 	return retryReads(ctx, func() error {
-		_, err := r.pool.Exec(ctx, `INSERT INTO chaos_tool_runs (key, session_id, tool_call_id, phase, worker) VALUES ($1, $2, $3, $4, $5)`,
-			tc.IdempotencyKey(), tc.SessionID(), tc.ToolCallID(), phase, r.worker)
+		_, err := r.pool.Exec(ctx, `INSERT INTO chaos_tool_runs (key, session_id, tool_call_id, phase, worker, at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			tc.IdempotencyKey(), tc.SessionID(), tc.ToolCallID(), phase, r.worker, at)
 		return err
 	})
 }

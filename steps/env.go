@@ -149,8 +149,9 @@ func (e *Env) Agent(agentType string) (*AgentDef, error) {
 // sessions were not taken over by another engine since the ticket was
 // taken, and no newer execution of the same workflow started in this
 // process. Acquire and Check wait while the lease is not known to be valid.
+// Acquire is given the owner token DBOS gave the execution (Ticket.Owner).
 type Fence interface {
-	Acquire(ctx context.Context, workflowID string) (Ticket, error)
+	Acquire(ctx context.Context, workflowID, owner string) (Ticket, error)
 	Check(ctx context.Context, t Ticket) error
 	Release(t Ticket)
 }
@@ -159,10 +160,10 @@ type Fence interface {
 type Ticket struct {
 	WorkflowID string
 	Epoch, Seq uint64
-	// Owner is the execution's DBOS owner token (the workflow's, read when
-	// the execution opened its journal): the stream writes of its steps
-	// carry it (RunInfo.StreamFence), so that the database refuses them
-	// once the workflow was taken over. Empty until the journal is open.
+	// Owner is the execution's DBOS owner token (the one DBOS gave it when
+	// it started it, not the one the workflow's row holds later): the
+	// stream writes of its steps carry it (RunInfo.StreamFence), so that
+	// the database refuses them once the workflow was taken over.
 	Owner string
 }
 

@@ -159,6 +159,16 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 			if RetriesTx(err) {
 				return res, err // the journal runs the call again, on a fresh transaction
 			}
+			var panicked *helix.ToolPanicError
+			if err != nil && ctx.Err() == nil && !errors.Is(err, helix.ErrTxToolTimeout) && !errors.As(err, &panicked) &&
+				tc.tx.Conn().IsClosed() {
+				// Its transaction's connection was lost (a database
+				// restart, a failover): nothing of the call committed, and
+				// its error is the outage's, not the tool's. (A timeout's
+				// cancelled statement closes the connection too: that one
+				// is the tool's.)
+				return res, &TxConnLostError{Tool: in.Call.Name, Err: err}
+			}
 		} else {
 			out, err = tool.Execute(ctx, args, tc)
 		}

@@ -20,6 +20,23 @@ func (e *TxRolledBackError) Error() string {
 	return fmt.Sprintf("the call of transactional tool %q failed and its transaction is rolled back: %s", e.Result.ToolName, e.Result.Error)
 }
 
+// TxConnLostError is the failure of a transactional tool's call whose
+// transaction lost its connection (a database restart, a failover, a
+// proxy dropping it): nothing of it committed, and Err, what the tool
+// returned, is the outage's doing. The journal waits the outage out and
+// runs the call again on a fresh transaction (after looking for its
+// record), as for a commit whose connection was lost.
+type TxConnLostError struct {
+	Tool string
+	Err  error
+}
+
+func (e *TxConnLostError) Error() string {
+	return fmt.Sprintf("the transaction of transactional tool %q lost its connection: %v", e.Tool, e.Err)
+}
+
+func (e *TxConnLostError) Unwrap() error { return e.Err }
+
 // RetriesTx reports whether err is a serialization failure (40001) or a
 // deadlock (40P01): the transaction of a transactional tool's call that
 // fails so is rolled back and run again.

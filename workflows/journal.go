@@ -129,8 +129,10 @@ type journalRecord struct {
 // the journals its run's checkpoints carry for it, and the model records
 // its session's message rows hold for it), waiting out a database outage.
 // An execution that does not own its workflow (it was cancelled, or taken
-// over) gets a conflicting-workflow error and records nothing.
-func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID string, scope journalScope) (*journal, error) {
+// over) gets a conflicting-workflow error and records nothing. The owner
+// token its writes are fenced by is mine, the one DBOS gave this execution
+// (executionOwner), never the one the row holds when the journal is read.
+func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID, mine string, scope journalScope) (*journal, error) {
 	j := &journal{st: st, pool: st.Pool(), db: postgres.PgxQuerier(st.Pool()), log: log, wfID: wfID, scope: scope, next: JournalBase,
 		replay: map[int]journalRecord{}}
 	var owner *string
@@ -194,10 +196,13 @@ func openJournal(ctx dbos.Context, st *postgres.Store, log zerolog.Logger, wfID 
 	if err != nil {
 		return nil, err
 	}
-	if owner == nil || status != "PENDING" {
+	// The workflow must still be this execution's: one that stalled after
+	// DBOS started it may find it taken over (its journal is another
+	// execution's, and so is the token its row holds now).
+	if owner == nil || *owner != mine || status != "PENDING" {
 		return nil, conflict(wfID)
 	}
-	j.owner = *owner
+	j.owner = mine
 	return j, nil
 }
 
@@ -667,6 +672,10 @@ func (j *journal) retry(ctx context.Context, what string, fn func(context.Contex
 // transient reports errors of the connection or the server's state, which
 // a new attempt may not meet: never the outcome of a statement.
 func transient(err error) bool {
+	var lost *steps.TxConnLostError
+	if errors.As(err, &lost) {
+		return true
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		c := pe.Code

@@ -157,10 +157,16 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		}
 		// The fencing ticket of this execution: its step bodies act only
 		// while this process still owns the session (not workflow state:
-		// it changes no step and is never recorded).
-		var ticket steps.Ticket
+		// it changes no step and is never recorded). Its owner token, the
+		// one DBOS gave it (executionOwner), fences its records and its
+		// stream writes in the database itself (RunInfo.StreamFence).
+		owner, err := executionOwner(ctx)
+		if err != nil {
+			return steps.Outcome{}, err
+		}
+		ticket := steps.Ticket{WorkflowID: wfID, Owner: owner}
 		if env.Fence != nil {
-			if ticket, err = env.Fence.Acquire(ctx, wfID); err != nil {
+			if ticket, err = env.Fence.Acquire(ctx, wfID, owner); err != nil {
 				return steps.Outcome{}, err
 			}
 			defer env.Fence.Release(ticket)
@@ -169,7 +175,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		// continuation's commits carry its records under its number (a run
 		// that hibernates is not a queued run's segment); the run's turn,
 		// which its model records name, is known once it began.
-		if j, err = openJournal(ctx, env.Store, env.Log, wfID,
+		if j, err = openJournal(ctx, env.Store, env.Log, wfID, owner,
 			journalScope{sessionID: in.SessionID, runID: in.RunID, segment: max(in.Segment, in.Wake)}); err != nil {
 			return steps.Outcome{}, err
 		}
@@ -188,9 +194,6 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return *run.Done, nil
 		}
 		j.scope.turn = run.Turn
-		// The stream writes of this execution's steps are fenced by its
-		// owner token in the database itself (RunInfo.StreamFence).
-		run.Ticket.Owner = j.owner
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,

@@ -470,7 +470,12 @@ func checkScratch(ctx context.Context, dbURL string) error {
 }
 
 // writeLoadAgentFile writes the agent file of the replicas: one agent on
-// the fake provider.
+// the fake provider. It retries a 429 up to 10 times (the provider's
+// default is 3), as an agent behind a shared rate limit should: when a
+// loaded machine bunches the calls past the limit, the rejected ones wait
+// for the slots the provider names (retry-after-ms) and race for them, and
+// a session that lost four races in a row would fail with
+// provider_rate_limited; the report counts every 429 either way.
 func writeLoadAgentFile(dir, providerURL string) (string, error) {
 	path := filepath.Join(dir, "agents.yaml")
 	body := fmt.Sprintf(`agents:
@@ -478,7 +483,7 @@ func writeLoadAgentFile(dir, providerURL string) (string, error) {
     description: Answers in one word (helix-dbos loadtest)
     systemPrompt: Answer in one word.
     maxSteps: 2
-    model: {provider: openai, model: %s, baseURL: %s/v1}
+    model: {provider: openai, model: %s, baseURL: %s/v1, maxRetries: 10}
 `, loadtestAgent, loadtestModel, providerURL)
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		return "", fmt.Errorf("write the agent file: %w", err)

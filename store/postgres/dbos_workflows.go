@@ -11,17 +11,6 @@ import (
 // revive a session DBOS resumed. Each runs on the Querier it is given and
 // returns the driver's errors unwrapped, no row translated to found false.
 
-// ReadWorkflowOwner reads the owner token (owner_xid) of workflowID: which
-// DBOS execution owns it now (nil when none does); found is false when
-// DBOS has no such workflow. Reads only.
-func ReadWorkflowOwner(ctx context.Context, q Querier, workflowID string) (owner *string, found bool, err error) {
-	err = q.QueryRow(ctx, `SELECT owner_xid FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&owner)
-	if isNoRows(err) {
-		return nil, false, nil
-	}
-	return owner, err == nil, err
-}
-
 // WorkflowStillOwned reports whether workflowID is pending under
 // executorID and still owned by the execution whose owner token is owner
 // (false when DBOS has no such workflow). Reads only.
