@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/workflows"
 )
 
@@ -330,4 +332,69 @@ func queryStrings(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []s
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// A waiting run's records leave out what their workflow implies: the
+// begin's its session, run, workflow, stream and root; the suspension's
+// calls their run, workflow, owner session, approval ID and output schema
+// (the session's row keeps a client tool's schema, which validates its
+// result; an approval has none). A replacement engine that replays them
+// after a crash puts them back: the approved tool runs once, the client's
+// result is validated, and the session completes.
+func TestWaitingRunRecordsLeaveOutWhatTheWorkflowImplies(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var runs sync.Map
+	agent := &helix.Agent{Name: "compact-waits", Tools: []*helix.Tool{askUser(), transferTool(&runs, helix.RequireApproval())},
+		Model: script(calls(call("ask1", "ask_user", `{"question":"which?"}`), call("t1", "transfer", `{"to":"bob","amount":5}`)),
+			text("done"))}
+	never := -time.Duration(1)
+	first := helixtest.NewEngine(t, helixtest.EngineOptions{DatabaseURL: url, ExecutorID: "exec-compact", Quiet: true,
+		Configure: func(c *engine.Config) { c.HibernateAfter = never }}, agent)
+	h := first.Start(agent, "go")
+	first.AwaitPending(h.SessionID, "t1")
+
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+	record := func(name string) map[string]any {
+		t.Helper()
+		var output string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM helix.step_journal_records WHERE workflow_id = $1 AND name = $2`,
+			h.WorkflowID, name).Scan(&output))
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(output), &v), output)
+		return v
+	}
+	begin := record(steps.NameBeginRun)
+	for _, k := range []string{"sessionId", "runId", "workflowId", "streamId", "rootSessionId"} {
+		require.NotContains(t, begin, k, "the begin's record leaves out what the workflow's input implies")
+	}
+	require.Equal(t, agent.Name, begin["agentType"])
+	suspended := record(steps.NameSuspendStep)["pending"].([]any)
+	require.Len(t, suspended, 2)
+	for _, c := range suspended {
+		for _, k := range []string{"runId", "workflowId", "ownerSessionId", "approvalId", "outputSchema"} {
+			require.NotContains(t, c, k, "the suspension's record leaves out what its run implies")
+		}
+	}
+	pending := map[string]store.PendingClientToolCall{}
+	for _, c := range first.Pending(h.SessionID) {
+		pending[c.ToolCallID] = c
+	}
+	require.NotEmpty(t, pending["ask1"].OutputSchema, "a client tool's schema validates its result")
+	require.Empty(t, pending["t1"].OutputSchema, "an approval has no result to validate")
+	require.Equal(t, h.RunID+"::t1", pending["t1"].ApprovalID)
+
+	first.Crash()
+	second := first.Replacement(helixtest.ReplacementOptions{})
+	_, err = second.Engine.SubmitToolResult(t.Context(), h.SessionID, clientResult(t, "ask1", map[string]int{"answer": 7}))
+	var se *helix.SubmissionError
+	require.ErrorAs(t, err, &se, "the client's result is validated against the tool's schema")
+	second.Answer(h.SessionID, "ask1", answer{Answer: "that one"})
+	second.Approve(h.SessionID, "t1")
+	res := second.Await(second.Attach(h))
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	n, _ := runs.Load("t1")
+	require.EqualValues(t, 1, n.(*atomic.Int32).Load(), "the approved tool ran once")
 }

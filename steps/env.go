@@ -182,18 +182,20 @@ type RunInfo struct {
 	// the workflow for each execution, never recorded.
 	Ticket Ticket `json:"-"`
 
-	SessionID     string `json:"sessionId"`
-	RunID         string `json:"runId"`
+	// The begin's record leaves out what its workflow's input implies
+	// (workflows: beginRecord), so these are omitted when empty.
+	SessionID     string `json:"sessionId,omitempty"`
+	RunID         string `json:"runId,omitempty"`
 	AgentType     string `json:"agentType"`
-	StreamID      string `json:"streamId"`
-	RootSessionID string `json:"rootSessionId"`
-	WorkflowID    string `json:"workflowId"`
+	StreamID      string `json:"streamId,omitempty"`
+	RootSessionID string `json:"rootSessionId,omitempty"`
+	WorkflowID    string `json:"workflowId,omitempty"`
 	Turn          int    `json:"turn"`
 	PreviousRunID string `json:"previousRunId,omitempty"`
-	StartSequence int64  `json:"startSequence"`
+	StartSequence int64  `json:"startSequence,omitempty"`
 	// StartStep is the session's step count when the run began (non-zero
 	// for a resume in the middle of a turn).
-	StartStep int `json:"startStep"`
+	StartStep int `json:"startStep,omitempty"`
 	// Done is set when the run had already ended before this execution
 	// began (a replay of a finished run's workflow): the workflow returns
 	// its recorded outcome.

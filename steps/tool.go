@@ -50,13 +50,13 @@ type ToolInput struct {
 
 // ToolResult is the checkpointed outcome of one tool call.
 type ToolResult struct {
-	ToolCallID string          `json:"toolCallId"`
-	ToolName   string          `json:"toolName"`
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	ToolName   string          `json:"toolName,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      string          `json:"error,omitempty"`
 	ErrorCode  string          `json:"errorCode,omitempty"`
 	Patches    []helix.PatchOp `json:"patches,omitempty"`
-	DurationMS int64           `json:"durationMs"`
+	DurationMS int64           `json:"durationMs,omitempty"`
 	// FinishWith is set when a successful finishWith tool ends the turn.
 	FinishWith bool `json:"finishWith,omitempty"`
 	// Recorded is set when the result's tool_end chunk and usage row are

@@ -104,15 +104,16 @@ type PendingClientToolCall struct {
 	Arguments  json.RawMessage      `json:"arguments,omitempty"`
 	ApprovalID string               `json:"approvalId,omitempty"`
 	// OutputSchema is the client tool's output schema, so any process can
-	// validate a submitted result without the agent's definition.
+	// validate a submitted result without the agent's definition (none for
+	// an approval, which has no result to validate).
 	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 	// Index is the call's position in the model's tool calls of its step.
 	Index int `json:"index"`
 	// OwnerSessionID is the session whose workflow waits for the submission.
-	OwnerSessionID string `json:"ownerSessionId"`
+	OwnerSessionID string `json:"ownerSessionId,omitempty"`
 	// RunID and WorkflowID are the run waiting for the call now (a fresh
 	// resume moves them to its own run).
-	RunID      string `json:"runId"`
+	RunID      string `json:"runId,omitempty"`
 	WorkflowID string `json:"workflowId,omitempty"`
 	Step       int    `json:"step"`
 	CreatedAt  int64  `json:"createdAt"`            // Unix ms of the durable suspension write

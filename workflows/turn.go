@@ -181,11 +181,13 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		}
 		// A begin transaction that does not run here was recorded by an
 		// earlier execution: this one recovers the run.
+		implied := impliedRun{sessionID: in.SessionID, runID: in.RunID, workflowID: runWF}
 		run, err := runTxn(ctx, j, steps.NameBeginRun,
-			env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF, Wake: in.Wake}))
+			implied.record(env.BeginRun(steps.BeginInput{SessionID: in.SessionID, RunID: in.RunID, WorkflowID: runWF, Wake: in.Wake})))
 		if err != nil {
 			return steps.Outcome{}, err
 		}
+		implied.restore(&run)
 		beganHere := j.ran
 		defer env.Forget(run.SessionID)
 		run.Ticket = ticket
@@ -809,3 +811,60 @@ func fenced[R any](t *turn, fn dbos.Step[R]) dbos.Step[R] {
 }
 
 func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// impliedRun is what a turn workflow's input says of the run its begin
+// reads: its session, its ID and its workflow (the run's own, which a
+// segment or a continuation names by its driver or origin). The begin's
+// record leaves those out, and a root session's stream and root, which are
+// the session itself: a hibernated session keeps the record (about 160
+// bytes less each).
+type impliedRun struct {
+	sessionID, runID, workflowID string
+}
+
+// record wraps the begin so that its output, the record, leaves out what
+// the input implies (restore puts it back, on the first execution as on a
+// replay).
+func (im impliedRun) record(begin dbos.Txn[steps.RunInfo]) dbos.Txn[steps.RunInfo] {
+	return func(ctx context.Context, tx dbos.Tx) (steps.RunInfo, error) {
+		run, err := begin(ctx, tx)
+		if err != nil {
+			return run, err
+		}
+		if run.StreamID == run.SessionID {
+			run.StreamID = ""
+		}
+		if run.RootSessionID == run.SessionID {
+			run.RootSessionID = ""
+		}
+		if run.SessionID == im.sessionID {
+			run.SessionID = ""
+		}
+		if run.RunID == im.runID {
+			run.RunID = ""
+		}
+		if run.WorkflowID == im.workflowID {
+			run.WorkflowID = ""
+		}
+		return run, nil
+	}
+}
+
+// restore fills in what record left out.
+func (im impliedRun) restore(run *steps.RunInfo) {
+	if run.SessionID == "" {
+		run.SessionID = im.sessionID
+	}
+	if run.RunID == "" {
+		run.RunID = im.runID
+	}
+	if run.WorkflowID == "" {
+		run.WorkflowID = im.workflowID
+	}
+	if run.StreamID == "" {
+		run.StreamID = run.SessionID
+	}
+	if run.RootSessionID == "" {
+		run.RootSessionID = run.SessionID
+	}
+}

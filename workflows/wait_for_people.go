@@ -96,6 +96,7 @@ func (t *turn) suspend(step int, res helix.StepResult, results []steps.ToolResul
 	if err != nil {
 		return steps.Outcome{}, true, err
 	}
+	so.Restore(t.run)
 	ids := make([]string, len(so.Pending))
 	for i, c := range so.Pending {
 		ids[i] = c.ToolCallID
