@@ -170,17 +170,11 @@ func compactPending(run RunInfo, calls []store.PendingClientToolCall) []store.Pe
 	for i := range out {
 		c := &out[i]
 		c.OutputSchema = nil
-		if c.RunID == run.RunID {
-			c.RunID = ""
-		}
-		if c.WorkflowID == run.WorkflowID {
-			c.WorkflowID = ""
-		}
-		if c.OwnerSessionID == run.SessionID {
-			c.OwnerSessionID = ""
-		}
-		if c.Kind == helix.SubmissionApprovalResponse && c.ApprovalID == postgres.ApprovalID(run.RunID, c.ToolCallID) {
-			c.ApprovalID = ""
+		LeaveOut(&c.RunID, run.RunID)
+		LeaveOut(&c.WorkflowID, run.WorkflowID)
+		LeaveOut(&c.OwnerSessionID, run.SessionID)
+		if c.Kind == helix.SubmissionApprovalResponse {
+			LeaveOut(&c.ApprovalID, postgres.ApprovalID(run.RunID, c.ToolCallID))
 		}
 	}
 	return out
@@ -191,18 +185,27 @@ func compactPending(run RunInfo, calls []store.PendingClientToolCall) []store.Pe
 func (o *SuspendOutput) Restore(run RunInfo) {
 	for i := range o.Pending {
 		c := &o.Pending[i]
-		if c.RunID == "" {
-			c.RunID = run.RunID
+		PutBack(&c.RunID, run.RunID)
+		PutBack(&c.WorkflowID, run.WorkflowID)
+		PutBack(&c.OwnerSessionID, run.SessionID)
+		if c.Kind == helix.SubmissionApprovalResponse {
+			PutBack(&c.ApprovalID, postgres.ApprovalID(run.RunID, c.ToolCallID))
 		}
-		if c.WorkflowID == "" {
-			c.WorkflowID = run.WorkflowID
-		}
-		if c.OwnerSessionID == "" {
-			c.OwnerSessionID = run.SessionID
-		}
-		if c.Kind == helix.SubmissionApprovalResponse && c.ApprovalID == "" {
-			c.ApprovalID = postgres.ApprovalID(run.RunID, c.ToolCallID)
-		}
+	}
+}
+
+// LeaveOut empties *field when it holds implied: a record leaves out what
+// its reader knows (PutBack restores it).
+func LeaveOut(field *string, implied string) {
+	if *field == implied {
+		*field = ""
+	}
+}
+
+// PutBack sets an empty *field to implied (what LeaveOut left out).
+func PutBack(field *string, implied string) {
+	if *field == "" {
+		*field = implied
 	}
 }
 

@@ -831,40 +831,20 @@ func (im impliedRun) record(begin dbos.Txn[steps.RunInfo]) dbos.Txn[steps.RunInf
 		if err != nil {
 			return run, err
 		}
-		if run.StreamID == run.SessionID {
-			run.StreamID = ""
-		}
-		if run.RootSessionID == run.SessionID {
-			run.RootSessionID = ""
-		}
-		if run.SessionID == im.sessionID {
-			run.SessionID = ""
-		}
-		if run.RunID == im.runID {
-			run.RunID = ""
-		}
-		if run.WorkflowID == im.workflowID {
-			run.WorkflowID = ""
-		}
+		steps.LeaveOut(&run.StreamID, run.SessionID)
+		steps.LeaveOut(&run.RootSessionID, run.SessionID)
+		steps.LeaveOut(&run.SessionID, im.sessionID)
+		steps.LeaveOut(&run.RunID, im.runID)
+		steps.LeaveOut(&run.WorkflowID, im.workflowID)
 		return run, nil
 	}
 }
 
 // restore fills in what record left out.
 func (im impliedRun) restore(run *steps.RunInfo) {
-	if run.SessionID == "" {
-		run.SessionID = im.sessionID
-	}
-	if run.RunID == "" {
-		run.RunID = im.runID
-	}
-	if run.WorkflowID == "" {
-		run.WorkflowID = im.workflowID
-	}
-	if run.StreamID == "" {
-		run.StreamID = run.SessionID
-	}
-	if run.RootSessionID == "" {
-		run.RootSessionID = run.SessionID
-	}
+	steps.PutBack(&run.SessionID, im.sessionID)
+	steps.PutBack(&run.RunID, im.runID)
+	steps.PutBack(&run.WorkflowID, im.workflowID)
+	steps.PutBack(&run.StreamID, run.SessionID)
+	steps.PutBack(&run.RootSessionID, run.SessionID)
 }
