@@ -415,58 +415,48 @@ func (h *harness) concurrent(ctx context.Context, sessions, steps int) (Concurre
 }
 
 func (h *harness) roundTripFloor(ctx context.Context, n int) (Floor, error) {
-	pool, tracer, err := h.floorPool(ctx)
-	if err != nil {
-		return Floor{}, err
-	}
-	defer pool.Close()
-	if _, err := roundTrips(ctx, pool, min(n, 10)); err != nil { // warm the connection
-		return Floor{}, err
-	}
-	cpu0, sql0 := sampleCPU(ctx, pool), tracer.snapshot()
-	ds, err := roundTrips(ctx, pool, n)
-	if err != nil {
-		return Floor{}, err
-	}
-	sql1, cpu1 := tracer.snapshot(), sampleCPU(ctx, pool)
-	return Floor{Distribution: distribution(ds), SQL: profile(sql0, sql1, n, 4), CPU: cpuProfile(cpu0, cpu1, n)}, nil
+	return h.bareFloor(ctx, n, nil, roundTrips)
 }
 
-func (h *harness) commitFloor(ctx context.Context, n int) (_ Floor, err error) {
-	pool, tracer, err := h.floorPool(ctx)
-	if err != nil {
-		return Floor{}, err
-	}
-	defer pool.Close()
-	drop, err := probeTable(ctx, pool)
-	if err != nil {
-		return Floor{}, err
-	}
-	defer func() {
-		if derr := drop(); derr != nil && err == nil {
-			err = derr
-		}
-	}()
-	if _, err := commits(ctx, pool, min(n, 10)); err != nil { // prepare the statement on the connections
-		return Floor{}, err
-	}
-	cpu0, sql0 := sampleCPU(ctx, pool), tracer.snapshot()
-	ds, err := commits(ctx, pool, n)
-	if err != nil {
-		return Floor{}, err
-	}
-	sql1, cpu1 := tracer.snapshot(), sampleCPU(ctx, pool)
-	return Floor{Distribution: distribution(ds), SQL: profile(sql0, sql1, n, 4), CPU: cpuProfile(cpu0, cpu1, n)}, nil
+func (h *harness) commitFloor(ctx context.Context, n int) (Floor, error) {
+	return h.bareFloor(ctx, n, probeTable, commits)
 }
 
-// floorPool opens a pool like the engine's (openEnginePool) for a floor of
-// bare statements, with a tracer of its own: the engine's sweeps, which
-// share the engine's pool and its tracer, would count in the floor's
-// statements.
-func (h *harness) floorPool(ctx context.Context) (*pgxpool.Pool, *sqlTracer, error) {
+// bareFloor measures n samples of a floor of bare statements (sample) on
+// a pool like the engine's (openEnginePool) with a tracer of its own (the
+// engine's sweeps, which share the engine's pool and its tracer, would
+// count in the floor's statements), after setup (nil for none; its drop
+// runs at the end) and after warming the connections with up to 10
+// samples (which also prepares the statement).
+func (h *harness) bareFloor(ctx context.Context, n int, setup func(context.Context, *pgxpool.Pool) (func() error, error),
+	sample func(context.Context, *pgxpool.Pool, int) ([]time.Duration, error)) (_ Floor, err error) {
 	tracer := newSQLTracer()
 	pool, err := openEnginePool(ctx, h.cfg.DatabaseURL, h.cfg.MaxConns, tracer)
-	return pool, tracer, err
+	if err != nil {
+		return Floor{}, err
+	}
+	defer pool.Close()
+	if setup != nil {
+		drop, err := setup(ctx, pool)
+		if err != nil {
+			return Floor{}, err
+		}
+		defer func() {
+			if derr := drop(); derr != nil && err == nil {
+				err = derr
+			}
+		}()
+	}
+	if _, err := sample(ctx, pool, min(n, 10)); err != nil {
+		return Floor{}, err
+	}
+	cpu0, sql0 := sampleCPU(ctx, pool), tracer.snapshot()
+	ds, err := sample(ctx, pool, n)
+	if err != nil {
+		return Floor{}, err
+	}
+	sql1, cpu1 := tracer.snapshot(), sampleCPU(ctx, pool)
+	return Floor{Distribution: distribution(ds), SQL: profile(sql0, sql1, n, 4), CPU: cpuProfile(cpu0, cpu1, n)}, nil
 }
 
 func (h *harness) workflowFloor(ctx context.Context, wf dbos.Workflow[int, int], n int) (Floor, error) {

@@ -66,11 +66,14 @@ func (f *fence) Acquire(ctx context.Context, workflowID, owner string) (steps.Ti
 // stillOurs checks that the workflow is pending under this executor, still
 // owned by the execution whose token is owner.
 func (f *fence) stillOurs(ctx context.Context, workflowID, owner string) error {
-	ours, err := postgres.WorkflowStillOwned(ctx, postgres.PgxQuerier(f.pool), workflowID, f.id, &owner)
-	if err != nil {
-		return fmt.Errorf("engine: check that workflow %s is still this executor's: %w", workflowID, err)
+	ours := false
+	if owner != "" {
+		var err error
+		if ours, err = postgres.WorkflowStillOwned(ctx, postgres.PgxQuerier(f.pool), workflowID, f.id, &owner); err != nil {
+			return fmt.Errorf("engine: check that workflow %s is still this executor's: %w", workflowID, err)
+		}
 	}
-	if !ours || owner == "" {
+	if !ours {
 		return &TakenOverError{Reason: fmt.Sprintf("engine: workflow %s was taken over while this process waited for its executor lease: "+
 			"this execution runs nothing; the owner continues it", workflowID)}
 	}
