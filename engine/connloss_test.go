@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // cutProxy forwards 127.0.0.1 connections to a Postgres server and can cut
@@ -124,6 +126,9 @@ type ackLoss struct {
 	arm  string
 	ack  string
 	lost chan struct{}
+	// then, when set, runs once the connection was cut (an outage that
+	// begins with the loss).
+	then func()
 
 	mu    sync.Mutex
 	armed net.Conn
@@ -156,6 +161,9 @@ func (l *ackLoss) copy(dst, src, client net.Conn) {
 				l.done = true
 				close(l.lost)
 				l.mu.Unlock()
+				if l.then != nil {
+					l.then()
+				}
 				return // the caller closes both sides
 			}
 			l.mu.Unlock()
@@ -336,6 +344,18 @@ func TestConnectionCutWhileReplayingARecordedStep(t *testing.T) {
 	requireNoStepFailed(t, &buf)
 }
 
+// A connection lost while a workflow reads, at its start and before its
+// journal, whether its run was aborted (Env.Revive) is waited out. The
+// outage's error used to end the workflow failed in DBOS, its run left
+// running with nothing to run it (the chaos suite's chaos-lead-057: a
+// queued run's driver started during a Postgres restart).
+func TestConnectionLostWhileAWorkflowReadsWhetherItsRunWasAborted(t *testing.T) {
+	t.Parallel()
+	agent := &helix.Agent{Name: "greeter", Model: script(text("hello"))}
+	loss := newAckLossOn("coalesce(error_code, ''), coalesce(workflow_id, '')", "SELECT 1\x00")
+	runLosingAnAckLogged(t, pgtest.NewURL(t), loss, agent, "workflow.outage_retry")
+}
+
 // outage is how long TestSessionWaitsOutADatabaseOutage cuts the database
 // off: longer than a step's retries (steps.InfraRetries, with DBOS's
 // backoff about three seconds).
@@ -378,11 +398,95 @@ func TestSessionWaitsOutADatabaseOutage(t *testing.T) {
 	requireNoStepFailed(t, &buf)
 }
 
+// A model step whose stream write failed after some of its deltas were
+// written (the database unreachable for longer than the stream's retry
+// timeout) runs again with the step's retries, and the retry removes what
+// the failed attempt wrote (stream_resync) instead of writing it a second
+// time. The retry used to skip that check when the step knew its message
+// count from the run's previous commit (the chaos suite saw a step's deltas
+// twice).
+func TestModelStepRetriedAfterAFailedStreamWriteRepeatsNoChunk(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	var buf syncBuffer
+	written, proceed := make(chan struct{}), make(chan struct{})
+	var attempts atomic.Int32
+	agent := &helix.Agent{
+		Name:  "writer",
+		Tools: []*helix.Tool{noteTool(&executions{})},
+		Model: script(calls(call("n1", "note", `{"text":"x"}`)), func(_ helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			cb.TextDelta("first ")
+			if attempts.Add(1) == 1 {
+				written <- struct{}{}
+				<-proceed
+			}
+			cb.TextDelta("second")
+			return helix.StepResult{Type: helix.StepText, Content: "first second", StopReason: helix.StopEndTurn}, nil
+		}),
+	}
+	p, proxied := newCutProxy(t, dbURL)
+	logger := zerolog.New(&buf)
+	e := newEngineWith(t, engine.Config{DatabaseURL: proxied, Logger: &logger,
+		StoreOptions: []postgres.Option{postgres.WithRetryTimeout(200 * time.Millisecond)}}, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "write"}, nil)
+	require.NoError(t, err)
+	direct, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer func() { _ = direct.Close(context.WithoutCancel(t.Context())) }()
+	<-written
+	awaitRow(t, direct, `SELECT EXISTS (SELECT 1 FROM helix.stream_chunks WHERE step = 2)`) // step_start and the first delta
+	p.setDown(true)
+	p.cut()
+	close(proceed)
+	<-time.After(time.Second) // the scenario's input (longer than the 200 ms retry timeout), not a wait for a condition
+	p.setDown(false)
+
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Greater(t, attempts.Load(), int32(1), "the step ran again: the test tested something")
+	chunks := streamChunks(t, h)
+	var deltas []string
+	for _, d := range findChunks[*helix.TextDeltaChunk](chunks) {
+		deltas = append(deltas, d.Delta)
+	}
+	require.Equal(t, []string{"first ", "second"}, deltas, "each delta once")
+	require.Len(t, findChunks[*helix.StreamResyncChunk](chunks), 1, "the retry removed the failed attempt's chunks")
+	requireNoStepFailed(t, &buf)
+}
+
+// awaitRow waits until query (one boolean) answers true.
+func awaitRow(t *testing.T, direct *pgx.Conn, query string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var ok bool
+		require.NoError(t, direct.QueryRow(ctx, query).Scan(&ok))
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never answered true", query)
+		case <-tick.C:
+		}
+	}
+}
+
 // runLosingAnAck runs agent to completion on an engine whose connections
 // go through a proxy that loses the acknowledgement loss waits for, and
 // checks that one was lost and that the journal retried: it returns the
 // engine, the run's handle and the engine's log.
 func runLosingAnAck(t *testing.T, dbURL string, loss *ackLoss, agent *helix.Agent) (*engine.Engine, *engine.Handle, *syncBuffer) {
+	t.Helper()
+	return runLosingAnAckLogged(t, dbURL, loss, agent, "journal.retry")
+}
+
+// runLosingAnAckLogged is runLosingAnAck with the event of the retry
+// that the engine's log must hold.
+func runLosingAnAckLogged(t *testing.T, dbURL string, loss *ackLoss, agent *helix.Agent, event string) (*engine.Engine, *engine.Handle, *syncBuffer) {
 	t.Helper()
 	buf := &syncBuffer{}
 	p, proxied := newCutProxy(t, dbURL)
@@ -399,6 +503,6 @@ func runLosingAnAck(t *testing.T, dbURL string, loss *ackLoss, agent *helix.Agen
 	default:
 		t.Fatal("no acknowledgement was lost: the test did not test anything")
 	}
-	require.Contains(t, buf.String(), `"event":"journal.retry"`, "the journal retried the write whose acknowledgement was lost")
+	require.Contains(t, buf.String(), `"event":"`+event+`"`, "the engine retried the statement whose answer was lost")
 	return e, h, buf
 }

@@ -124,8 +124,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	env.HibernateAfter = max(cfg.HibernateAfter, 0)
 	env.Telemetry = steps.NewTelemetry(cfg.tracerProvider(), cfg.ExecutorID)
 	l := newLease(cfg.ExecutorLease)
-	env.DataSource, env.DBOS, env.Fence = ds, dctx, newFence(l, pool, cfg.ExecutorID)
+	f := newFence(l, pool, cfg.ExecutorID)
+	env.DataSource, env.DBOS, env.Fence = ds, dctx, f
 	e := &Engine{cfg: cfg, log: log, pool: pool, dbos: dctx, store: st, env: env, turn: workflows.Turn(env), lease: l, formats: formats}
+	f.log = log
 	env.Revive = e.revive
 	env.Probe = cfg.Probe
 	dbos.RegisterWorkflow(dctx, e.turn, dbos.WithWorkflowName(workflows.TurnName))

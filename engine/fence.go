@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 
 	"github.com/helix-agents/helix-dbos/steps"
 	"github.com/helix-agents/helix-dbos/store/postgres"
@@ -26,7 +27,8 @@ import (
 type fence struct {
 	lease *lease
 	pool  *pgxpool.Pool
-	id    string // this executor
+	id    string         // this executor
+	log   zerolog.Logger // hears of stillOurs's checks that an outage failed
 
 	mu      sync.Mutex
 	seq     uint64
@@ -34,7 +36,7 @@ type fence struct {
 }
 
 func newFence(l *lease, pool *pgxpool.Pool, executorID string) *fence {
-	return &fence{lease: l, pool: pool, id: executorID, current: map[string]uint64{}}
+	return &fence{lease: l, pool: pool, id: executorID, log: zerolog.Nop(), current: map[string]uint64{}}
 }
 
 var _ steps.Fence = (*fence)(nil)
@@ -64,12 +66,17 @@ func (f *fence) Acquire(ctx context.Context, workflowID, owner string) (steps.Ti
 }
 
 // stillOurs checks that the workflow is pending under this executor, still
-// owned by the execution whose token is owner.
+// owned by the execution whose token is owner. The check waits out a
+// database outage (the lease is often invalid because of one): its error
+// would end the workflow failed in DBOS, its run left running.
 func (f *fence) stillOurs(ctx context.Context, workflowID, owner string) error {
 	ours := false
 	if owner != "" {
-		var err error
-		if ours, err = postgres.WorkflowStillOwned(ctx, postgres.PgxQuerier(f.pool), workflowID, f.id, &owner); err != nil {
+		err := postgres.WaitOut(ctx, func() (err error) {
+			ours, err = postgres.WorkflowStillOwned(ctx, postgres.PgxQuerier(f.pool), workflowID, f.id, &owner)
+			return err
+		}, postgres.LogOutage(f.log, workflowID, "check that the workflow is still this executor's"))
+		if err != nil {
 			return fmt.Errorf("engine: check that workflow %s is still this executor's: %w", workflowID, err)
 		}
 	}

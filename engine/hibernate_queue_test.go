@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -228,4 +229,45 @@ func resumeAndApprove(t *testing.T, e *engine.Engine, sessionID string) *engine.
 	}, 30*time.Second, 10*time.Millisecond)
 	submit(t, e, sessionID, helix.Approve("t1", "ok"))
 	return h
+}
+
+// A database outage longer than a step's retries, beginning as a woken
+// queued run's continuation reads where its driver stopped (its last
+// segment), is waited out: the step used to fail after its retries (about
+// three seconds), ending the continuation failed in DBOS with its run left
+// running.
+func TestQueuedRunWokenDuringAnOutageCompletes(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	var runs sync.Map
+	agent := payer(&runs)
+	var buf syncBuffer
+	p, proxied := newCutProxy(t, url)
+	loss := newAckLossOn("coalesce(max(substr(workflow_uuid", "SELECT 1\x00")
+	loss.then = func() { p.setDown(true); p.cut() }
+	p.mu.Lock()
+	p.loss = loss
+	p.mu.Unlock()
+	log := zerolog.New(&buf)
+	e := newEngineWith(t, engine.Config{DatabaseURL: proxied, ExecutorID: "hibq-outage", HibernateAfter: 50 * time.Millisecond, Logger: &log,
+		RecordedRunSweepInterval: 100 * time.Millisecond, Queue: &engine.QueueConfig{PollingInterval: 20 * time.Millisecond}}, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := e.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("t1", "fine"))
+		answered <- err
+	}()
+	<-loss.lost
+	<-time.After(outage) // the scenario's input, not a wait for a condition
+	p.setDown(false)
+	require.NoError(t, <-answered)
+
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.Contains(t, buf.String(), `"event":"workflow.outage_retry"`, "the continuation waited the outage out")
+	requireNoStepFailed(t, &buf)
 }

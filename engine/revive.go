@@ -24,8 +24,18 @@ import (
 // runWF was aborted, the session tree is brought back (reviveTree). One
 // primary-key read when it was not, which is every execution but a DBOS
 // resume's.
+//
+// The read and the revival wait out a database outage (postgres.WaitOut):
+// an execution that returned the outage's error would end its workflow
+// failed in DBOS, leaving its run running with no workflow to run it.
 func (e *Engine) revive(ctx context.Context, sessionID, runID, runWF string) error {
-	status, code, wf, found, err := e.store.RunAbortState(ctx, runID)
+	var status helix.RunStatus
+	var code, wf string
+	var found bool
+	err := postgres.WaitOut(ctx, func() (err error) {
+		status, code, wf, found, err = e.store.RunAbortState(ctx, runID)
+		return err
+	}, postgres.LogOutage(e.log, runWF, "read whether the run was aborted"))
 	switch {
 	case err != nil:
 		return fmt.Errorf("engine: read run %s of session %s: %w", runID, sessionID, err)
@@ -34,7 +44,8 @@ func (e *Engine) revive(ctx context.Context, sessionID, runID, runWF string) err
 	case status != helix.RunFailed || code != helix.CodeAborted || wf != runWF:
 		return nil // not aborted; or a copy of the run's workflow (a DBOS fork), which runs nothing
 	}
-	return e.reviveTree(ctx, sessionID)
+	return postgres.WaitOut(ctx, func() error { return e.reviveTree(ctx, sessionID) },
+		postgres.LogOutage(e.log, runWF, "revive the aborted session "+sessionID))
 }
 
 // reviveTree revives an aborted session and the sub-agents the abort

@@ -3,11 +3,15 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -123,4 +127,33 @@ func TestFenceChecksTheOwnerAfterAWait(t *testing.T) {
 	set(`UPDATE dbos.workflow_status SET status = 'PENDING', owner_xid = 'elsewhere', executor_id = 'rec-b' WHERE workflow_uuid = $1`)
 	require.ErrorIs(t, f.stillOurs(t.Context(), workflowID, "elsewhere"), dbos.ErrConflictingWorkflowID, "dequeued by a peer")
 	require.ErrorIs(t, f.stillOurs(t.Context(), "no-such-workflow", owner), dbos.ErrConflictingWorkflowID, "no such workflow")
+}
+
+// The fence's check after a wait outlasts a database outage (its lease is
+// often invalid because of one): it does not fail the execution, whose
+// error would end its workflow failed in DBOS with its run left running.
+// The pool's connections are refused for three attempts, then accepted.
+func TestFenceCheckWaitsOutAnOutage(t *testing.T) {
+	url, workflowID := stoppedWithAPendingWorkflow(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	var dials atomic.Int32
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if dials.Add(1) <= 3 {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	direct, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	defer func() { _ = direct.Close(context.WithoutCancel(t.Context())) }()
+	var owner string
+	require.NoError(t, direct.QueryRow(t.Context(), `SELECT owner_xid FROM dbos.workflow_status WHERE workflow_uuid = $1`, workflowID).Scan(&owner))
+
+	f := newFence(newLease(time.Minute), pool, "rec-a")
+	require.NoError(t, f.stillOurs(t.Context(), workflowID, owner))
+	require.Greater(t, dials.Load(), int32(3), "the check met the refused connections")
 }

@@ -48,14 +48,21 @@ type ModelOutput struct {
 // is not nil, for the caller to write in the transaction that records the
 // step (one write for the whole step instead of two), or to hold for the
 // step's commit (HeldStarts).
+//
+// An attempt that follows a failed one (the step's retries) reads the
+// step's view as a re-execution does: the failed attempt may have written
+// some of its chunks, which the retry's would repeat.
 func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOutput] {
+	attempted := false
 	return func(ctx context.Context) (ModelOutput, error) {
+		retry := attempted
+		attempted = true
 		def, err := e.Agent(in.Run.AgentType)
 		if err != nil {
 			return ModelOutput{Failure: &Failure{Message: err.Error(), Code: helix.CodeInternal}}, nil
 		}
 		st := &store.StepView{MessageCount: in.MessageCount}
-		if in.MessageCount == 0 || def.Agent.SystemPromptFunc != nil {
+		if in.MessageCount == 0 || def.Agent.SystemPromptFunc != nil || retry {
 			if st, err = e.Store.ReadStep(ctx, store.ReadStepParams{
 				SessionID: in.Run.SessionID, RunID: in.Run.RunID, AfterStep: in.Step - 1, MinSequence: in.Run.StartSequence,
 			}); err != nil {

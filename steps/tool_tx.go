@@ -37,6 +37,10 @@ func (e *TxConnLostError) Error() string {
 
 func (e *TxConnLostError) Unwrap() error { return e.Err }
 
+// Transient reports true: the call runs again once the database answers
+// (postgres.Transient).
+func (e *TxConnLostError) Transient() bool { return true }
+
 // RetriesTx reports whether err is a serialization failure (40001) or a
 // deadlock (40P01): the transaction of a transactional tool's call that
 // fails so is rolled back and run again.

@@ -125,8 +125,10 @@ type ChunkWrite struct {
 // streamed tool arguments) are coalesced with other pending chunks into
 // batched inserts: Write returns once they are queued, and a failure surfaces
 // on a later Write, Flush or Close. Any other chunk is durable when Write
-// returns. Chunks of one writer keep their order. Writers are safe for
-// concurrent use.
+// returns. Chunks of one writer keep their order, with no gap: once a
+// write failed, the writer writes nothing more (the chunks it had queued
+// are dropped, and every later call returns the failure). Writers are safe
+// for concurrent use.
 type Writer interface {
 	Write(ctx context.Context, chunk helix.Chunk) error
 	// Queue queues any chunk the way deltas are: it goes out with the next

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -648,43 +646,19 @@ func (j *journal) recordError(err error) error {
 }
 
 // retry runs fn until it succeeds or fails with an error that is not an
-// infrastructure one, backing off from 100 ms to 2 s, for as long as ctx
-// lives: a workflow waits out a database outage, as DBOS's own writes do.
+// infrastructure one (postgres.WaitOut), for as long as ctx lives: a
+// workflow waits out a database outage, as DBOS's own writes do. fn's
+// context is not cancelled with ctx: a write in flight completes or fails.
 func (j *journal) retry(ctx context.Context, what string, fn func(context.Context) error) error {
 	db := context.WithoutCancel(ctx)
-	wait := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := fn(db)
-		if err == nil || !transient(err) {
-			return err
-		}
+	err := postgres.WaitOut(ctx, func() error { return fn(db) }, func(attempt int, err error) {
 		j.log.Warn().Str("event", "journal.retry").Str("workflowId", j.wfID).Int("attempt", attempt).Err(err).
 			Msgf("could not %s; retrying", what)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("workflow %s: %s: %w (last error: %w)", j.wfID, what, context.Cause(ctx), err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
+	})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("workflow %s: %s: %w", j.wfID, what, err)
 	}
-}
-
-// transient reports errors of the connection or the server's state, which
-// a new attempt may not meet: never the outcome of a statement.
-func transient(err error) bool {
-	var lost *steps.TxConnLostError
-	if errors.As(err, &lost) {
-		return true
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		c := pe.Code
-		return c[:2] == "08" || c[:3] == "57P" || c == "40001" || c == "40P01" || c == "53300"
-	}
-	var ne net.Error
-	var ce *pgconn.ConnectError
-	return pgconn.SafeToRetry(err) || errors.As(err, &ne) || errors.As(err, &ce) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.Timeout(err)
+	return err
 }
 
 // stepContext is what a step body gets: the workflow's context (its
@@ -849,7 +823,7 @@ func (j *journal) runDeferred(ctx dbos.Context, c context.Context, tx *jtx) ([]j
 	for _, d := range j.deferred {
 		o, err := d.body(stepContext{j.traced(ctx)}, pgxTx{tx})
 		if err != nil {
-			if transient(err) {
+			if postgres.Transient(err) {
 				return nil, err
 			}
 			return nil, &deferredError{d: d, out: o, err: err}
@@ -1027,7 +1001,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		})
 		o, ferr := fn(stepContext{j.traced(body)}, pgxTx{tx})
 		if ferr != nil {
-			if transient(ferr) || postgres.CommitRefused(ferr) {
+			if postgres.Transient(ferr) || postgres.CommitRefused(ferr) {
 				return ferr
 			}
 			// The body's error is its outcome: recorded without its

@@ -266,9 +266,9 @@ func driverHibernated(a steps.AwaitCall) steps.Outcome {
 // driver stopped: its last segment k, whose outcome names the call it
 // waits for.
 func stoppedAt(ctx dbos.Context, env *steps.Env, driver string) (k int, a steps.AwaitCall, err error) {
-	k, err = dbos.RunAsStep(ctx, func(ctx context.Context) (int, error) {
+	k, err = dbos.RunAsStep(ctx, outlasting(env, driver, "read the last segment", func(ctx context.Context) (int, error) {
 		return postgres.LastSegment(ctx, postgres.PgxQuerier(env.Store.Pool()), driver)
-	}, dbos.WithStepName(NameLastSegment), retries)
+	}), dbos.WithStepName(NameLastSegment), retries)
 	if err != nil {
 		return 0, a, err
 	}
@@ -305,13 +305,13 @@ func awaitReport(ctx dbos.Context, env *steps.Env, id, topic string) (steps.Outc
 		if !errors.Is(err, dbos.ErrTimeout) {
 			return steps.Outcome{}, fmt.Errorf("wait for workflow %s: %w", id, err)
 		}
-		st, err := dbos.RunAsStep(ctx, func(ctx context.Context) (string, error) {
+		st, err := dbos.RunAsStep(ctx, outlasting(env, id, "read the status of workflow "+id, func(ctx context.Context) (string, error) {
 			status, found, err := postgres.ReadWorkflowStatus(ctx, postgres.PgxQuerier(env.Store.Pool()), id)
 			if err == nil && !found {
 				err = fmt.Errorf("workflow %s has no status row in DBOS's system database", id)
 			}
 			return status, err
-		}, dbos.WithStepName(NameSegmentStatus), retries)
+		}), dbos.WithStepName(NameSegmentStatus), retries)
 		if err != nil {
 			return steps.Outcome{}, err
 		}
@@ -344,4 +344,19 @@ func reportTo(in TurnInput) string { return cmp.Or(in.ReportTo, in.Driver) }
 func awaitOutcome(step int, toolCallID string, deadlineAt int64, then []string) steps.Outcome {
 	return steps.Outcome{Status: helix.RunSuspendedClientTool, Steps: step,
 		Await: &steps.AwaitCall{ToolCallID: toolCallID, DeadlineAt: deadlineAt, Then: then}}
+}
+
+// outlasting makes the body of a driver's DBOS step that reads the
+// database wait out an outage (postgres.WaitOut), for as long as the
+// workflow lives, instead of failing after the step's retries (about three
+// seconds): the driver's error would end its workflow failed in DBOS and
+// leave its run running, with nothing to run it.
+func outlasting[R any](env *steps.Env, wfID, what string, fn func(context.Context) (R, error)) func(context.Context) (R, error) {
+	return func(ctx context.Context) (out R, err error) {
+		err = postgres.WaitOut(ctx, func() (err error) {
+			out, err = fn(ctx)
+			return err
+		}, postgres.LogOutage(env.Log, wfID, what))
+		return out, err
+	}
 }

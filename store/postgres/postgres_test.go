@@ -221,6 +221,46 @@ func TestWriterGuardDropsRefusedChunks(t *testing.T) {
 	}
 }
 
+// A chunk queued while an earlier batch of its writer is in flight is not
+// written once that batch failed: the stream would hold it after a gap (the
+// chaos suite saw a model step's later deltas without the first, then the
+// step's retry wrote them all again). The first batch's guard holds it
+// until the second chunk is queued, then refuses; the second batch's guard
+// would accept.
+func TestWriterWritesNothingAfterAFailedBatch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "gapless", AgentType: "a"})
+	require.NoError(t, err)
+	asked, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	lost := errors.New("the first batch could not be written")
+	w := st.NewWriter("gapless", &store.WriterOptions{Guard: func(context.Context) error {
+		if calls.Add(1) > 1 {
+			return nil
+		}
+		close(asked)
+		<-release
+		return lost
+	}})
+	delta := func(d string) helix.Chunk {
+		return &helix.TextDeltaChunk{Base: helix.Base{AgentID: "gapless", AgentType: "a"}, Delta: d}
+	}
+	require.NoError(t, w.Queue(ctx, delta("first")))
+	flushed := make(chan error, 1)
+	go func() { flushed <- w.Flush(ctx) }()
+	<-asked // the first batch is being written
+	require.NoError(t, w.Queue(ctx, delta("second")), "queued in the next batch")
+	close(release)
+	require.ErrorIs(t, <-flushed, lost)
+	require.ErrorIs(t, w.Flush(ctx), lost)
+
+	chunks, err := st.ReadChunks(ctx, "gapless", 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, chunks, "nothing of the writer after its failed batch")
+}
+
 // TestDeleteSessionLeavesNoRows proves that deleting a session tree takes
 // every row the steps of its sessions appended (messages, checkpoints with
 // their usage, stream chunks), although those tables have no foreign keys

@@ -201,13 +201,18 @@ func (b *batcher) flush(bt *batch) {
 	}
 }
 
-// guardItems drops the items of writers whose guard refuses the write now,
-// failing those writers; each writer's guard is asked once per batch.
+// guardItems drops the items of writers that failed (an earlier batch of
+// theirs was not written: their later chunks would follow a gap) and of
+// writers whose guard refuses the write now, failing those writers; each
+// writer's guard is asked once per batch.
 func guardItems(ctx context.Context, items []batchItem) []batchItem {
 	refused := map[*writer]bool{}
 	kept := items[:0]
 	for _, it := range items {
 		w := it.w
+		if err, _ := w.state(); err != nil {
+			continue
+		}
 		if w.guard != nil {
 			no, asked := refused[w]
 			if !asked {
