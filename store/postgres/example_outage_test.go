@@ -3,39 +3,36 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
-// Read through a database restart or failover: WaitOut retries the read
-// while it fails with a Transient error (logged by LogOutage), returns a
-// statement's own error at once, and gives up when the context ends.
+// Ride out a database restart: WaitOut runs a read again while it fails
+// with a Transient error (here the server's shutdown, twice, each retry
+// logged by LogOutage), and returns a statement's own error at once.
 func ExampleWaitOut() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, os.Getenv("HELIX_DATABASE_URL"))
-	if err != nil {
-		fmt.Println(err)
-		return
+	shutdown := &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"}
+	tries := 0
+	read := func() error { // a read of yours, e.g. pool.QueryRow(ctx, …).Scan(…)
+		if tries++; tries <= 2 {
+			return shutdown
+		}
+		return nil
 	}
-	defer pool.Close()
-	var n int
-	err = postgres.WaitOut(ctx, func() error {
-		return pool.QueryRow(ctx, `SELECT 40 + 2`).Scan(&n)
-	}, postgres.LogOutage(zerolog.New(os.Stderr), "order-42", "read the order"))
-	fmt.Println(n, err)
+	err := postgres.WaitOut(ctx, read, postgres.LogOutage(zerolog.Nop(), "order-42", "read the order"))
+	fmt.Println("tries:", tries, "error:", err)
 
-	err = postgres.WaitOut(ctx, func() error {
-		_, err := pool.Exec(ctx, `SELECT 1/0`)
-		return err
-	}, nil)
-	fmt.Println("transient:", postgres.Transient(err))
+	duplicate := &pgconn.PgError{Code: "23505", Message: "duplicate key value violates unique constraint"}
+	tries = 0
+	err = postgres.WaitOut(ctx, func() error { tries++; return duplicate }, nil)
+	fmt.Println("tries:", tries, "transient:", postgres.Transient(err))
 	// Output:
-	// 42 <nil>
-	// transient: false
+	// tries: 3 error: <nil>
+	// tries: 1 transient: false
 }
