@@ -400,11 +400,12 @@ func TestSessionWaitsOutADatabaseOutage(t *testing.T) {
 
 // A model step whose stream write failed after some of its deltas were
 // written (the database unreachable for longer than the stream's retry
-// timeout) runs again with the step's retries, and the retry removes what
-// the failed attempt wrote (stream_resync) instead of writing it a second
-// time. The retry used to skip that check when the step knew its message
-// count from the run's previous commit (the chaos suite saw a step's deltas
-// twice).
+// timeout) runs again once the database is back, however long the outage
+// (it used to fail the run after the step's retries, about three seconds),
+// and the retry removes what the failed attempt wrote (stream_resync)
+// instead of writing it a second time. The retry used to skip that check
+// when the step knew its message count from the run's previous commit (the
+// chaos suite saw a step's deltas twice).
 func TestModelStepRetriedAfterAFailedStreamWriteRepeatsNoChunk(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewURL(t)
@@ -438,7 +439,7 @@ func TestModelStepRetriedAfterAFailedStreamWriteRepeatsNoChunk(t *testing.T) {
 	p.setDown(true)
 	p.cut()
 	close(proceed)
-	<-time.After(time.Second) // the scenario's input (longer than the 200 ms retry timeout), not a wait for a condition
+	<-time.After(outage) // the scenario's input (longer than the 200 ms retry timeout and the step's retries), not a wait for a condition
 	p.setDown(false)
 
 	res := result(t, h)

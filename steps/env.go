@@ -36,9 +36,11 @@ const (
 )
 
 // InfraRetries is how many times a step is retried (with DBOS's backoff,
-// 100 ms doubling to 5 s) after an infrastructure error — a lost
-// connection, a failed write. Domain outcomes (model and tool errors) are
-// step outputs and never retried this way.
+// 100 ms doubling to 5 s) after an infrastructure error (a failed write,
+// a refused fence). A database outage (a lost or refused connection, a
+// server shutting down: postgres.Transient) is waited out instead, without
+// counting. Domain outcomes (model and tool errors) are step outputs and
+// never retried this way.
 const InfraRetries = 5
 
 // Env is what step bodies need: the store, the registered agents and a

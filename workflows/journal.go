@@ -668,26 +668,33 @@ type stepContext struct{ context.Context }
 
 // execute runs a step body with DBOS's step retry policy (InfraRetries
 // retries, 100 ms doubling to 5 s): an error is an infrastructure failure,
-// domain outcomes are outputs.
+// domain outcomes are outputs. A database outage (postgres.Transient) is
+// waited out for as long as the workflow lives, as the journal's writes
+// wait it out, backing off to 2 s: it counts against no retry, so a
+// restart or a failover longer than the retries does not fail the run.
 func execute[R any](ctx dbos.Context, name string, fn dbos.Step[R]) (R, error) {
 	sc := stepContext{ctx}
 	wait := 100 * time.Millisecond
 	var errs []error
-	for attempt := 0; ; attempt++ {
+	for {
 		out, err := fn(sc)
 		if err == nil || ctx.Err() != nil || errors.Is(err, dbos.ErrConflictingWorkflowID) {
 			return out, err
 		}
-		errs = append(errs, err)
-		if attempt == steps.InfraRetries {
-			return out, fmt.Errorf("step %s failed %d times: %w", name, attempt+1, errors.Join(errs...))
+		limit := 2 * time.Second
+		if !postgres.Transient(err) {
+			errs = append(errs, err)
+			if len(errs) > steps.InfraRetries {
+				return out, fmt.Errorf("step %s failed %d times: %w", name, len(errs), errors.Join(errs...))
+			}
+			limit = 5 * time.Second
 		}
 		select {
 		case <-ctx.Done():
 			return out, err
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, 5*time.Second)
+		wait = min(2*wait, limit)
 	}
 }
 
