@@ -177,6 +177,13 @@ func (l *ackLoss) copy(dst, src, client net.Conn) {
 	}
 }
 
+// goDown makes the server unreachable through the proxy: new connections
+// are refused, the open ones cut (setDown(false) brings it back).
+func (p *cutProxy) goDown() {
+	p.setDown(true)
+	p.cut()
+}
+
 // setDown makes the proxy close new connections at once (the server is
 // unreachable) or accept them again.
 func (p *cutProxy) setDown(down bool) {
@@ -386,8 +393,7 @@ func TestSessionWaitsOutADatabaseOutage(t *testing.T) {
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "write"}, nil)
 	require.NoError(t, err)
 	<-reached
-	p.setDown(true)
-	p.cut()
+	p.goDown()
 	close(proceed)
 	<-time.After(outage) // the scenario's input, not a wait for a condition
 	p.setDown(false)
@@ -436,8 +442,7 @@ func TestModelStepRetriedAfterAFailedStreamWriteRepeatsNoChunk(t *testing.T) {
 	defer func() { _ = direct.Close(context.WithoutCancel(t.Context())) }()
 	<-written
 	awaitRow(t, direct, `SELECT EXISTS (SELECT 1 FROM helix.stream_chunks WHERE step = 2)`) // step_start and the first delta
-	p.setDown(true)
-	p.cut()
+	p.goDown()
 	close(proceed)
 	<-time.After(outage) // the scenario's input (longer than the 200 ms retry timeout and the step's retries), not a wait for a condition
 	p.setDown(false)
@@ -458,22 +463,11 @@ func TestModelStepRetriedAfterAFailedStreamWriteRepeatsNoChunk(t *testing.T) {
 // awaitRow waits until query (one boolean) answers true.
 func awaitRow(t *testing.T, direct *pgx.Conn, query string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	require.Eventually(t, func() bool {
 		var ok bool
-		require.NoError(t, direct.QueryRow(ctx, query).Scan(&ok))
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s never answered true", query)
-		case <-tick.C:
-		}
-	}
+		require.NoError(t, direct.QueryRow(t.Context(), query).Scan(&ok))
+		return ok
+	}, 30*time.Second, 10*time.Millisecond, "%s never answered true", query)
 }
 
 // runLosingAnAck runs agent to completion on an engine whose connections

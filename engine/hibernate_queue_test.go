@@ -24,8 +24,13 @@ import (
 // (sweeps every 100 ms).
 func hibernatingQueued(t *testing.T, url, id string, agents ...*helix.Agent) *engine.Engine {
 	t.Helper()
-	return newEngineWith(t, engine.Config{DatabaseURL: url, ExecutorID: id, HibernateAfter: 50 * time.Millisecond,
-		RecordedRunSweepInterval: 100 * time.Millisecond, Queue: &engine.QueueConfig{PollingInterval: 20 * time.Millisecond}}, agents...)
+	return newEngineWith(t, hibernatingQueuedConfig(url, id), agents...)
+}
+
+// hibernatingQueuedConfig is the configuration of hibernatingQueued.
+func hibernatingQueuedConfig(url, id string) engine.Config {
+	return engine.Config{DatabaseURL: url, ExecutorID: id, HibernateAfter: 50 * time.Millisecond,
+		RecordedRunSweepInterval: 100 * time.Millisecond, Queue: &engine.QueueConfig{PollingInterval: 20 * time.Millisecond}}
 }
 
 // segment is a DBOS workflow of a queued run's segment: its ID, status,
@@ -245,13 +250,14 @@ func TestQueuedRunWokenDuringAnOutageCompletes(t *testing.T) {
 	var buf syncBuffer
 	p, proxied := newCutProxy(t, url)
 	loss := newAckLossOn("coalesce(max(substr(workflow_uuid", "SELECT 1\x00")
-	loss.then = func() { p.setDown(true); p.cut() }
+	loss.then = p.goDown
 	p.mu.Lock()
 	p.loss = loss
 	p.mu.Unlock()
 	log := zerolog.New(&buf)
-	e := newEngineWith(t, engine.Config{DatabaseURL: proxied, ExecutorID: "hibq-outage", HibernateAfter: 50 * time.Millisecond, Logger: &log,
-		RecordedRunSweepInterval: 100 * time.Millisecond, Queue: &engine.QueueConfig{PollingInterval: 20 * time.Millisecond}}, agent)
+	cfg := hibernatingQueuedConfig(proxied, "hibq-outage")
+	cfg.Logger = &log
+	e := newEngineWith(t, cfg, agent)
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "pay bob"}, nil)
 	require.NoError(t, err)
 	awaitHibernated(t, pool, h.RunID)

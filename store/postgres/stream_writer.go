@@ -204,31 +204,38 @@ func (b *batcher) flush(bt *batch) {
 // guardItems drops the items of writers that failed (an earlier batch of
 // theirs was not written: their later chunks would follow a gap) and of
 // writers whose guard refuses the write now, failing those writers; each
-// writer's guard is asked once per batch.
+// writer is decided once per batch.
 func guardItems(ctx context.Context, items []batchItem) []batchItem {
-	refused := map[*writer]bool{}
+	dropped := map[*writer]bool{}
 	kept := items[:0]
 	for _, it := range items {
 		w := it.w
-		if err, _ := w.state(); err != nil {
-			continue
+		drop, decided := dropped[w]
+		if !decided {
+			drop = w.refuses(ctx)
+			dropped[w] = drop
 		}
-		if w.guard != nil {
-			no, asked := refused[w]
-			if !asked {
-				if err := w.guard(ctx); err != nil {
-					w.fail(fmt.Errorf("store: write to stream %s: %w", w.streamID, err))
-					no = true
-				}
-				refused[w] = no
-			}
-			if no {
-				continue
-			}
+		if !drop {
+			kept = append(kept, it)
 		}
-		kept = append(kept, it)
 	}
 	return kept
+}
+
+// refuses reports whether w writes nothing now: it failed, or its guard
+// refuses (which fails it).
+func (w *writer) refuses(ctx context.Context) bool {
+	if err, _ := w.state(); err != nil {
+		return true
+	}
+	if w.guard == nil {
+		return false
+	}
+	if err := w.guard(ctx); err != nil {
+		w.fail(fmt.Errorf("store: write to stream %s: %w", w.streamID, err))
+		return true
+	}
+	return false
 }
 
 // recordedOutcome reads the outcome of a batch that committed although its
