@@ -95,10 +95,15 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 		return err
 	})
 	var own postgres.OrphanRun
-	if err == nil && woke != nil && c.woke != nil {
-		var ok bool
-		if own, ok = postgres.ParseWakeAnnouncement(*woke); ok {
-			c.woke(ctx, own, true)
+	if err == nil && woke != nil {
+		// Announced off the transaction's write path, so that its commit
+		// does not wait for Postgres's notification lock.
+		c.store.Announce(postgres.RunRecordedChannel, *woke)
+		if c.woke != nil {
+			var ok bool
+			if own, ok = postgres.ParseWakeAnnouncement(*woke); ok {
+				c.woke(ctx, own, true)
+			}
 		}
 	}
 	if release != nil {
@@ -132,8 +137,11 @@ func (c control) recordAnswer(ctx context.Context, pq *postgres.Pipelined, rootS
 		return res, "", nil
 	}
 	wf = rec.Call.WorkflowID
+	// In the caller's transaction (woke nil) the wake is announced at its
+	// commit; in the submission's own, after it (submit).
 	sql, args, err := recv.SendStatement(wf, sub.ToolCallID,
-		recv.Message{Kind: recv.KindSubmission, Submission: &sub, SubmittedAt: rec.Call.SubmittedAt}, recv.SubmissionKey(sub.ToolCallID))
+		recv.Message{Kind: recv.KindSubmission, Submission: &sub, SubmittedAt: rec.Call.SubmittedAt}, recv.SubmissionKey(sub.ToolCallID),
+		woke == nil)
 	if err != nil {
 		return res, wf, err
 	}
@@ -232,7 +240,7 @@ func (c control) interrupt(ctx context.Context, sessionID, reason string) error 
 		}
 		// Sent as answers are (helix.send_tool_message), so that it also
 		// wakes a hibernated run.
-		sql, args, err := recv.SendStatement(p.WorkflowID, p.ToolCallID, recv.Message{Kind: recv.KindWake}, recv.WakeKey(p.ToolCallID, nonce))
+		sql, args, err := recv.SendStatement(p.WorkflowID, p.ToolCallID, recv.Message{Kind: recv.KindWake}, recv.WakeKey(p.ToolCallID, nonce), true)
 		if err == nil {
 			_, err = c.pool.Exec(ctx, sql, args...)
 		}

@@ -47,7 +47,7 @@ func ExampleSendStatement() {
 	}
 	defer func() { _ = conn.Close(ctx) }()
 	sql, args, err := recv.SendStatement("session-1-turn-1", "call-1",
-		recv.Message{Kind: recv.KindWake}, recv.WakeKey("call-1", "request-7"))
+		recv.Message{Kind: recv.KindWake}, recv.WakeKey("call-1", "request-7"), true)
 	if err != nil {
 		fmt.Println(err)
 		return

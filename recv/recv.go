@@ -153,12 +153,16 @@ const CodeCancelled = "HX410"
 // serialization, one message per key and destination, and DBOS's trigger
 // wakes the waiting run. A workflow cancelled with DBOS's tools gets
 // nothing: the statement fails with [CodeCancelled] ([Cancelled]).
-func SendStatement(workflowID, toolCallID string, m Message, key string) (sql string, args []any, err error) {
+//
+// With announceWake the wake of a hibernated run is announced at the
+// transaction's commit; without, the caller announces the statement's
+// result after the commit (postgres.SendMessageStatement).
+func SendStatement(workflowID, toolCallID string, m Message, key string, announceWake bool) (sql string, args []any, err error) {
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return "", nil, fmt.Errorf("recv: encode the message for tool call %s: %w", toolCallID, err)
 	}
-	sql, args = postgres.SendMessageStatement(workflowID, Topic(toolCallID), base64.StdEncoding.EncodeToString(raw), key+"::"+workflowID)
+	sql, args = postgres.SendMessageStatement(workflowID, Topic(toolCallID), base64.StdEncoding.EncodeToString(raw), key+"::"+workflowID, announceWake)
 	return sql, args, nil
 }
 

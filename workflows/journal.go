@@ -871,7 +871,7 @@ func (j *journal) writeDeferred(ctx dbos.Context, recs []journalRecord) error {
 		}
 		all := append(append(append([]journalRecord(nil), j.pending...), first...), recs...)
 		sql, args := postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(all))
-		return tx.commitWith(c, sql, args...)
+		return tx.commitWith(c, j.log, sql, args...)
 	})
 	if err != nil {
 		var de *deferredError
@@ -1035,7 +1035,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 			}
 			last, args = postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(append(append(j.pending, first...), rec)))
 		}
-		err = tx.commitWith(c, last, args...)
+		err = tx.commitWith(c, j.log, last, args...)
 		if err != nil {
 			return err
 		}
@@ -1116,6 +1116,9 @@ func (t *jtx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	if !t.begun {
 		b.Queue(postgres.BeginSQL)
+		// Its notifications go after its COMMIT (commitWith), so that the
+		// commit does not wait for the notification lock.
+		b.Queue(postgres.AnnounceAfterCommitSQL)
 		t.begun = true
 	}
 	if t.held != nil {
@@ -1161,15 +1164,23 @@ func (t *jtx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 // commitWith runs a last statement (after the held writes) and commits,
-// in one round trip.
-func (t *jtx) commitWith(ctx context.Context, sql string, args ...any) error {
+// then sends the notifications the transaction left (AnnouncePendingSQL),
+// in one round trip. A failed announcement is logged with log: the
+// transaction committed.
+func (t *jtx) commitWith(ctx context.Context, log zerolog.Logger, sql string, args ...any) error {
 	b := t.batch()
 	b.Queue(sql, args...)
 	b.Queue(postgres.CommitSQL)
-	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+	b.Queue(postgres.AnnouncePendingSQL)
+	afterErr, err := postgres.SendCommit(ctx, t.conn, b, 1)
+	if err != nil {
 		return err
 	}
 	t.begun = false // committed
+	if afterErr != nil {
+		log.Warn().Err(afterErr).Str("event", "journal.announce_failed").
+			Msg("a committed step's notifications failed: readers and sweeps find what they announced at their next poll")
+	}
 	return nil
 }
 

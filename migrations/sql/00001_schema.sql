@@ -194,19 +194,88 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- helix.announces_after_commit reports whether the transaction leaves its
+-- NOTIFYs to a statement after its COMMIT (SET LOCAL
+-- helix.announce_after_commit = on; helix.announce, helix.announce_pending).
+-- Postgres takes its notification queue lock at the commit of a
+-- transaction that notifies and holds it until the commit record is
+-- flushed, so the commits of every notifying transaction of the cluster
+-- wait for each other's disk flush; a transaction that only notifies
+-- writes no WAL and holds the lock for microseconds (docs/performance.md,
+-- "The notification lock").
+CREATE FUNCTION helix.announces_after_commit() RETURNS boolean
+LANGUAGE sql STABLE AS $$ SELECT coalesce(current_setting('helix.announce_after_commit', true), '') = 'on' $$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.announce sends NOTIFY payload on channel: at once (delivered at
+-- the transaction's commit), or, when the transaction announces after its
+-- commit, by the caller's helix.announce_pending after the COMMIT. The
+-- pending announcements are kept in a session setting, which a rollback
+-- reverts with the transaction.
+CREATE FUNCTION helix.announce(channel text, payload text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF helix.announces_after_commit() THEN
+        PERFORM set_config('helix.unannounced',
+            coalesce(current_setting('helix.unannounced', true), '') || channel || E'\x1f' || payload || E'\x1e', false);
+    ELSE
+        PERFORM pg_notify(channel, payload);
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.announce_pending sends the announcements the session's committed
+-- transactions left to it (helix.announce) and returns how many. Run
+-- after the COMMIT, as a transaction of its own, it writes no WAL: its
+-- commit flushes nothing under the notification lock.
+CREATE FUNCTION helix.announce_pending() RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    pending text := coalesce(current_setting('helix.unannounced', true), '');
+    n integer := 0;
+    e text;
+BEGIN
+    IF pending = '' THEN
+        RETURN 0;
+    END IF;
+    PERFORM set_config('helix.unannounced', '', false);
+    FOR e IN SELECT DISTINCT x FROM unnest(string_to_array(rtrim(pending, E'\x1e'), E'\x1e')) x LOOP
+        PERFORM pg_notify(split_part(e, E'\x1f', 1), substr(e, strpos(e, E'\x1f') + 1));
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.wake_announcement is the announcement of continuation r.wakes of
+-- the woken run r, whose session's agent is agent (helix.wake_run).
+CREATE FUNCTION helix.wake_announcement(r helix.runs, agent text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT concat_ws(E'\t', r.run_id, r.session_id, r.workflow_id, r.wakes, agent,
+        coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''), coalesce(r.queue_priority, 0))
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- helix.wake_run wakes the hibernated run whose workflow is wf, if any,
 -- and returns its announcement (NULL when it woke none): its next
 -- continuation is due, announced on helix_run_recorded (a woken run is
--- started like a recorded one). The announcement carries what starting
--- the continuation needs, tab-separated: run ID, session ID, workflow ID,
--- the continuation's number, the agent type and a queued run's admission
--- (queue, partition key, priority; empty and 0 for a run that starts at
--- once) (store/postgres's ParseWakeAnnouncement), so that a starter reads
--- nothing more. Called by
+-- started like a recorded one; helix.announce). The
+-- announcement carries what starting the continuation needs, tab-separated:
+-- run ID, session ID, workflow ID, the continuation's number, the agent
+-- type and a queued run's admission (queue, partition key, priority; empty
+-- and 0 for a run that starts at once) (store/postgres's
+-- ParseWakeAnnouncement), so that a starter reads nothing more. Called by
 -- every message sent to a run (helix.send_tool_message, which returns it:
 -- the sender may start the continuation at once) and by the deadline
--- sweep.
-CREATE FUNCTION helix.wake_run(wf text) RETURNS text
+-- sweep. With announce false the caller announces it after its commit,
+-- off its write path (store/postgres's Store.Announce).
+CREATE FUNCTION helix.wake_run(wf text, announce boolean DEFAULT true) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     woke text;
@@ -222,10 +291,9 @@ BEGIN
     FROM helix.sessions s
     WHERE r.workflow_id = wf AND r.hibernated_at IS NOT NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
       AND s.session_id = r.session_id
-    RETURNING concat_ws(E'\t', r.run_id, r.session_id, r.workflow_id, r.wakes, s.agent_type,
-        coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''), coalesce(r.queue_priority, 0)) INTO woke;
-    IF woke IS NOT NULL THEN
-        PERFORM pg_notify('helix_run_recorded', woke);
+    RETURNING helix.wake_announcement(r, s.agent_type) INTO woke;
+    IF woke IS NOT NULL AND announce THEN
+        PERFORM helix.announce('helix_run_recorded', woke);
     END IF;
     RETURN woke;
 END
@@ -242,7 +310,11 @@ $$;
 -- error, and it runs again, instead of missing the wake.
 CREATE FUNCTION helix.notify_run_status() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('helix_run_status', NEW.run_id);
+    -- Announced when a waiter on the run returns (engine.Handle: an end,
+    -- a suspension); not on its return to running, which wakes nobody.
+    IF NEW.status <> 'running' THEN
+        PERFORM helix.announce('helix_run_status', NEW.run_id);
+    END IF;
     IF NEW.status IN ('completed', 'failed', 'interrupted') THEN
         PERFORM helix.wake_run(p.workflow_id) FROM (SELECT r.workflow_id, r.hibernated_at FROM helix.sessions s
                 JOIN helix.runs r ON r.session_id = s.parent_session_id
@@ -849,11 +921,19 @@ $$;
 -- helix.send_tool_message sends a DBOS message to workflow dest inside the
 -- caller's transaction (HX404: no such workflow; HX410: cancelled) and
 -- returns the announcement of the hibernated run it woke (helix.wake_run),
--- NULL when it woke none.
-CREATE FUNCTION helix.send_tool_message(dest text, msg_topic text, msg text, msg_uuid text) RETURNS text
+-- NULL when it woke none. A hibernated run that is not queued gets no
+-- message, only the wake: its continuation reads the answer from the
+-- session's pending call, recorded in the same transaction (a live wait
+-- is woken by DBOS's trigger on the message, a hibernated queued driver
+-- takes the message); a message would make the transaction notify
+-- (DBOS's trigger), which an answer to a hibernated run need not do. With
+-- announce false the wake is not announced in the transaction: the caller
+-- announces the returned announcement after its commit (helix.wake_run).
+CREATE FUNCTION helix.send_tool_message(dest text, msg_topic text, msg text, msg_uuid text, announce boolean DEFAULT true) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     wf_status text;
+    asleep boolean;
 BEGIN
     SELECT status INTO wf_status FROM dbos.workflow_status WHERE workflow_uuid = dest;
     IF wf_status IS NULL THEN
@@ -863,10 +943,17 @@ BEGIN
     IF wf_status = 'CANCELLED' THEN
         RAISE EXCEPTION 'workflow % was cancelled: nothing will take a message sent to it', dest USING ERRCODE = 'HX410';
     END IF;
-    INSERT INTO dbos.notifications (destination_uuid, topic, message, serialization, message_uuid, created_at_epoch_ms)
-    VALUES (dest, msg_topic, msg, 'DBOS_JSON', msg_uuid, (EXTRACT(EPOCH FROM now()) * 1000)::bigint)
-    ON CONFLICT (message_uuid) DO NOTHING;
-    RETURN helix.wake_run(dest);
+    -- Locked before the decision, as helix.wake_run locks it: a
+    -- hibernation that locks the row after this transaction sees the
+    -- message (and does not hibernate).
+    SELECT r.hibernated_at IS NOT NULL AND r.queue IS NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
+    INTO asleep FROM helix.runs r WHERE r.workflow_id = dest FOR NO KEY UPDATE;
+    IF NOT coalesce(asleep, false) THEN
+        INSERT INTO dbos.notifications (destination_uuid, topic, message, serialization, message_uuid, created_at_epoch_ms)
+        VALUES (dest, msg_topic, msg, 'DBOS_JSON', msg_uuid, (EXTRACT(EPOCH FROM now()) * 1000)::bigint)
+        ON CONFLICT (message_uuid) DO NOTHING;
+    END IF;
+    RETURN helix.wake_run(dest, announce);
 END
 $$;
 -- +goose StatementEnd
@@ -908,8 +995,12 @@ CREATE TRIGGER executors_format_level_reset BEFORE UPDATE ON helix.executors
 -- +goose Down
 DROP TABLE helix.executors;
 DROP FUNCTION helix.executors_format_level_reset();
-DROP FUNCTION helix.send_tool_message(text, text, text, text);
-DROP FUNCTION helix.wake_run(text);
+DROP FUNCTION helix.send_tool_message(text, text, text, text, boolean);
+DROP FUNCTION helix.wake_run(text, boolean);
+DROP FUNCTION helix.wake_announcement(helix.runs, text);
+DROP FUNCTION helix.announce_pending();
+DROP FUNCTION helix.announce(text, text);
+DROP FUNCTION helix.announces_after_commit();
 DROP FUNCTION helix.run_workflow_ids(text);
 DROP FUNCTION helix.current_workflow_id(text, integer);
 DROP FUNCTION helix.wake_workflow_id(text, integer);

@@ -143,7 +143,7 @@ func TestHibernateRunRacesAnAnswer(t *testing.T) {
 	_, err = st.Pool().Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('wf-s', 'PENDING', 0)`)
 	require.NoError(t, err)
 	send := func(q postgres.Querier, topic, key string) error {
-		sql, args := postgres.SendMessageStatement("wf-s", topic, "e30=", key)
+		sql, args := postgres.SendMessageStatement("wf-s", topic, "e30=", key, true)
 		_, err := q.Exec(ctx, sql, args...)
 		return err
 	}
@@ -197,17 +197,11 @@ func TestSendToolMessageAnnouncesTheWake(t *testing.T) {
 	ctx := t.Context()
 	st := newClusterStore(t)
 	pool := st.Pool()
-	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "s1", AgentType: "payer"})
-	require.NoError(t, err)
-	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "r1", SessionID: "s1", Turn: 1,
-		Status: helix.RunSuspendedClientTool, WorkflowID: "s1-turn-1"})
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('s1-turn-1', 'SUCCESS', 0)`)
-	require.NoError(t, err)
+	runOfS1(t, st, helix.RunSuspendedClientTool)
 
 	send := func(key string) *string {
 		t.Helper()
-		sql, args := postgres.SendMessageStatement("s1-turn-1", "topic", "e30=", key)
+		sql, args := postgres.SendMessageStatement("s1-turn-1", "topic", "e30=", key, true)
 		var woke *string
 		require.NoError(t, pool.QueryRow(ctx, sql, args...).Scan(&woke))
 		return woke

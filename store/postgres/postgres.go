@@ -119,6 +119,8 @@ type shared struct {
 	closed   bool
 	batcher  *batcher
 	notifier *notifier
+	// announcer sends the notifications callers leave to it (Announce).
+	announcer *announcer
 	// watchers are the LISTEN connections of Watch, by channel.
 	watchers map[string]*notifier
 
@@ -196,8 +198,11 @@ func (s *Store) Close() error {
 		return nil
 	}
 	sh.closed = true
-	b, n, ws := sh.batcher, sh.notifier, sh.watchers
+	b, n, ws, a := sh.batcher, sh.notifier, sh.watchers, sh.announcer
 	sh.mu.Unlock()
+	if a != nil {
+		a.stop() // sends what is queued
+	}
 	var errs []error
 	if b != nil {
 		errs = append(errs, b.close())
@@ -262,6 +267,32 @@ func (s *Store) Watching(channel, key string) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return len(n.subs[key])
+}
+
+// Announce sends NOTIFY payload on channel in a statement of its own,
+// shortly after it returns: for a notification of writes that committed,
+// sent off the caller's write path. Announcements queued while one is
+// being sent go out together, in one statement. They are hints: one that
+// fails is logged (event announce.failed), and what it announced is found
+// by the engines' sweeps and the readers' polls. Close sends what is
+// queued. On a closed store it does nothing.
+func (s *Store) Announce(channel, payload string) {
+	sh := s.shared
+	sh.mu.Lock()
+	if sh.closed {
+		sh.mu.Unlock()
+		return
+	}
+	if sh.announcer == nil {
+		exec := func(ctx context.Context, sql string, args ...any) error {
+			_, err := sh.pool.Exec(ctx, sql, args...)
+			return err
+		}
+		sh.announcer = newAnnouncer(exec, sh.opts.logger)
+	}
+	a := sh.announcer
+	sh.mu.Unlock()
+	a.announce(channel, payload)
 }
 
 // errClosed is returned by stream operations on a closed store.

@@ -129,6 +129,49 @@ func (p *Pipelined) DeferRow(sql string, scan func(pgx.Row) error, args ...any) 
 	p.held = append(p.held, heldStatement{sql: sql, args: args, scan: scan})
 }
 
+// readResults reads the results of the first n statements of b from br,
+// calling the callbacks of those queued with one; at the first error it
+// closes br and returns that error.
+func readResults(br pgx.BatchResults, b *pgx.Batch, n int) error {
+	for i := range n {
+		var err error
+		if fn := b.QueuedQueries[i].Fn; fn != nil {
+			err = fn(br) // a statement held with DeferRow, or queued with a callback
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return nil
+}
+
+// SendCommit sends b, a batch whose last statements are a COMMIT and
+// then after statements that run once it committed, each a transaction of
+// its own (after a failed statement Postgres skips the rest of the
+// batch). err is the transaction's: the first error of a statement up to
+// the COMMIT. afterErr is the first error of an after statement, whose
+// transaction then committed all the same.
+func SendCommit(ctx context.Context, q interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}, b *pgx.Batch, after int) (afterErr, err error) {
+	br := q.SendBatch(ctx, b)
+	if err := readResults(br, b, b.Len()-after); err != nil {
+		return nil, err
+	}
+	for range after {
+		if _, aerr := br.Exec(); aerr != nil && afterErr == nil {
+			afterErr = aerr
+		}
+	}
+	if cerr := br.Close(); cerr != nil && afterErr == nil {
+		afterErr = cerr
+	}
+	return afterErr, nil
+}
+
 // batch returns a batch of the held statements (nil when none) and forgets
 // them.
 func (p *Pipelined) batch() *pgx.Batch {
@@ -184,17 +227,8 @@ func QueryAfter(ctx context.Context, q interface {
 	n := b.Len()
 	b.Queue(sql, args...)
 	br := q.SendBatch(ctx, b)
-	for i := range n {
-		var err error
-		if fn := b.QueuedQueries[i].Fn; fn != nil {
-			err = fn(br) // a statement held with DeferRow, or queued with a callback
-		} else {
-			_, err = br.Exec()
-		}
-		if err != nil {
-			_ = br.Close()
-			return nil, err
-		}
+	if err := readResults(br, b, n); err != nil {
+		return nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {

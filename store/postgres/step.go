@@ -161,7 +161,7 @@ const commitStepSQL = `WITH sess AS (
 		SELECT ok.key, ok.latest_seq + sum(u.n) OVER (ORDER BY u.ord), u.n, NULLIF(u.r, ''), u.s, u.c
 		FROM ok, unnest($18::json[], $19::int[], $20::text[], $24::int[]) WITH ORDINALITY AS u(c, s, r, n, ord)
 	), note AS (
-		SELECT pg_notify($22, $16) FROM ok
+		SELECT helix.announce($22, $16) FROM ok
 	)
 	SELECT CASE WHEN EXISTS (SELECT 1 FROM ok) AND ($17::int < 0 OR EXISTS (SELECT 1 FROM run))
 			THEN (SELECT version FROM sess) ELSE helix.refuse_step_commit($1) END,

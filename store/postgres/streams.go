@@ -59,7 +59,7 @@ func insertChunksStatement(input, dropped string) string {
 		INSERT INTO helix.stream_write_batches (batch_id, streams)
 		SELECT $6, COALESCE((SELECT array_agg(stream_id) FROM upd), '{}') WHERE $6::uuid IS NOT NULL
 	), notified AS (
-		SELECT pg_notify($7, p) FROM unnest($8::text[]) AS p WHERE EXISTS (SELECT 1 FROM upd)
+		SELECT helix.announce($7, p) FROM unnest($8::text[]) AS p WHERE EXISTS (SELECT 1 FROM upd)
 	), dropped AS (
 		` + dropped + `
 	)
@@ -123,7 +123,7 @@ func insertStreamChunksStatement(input, dropped string) string {
 		SELECT $6, CASE WHEN EXISTS (SELECT 1 FROM upd) THEN ARRAY[($1::text[])[1]] ELSE '{}' END
 		WHERE $6::uuid IS NOT NULL
 	), notified AS (
-		SELECT pg_notify($7, p) FROM unnest($8::text[]) AS p WHERE EXISTS (SELECT 1 FROM upd)
+		SELECT helix.announce($7, p) FROM unnest($8::text[]) AS p WHERE EXISTS (SELECT 1 FROM upd)
 	), dropped AS (
 		` + dropped + `
 	)
@@ -417,7 +417,7 @@ func lockStream(ctx context.Context, q Querier, streamID string) (helix.StreamSt
 // notify sends the stream's NOTIFY inside q's transaction (delivered on
 // commit).
 func (s *Store) notify(ctx context.Context, q Querier, streamID string) error {
-	_, err := q.Exec(ctx, `SELECT pg_notify($1, $2)`, s.shared.opts.notifyChannel, streamID)
+	_, err := q.Exec(ctx, `SELECT helix.announce($1, $2)`, s.shared.opts.notifyChannel, streamID)
 	return err
 }
 

@@ -89,14 +89,41 @@ UPDATE dbos.notifications n SET consumed = true, consumed_by_function_id = $3
 FROM oldest o WHERE n.message_uuid = o.message_uuid
 RETURNING true`
 
+// AnnounceAfterCommitSQL makes the rest of a transaction leave its
+// notifications (the status of the runs it changes, their wakes from
+// hibernation, its stream writes: helix.announce) to its caller, who sends
+// them after the COMMIT with [AnnouncePendingSQL], in the same round trip.
+// Postgres takes its notification queue lock at the commit of a
+// transaction that notifies and holds it until the commit record is
+// flushed, so the commits of every notifying transaction wait for each
+// other's disk flush; a transaction that only notifies writes nothing to
+// flush.
+const AnnounceAfterCommitSQL = "SET LOCAL helix.announce_after_commit = on"
+
+// AnnouncePendingSQL sends the notifications that the connection's
+// committed transactions left to their caller ([AnnounceAfterCommitSQL];
+// helix.announce_pending). It goes after the COMMIT
+// ([Pipelined.AfterCommit], [SendCommit]); notifications are hints, and
+// what a lost one announced is found by the engines' sweeps and the
+// readers' polls.
+const AnnouncePendingSQL = "SELECT helix.announce_pending()"
+
 // SendMessageStatement returns the statement that sends a message to
 // workflowID on topic, as DBOS's Send does (helix.send_tool_message):
-// payload is the message in DBOS's serialization
-// (base64 of its JSON), and key its idempotency key: one message per key,
-// and DBOS's trigger wakes the waiting run. For a caller that sends it
-// with the other statements of its transaction, so the message commits
-// with them. A workflow cancelled with DBOS's tools gets nothing: the
-// statement fails with SQLSTATE HX410.
-func SendMessageStatement(workflowID, topic, payload, key string) (sql string, args []any) {
-	return `SELECT helix.send_tool_message($1, $2, $3, $4)`, []any{workflowID, topic, payload, key}
+// payload is the message in DBOS's serialization (base64 of its JSON), and
+// key its idempotency key: one message per key, and DBOS's trigger wakes
+// the waiting run. For a caller that sends it with the other statements of
+// its transaction, so the message commits with them. A workflow cancelled
+// with DBOS's tools gets nothing: the statement fails with SQLSTATE HX410.
+//
+// A hibernated run that is not queued gets no message, only its wake
+// (helix.wake_run): its continuation reads the answer from the session's
+// pending call. The statement returns the wake's announcement (NULL when
+// it woke none). With announceWake the announcement goes out at the
+// transaction's commit; without, the caller announces it once the
+// transaction committed ([Store.Announce] on [RunRecordedChannel]), so
+// that the transaction does not notify: the commits of transactions that
+// notify wait for each other on Postgres's notification lock.
+func SendMessageStatement(workflowID, topic, payload, key string, announceWake bool) (sql string, args []any) {
+	return `SELECT helix.send_tool_message($1, $2, $3, $4, $5)`, []any{workflowID, topic, payload, key, announceWake}
 }
