@@ -175,8 +175,13 @@ type streamWrite struct {
 }
 
 // insertChunks runs insertChunksSQL; token may be uuid.Nil for no token.
+// Outside a transaction of the caller's (the store's own statements on its
+// pool) the readers' notification is sent after the statement, off its
+// write path (Store.Announce): a statement that notifies holds Postgres's
+// notification lock until its commit is flushed. In a caller's
+// transaction it goes out at that transaction's commit.
 func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChunk, token uuid.UUID) (map[string]streamWrite, error) {
-	sql, args, err := s.insertChunksArgs(chunks, token)
+	sql, args, payloads, err := s.insertChunksArgs(chunks, token, !s.inTx)
 	if err != nil {
 		return nil, err
 	}
@@ -185,16 +190,23 @@ func (s *Store) insertChunks(ctx context.Context, q Querier, chunks []encodedChu
 		return nil, err
 	}
 	defer rows.Close()
-	return scanChunkWrites(rows, len(chunks))
+	res, err := scanChunkWrites(rows, len(chunks))
+	if err == nil {
+		for _, p := range payloads {
+			s.Announce(s.shared.opts.notifyChannel, p)
+		}
+	}
+	return res, err
 }
 
 // insertChunksArgs packs chunks into rows and returns the statement that
 // appends them (insertStreamChunksSQL for one stream, else insertChunksSQL)
-// and its arguments.
-func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string, []any, error) {
+// and its arguments. With later the statement notifies nothing, and later
+// are the notifications its caller sends once it succeeded.
+func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID, announceLater bool) (sql string, args []any, later []string, err error) {
 	packed, err := packChunks(chunks)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	n := len(packed)
 	ids, bodies, runIDs := make([]string, n), make([]string, n), make([]string, n)
@@ -220,16 +232,20 @@ func (s *Store) insertChunksArgs(chunks []encodedChunk, token uuid.UUID) (string
 	if token != uuid.Nil {
 		tok = token
 	}
-	args := []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, notifyPayloads(distinct), counts}
+	payloads := notifyPayloads(distinct)
+	if announceLater {
+		later, payloads = payloads, []string{}
+	}
+	args = []any{ids, bodies, steps, runIDs, attempts, tok, s.shared.opts.notifyChannel, payloads, counts}
 	switch {
 	case fenceWFs != nil && len(distinct) == 1:
-		return insertFencedStreamChunksSQL, append(args, fenceWFs, fenceOwners), nil
+		return insertFencedStreamChunksSQL, append(args, fenceWFs, fenceOwners), later, nil
 	case fenceWFs != nil:
-		return insertFencedChunksSQL, append(args, fenceWFs, fenceOwners), nil
+		return insertFencedChunksSQL, append(args, fenceWFs, fenceOwners), later, nil
 	case len(distinct) == 1:
-		return insertStreamChunksSQL, args, nil
+		return insertStreamChunksSQL, args, later, nil
 	}
-	return insertChunksSQL, args, nil
+	return insertChunksSQL, args, later, nil
 }
 
 // scanChunkWrites reads insertChunksSQL's per-stream outcomes.
@@ -366,7 +382,7 @@ func (s *Store) AppendHeld(ctx context.Context, streamID string, chunks []store.
 	if err != nil {
 		return err
 	}
-	sql, args, err := s.insertChunksArgs(enc, uuid.Nil)
+	sql, args, _, err := s.insertChunksArgs(enc, uuid.Nil, false)
 	if err != nil {
 		return fmt.Errorf("store: append to stream %s: %w", streamID, err)
 	}
@@ -387,7 +403,7 @@ func (s *Store) QueueAppend(b *pgx.Batch, streamID string, chunks []store.ChunkW
 	if err != nil {
 		return err
 	}
-	sql, args, err := s.insertChunksArgs(enc, uuid.Nil)
+	sql, args, _, err := s.insertChunksArgs(enc, uuid.Nil, false)
 	if err != nil {
 		return fmt.Errorf("store: append to stream %s: %w", streamID, err)
 	}
