@@ -704,16 +704,22 @@ func (w *waitingRun) drain(ctx context.Context) error {
 	return nil
 }
 
-// awaitCompleted returns once every session completed, and records the
-// outcome.
+// awaitCompleted returns once every session completed and the workflows
+// of its runs ended (a run's last commit completes its session; its
+// workflow records its outcome just after: worker B, stopped next, must
+// not cut that short), and records the outcome.
 func (w *waitingRun) awaitCompleted(ctx context.Context) error {
 	o, n := &w.r.Outcome, w.cfg.Sessions
 	count := func(ctx context.Context) (int, error) {
-		if err := w.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(step_count), 0) FROM helix.sessions
-			WHERE agent_type = $1 AND status = 'completed'`, WaitingAgentName).Scan(&o.Completed, &o.Steps); err != nil {
+		var ended int
+		if err := w.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(step_count), 0),
+				count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM helix.runs r JOIN dbos.workflow_status w
+					ON w.workflow_uuid IN (r.workflow_id, helix.current_workflow_id(r.workflow_id, r.wakes))
+					WHERE r.session_id = s.session_id AND w.status = 'PENDING'))
+			FROM helix.sessions s WHERE agent_type = $1 AND status = 'completed'`, WaitingAgentName).Scan(&o.Completed, &o.Steps, &ended); err != nil {
 			return 0, fmt.Errorf("bench: count the completed sessions: %w", err)
 		}
-		return o.Completed, nil
+		return ended, nil
 	}
 	if err := w.awaitAll(ctx, "drain", "completed", phaseTimeout(n), pollEvery(50*time.Millisecond, n/5), count, w.b); err != nil {
 		return err
