@@ -252,16 +252,6 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- helix.wake_announcement is the announcement of continuation r.wakes of
--- the woken run r, whose session's agent is agent (helix.wake_run).
-CREATE FUNCTION helix.wake_announcement(r helix.runs, agent text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT concat_ws(E'\t', r.run_id, r.session_id, r.workflow_id, r.wakes, agent,
-        coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''), coalesce(r.queue_priority, 0))
-$$;
--- +goose StatementEnd
-
--- +goose StatementBegin
 -- helix.wake_run wakes the hibernated run whose workflow is wf, if any,
 -- and returns its announcement (NULL when it woke none): its next
 -- continuation is due, announced on helix_run_recorded (a woken run is
@@ -291,7 +281,8 @@ BEGIN
     FROM helix.sessions s
     WHERE r.workflow_id = wf AND r.hibernated_at IS NOT NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
       AND s.session_id = r.session_id
-    RETURNING helix.wake_announcement(r, s.agent_type) INTO woke;
+    RETURNING concat_ws(E'\t', r.run_id, r.session_id, r.workflow_id, r.wakes, s.agent_type,
+        coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''), coalesce(r.queue_priority, 0)) INTO woke;
     IF woke IS NOT NULL AND announce THEN
         PERFORM helix.announce('helix_run_recorded', woke);
     END IF;
@@ -997,7 +988,6 @@ DROP TABLE helix.executors;
 DROP FUNCTION helix.executors_format_level_reset();
 DROP FUNCTION helix.send_tool_message(text, text, text, text, boolean);
 DROP FUNCTION helix.wake_run(text, boolean);
-DROP FUNCTION helix.wake_announcement(helix.runs, text);
 DROP FUNCTION helix.announce_pending();
 DROP FUNCTION helix.announce(text, text);
 DROP FUNCTION helix.announces_after_commit();
