@@ -78,6 +78,28 @@ func (e *Engine) control() control {
 }
 
 func (c control) submit(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
+	// The common path in one statement; the general one (below) when it
+	// does not apply, or to report a cancelled workflow with its session.
+	rec, woke, ok, err := c.store.SubmitAnswer(ctx, rootSessionID, sub, recv.AnswerMessage(sub))
+	if ok {
+		res := submitResult(sub, rec)
+		var release func() []postgres.OrphanRun
+		if c.hold != nil {
+			release = c.hold(rec.Call.WorkflowID)
+		}
+		c.announceWake(ctx, woke, release)
+		return c.submitted(rootSessionID, sub, res, rec.Call.WorkflowID, nil, false)
+	}
+	if err != nil && !recv.Cancelled(err) {
+		return c.submitted(rootSessionID, sub, helix.SubmitResult{ToolCallID: sub.ToolCallID}, "", err, false)
+	}
+	return c.submitGeneral(ctx, rootSessionID, sub)
+}
+
+// submitGeneral records a submission as RecordSubmission does, in a
+// transaction of two round trips, for the submissions SubmitAnswer does
+// not take: it validates all of them and reports every refusal.
+func (c control) submitGeneral(ctx context.Context, rootSessionID string, sub helix.ToolSubmission) (helix.SubmitResult, error) {
 	var res helix.SubmitResult
 	var wf string
 	var woke *string // the announcement of the hibernated run the message woke
@@ -94,8 +116,26 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 		}
 		return err
 	})
+	if err != nil {
+		woke = nil
+	}
+	c.announceWake(ctx, woke, release)
+	return c.submitted(rootSessionID, sub, res, wf, err, false)
+}
+
+// submitResult is what SubmitToolResult returns for a recorded submission.
+func submitResult(sub helix.ToolSubmission, rec *store.RecordedSubmission) helix.SubmitResult {
+	return helix.SubmitResult{ToolCallID: sub.ToolCallID, OwnerSessionID: rec.Call.OwnerSessionID, RunID: rec.Call.RunID,
+		Remaining: rec.Unresolved, ToolName: rec.Call.ToolName, Kind: rec.Call.Kind, AlreadyCompleted: rec.AlreadyCompleted}
+}
+
+// announceWake announces woke, the wake of a hibernated run a committed
+// submission woke (nil: none), and starts its continuation when this
+// engine starts the runs it wakes (c.woke); release, when not nil, ends
+// the submission's hold on the run, and the wakes it left are started too.
+func (c control) announceWake(ctx context.Context, woke *string, release func() []postgres.OrphanRun) {
 	var own postgres.OrphanRun
-	if err == nil && woke != nil {
+	if woke != nil {
 		// Announced off the transaction's write path, so that its commit
 		// does not wait for Postgres's notification lock.
 		c.store.Announce(postgres.RunRecordedChannel, *woke)
@@ -113,7 +153,6 @@ func (c control) submit(ctx context.Context, rootSessionID string, sub helix.Too
 			}
 		}
 	}
-	return c.submitted(rootSessionID, sub, res, wf, err, false)
 }
 
 // recordAnswer is the body of a submission's transaction (SubmitToolResult's
@@ -131,9 +170,7 @@ func (c control) recordAnswer(ctx context.Context, pq *postgres.Pipelined, rootS
 	if err != nil {
 		return res, "", err
 	}
-	res.OwnerSessionID, res.RunID, res.Remaining = rec.Call.OwnerSessionID, rec.Call.RunID, rec.Unresolved
-	res.ToolName, res.Kind = rec.Call.ToolName, rec.Call.Kind
-	if res.AlreadyCompleted = rec.AlreadyCompleted; res.AlreadyCompleted {
+	if res = submitResult(sub, rec); res.AlreadyCompleted {
 		return res, "", nil
 	}
 	wf = rec.Call.WorkflowID

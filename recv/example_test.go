@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/recv"
 )
 
@@ -63,4 +64,17 @@ func ExampleSendStatement() {
 		return
 	}
 	fmt.Println("sent:", err)
+}
+
+// Build the message that carries an answer to its waiting run, for
+// postgres.Store.SubmitAnswer, which records the answer and sends it in
+// one statement: its topic, payload and key, given when it was recorded.
+func ExampleAnswerMessage() {
+	m, err := recv.AnswerMessage(helix.Approve("call-1", "looks right"))(1_800_000_000_000)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(m.Topic, m.Key)
+	// Output: helix.tool_call:call-1 helix.submission:call-1
 }

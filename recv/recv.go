@@ -162,8 +162,23 @@ func SendStatement(workflowID, toolCallID string, m Message, key string, announc
 	if err != nil {
 		return "", nil, fmt.Errorf("recv: encode the message for tool call %s: %w", toolCallID, err)
 	}
-	sql, args = postgres.SendMessageStatement(workflowID, Topic(toolCallID), base64.StdEncoding.EncodeToString(raw), key+"::"+workflowID, announceWake)
+	sql, args = postgres.SendMessageStatement(workflowID, Topic(toolCallID), base64.StdEncoding.EncodeToString(raw), postgres.MessageKey(key, workflowID), announceWake)
 	return sql, args, nil
+}
+
+// AnswerMessage returns the message that carries sub to the run waiting
+// for its call, for postgres.Store.SubmitAnswer, which records the answer
+// and sends it in one statement: what SendStatement sends for a
+// submission recorded at submittedAt (Unix ms).
+func AnswerMessage(sub helix.ToolSubmission) func(submittedAt int64) (postgres.Message, error) {
+	return func(submittedAt int64) (postgres.Message, error) {
+		raw, err := json.Marshal(Message{Kind: KindSubmission, Submission: &sub, SubmittedAt: submittedAt})
+		if err != nil {
+			return postgres.Message{}, fmt.Errorf("recv: encode the message for tool call %s: %w", sub.ToolCallID, err)
+		}
+		return postgres.Message{Topic: Topic(sub.ToolCallID), Payload: base64.StdEncoding.EncodeToString(raw),
+			Key: SubmissionKey(sub.ToolCallID)}, nil
+	}
 }
 
 // Cancelled reports a SendStatement refused because the destination

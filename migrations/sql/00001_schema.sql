@@ -264,9 +264,17 @@ $$;
 -- every message sent to a run (helix.send_tool_message, which returns it:
 -- the sender may start the continuation at once) and by the deadline
 -- sweep. With announce false the caller announces it after its commit,
--- off its write path (store/postgres's Store.Announce).
-CREATE FUNCTION helix.wake_run(wf text, announce boolean DEFAULT true) RETURNS text
-LANGUAGE plpgsql AS $$
+-- off its write path (store/postgres's Store.Announce). answered, when not
+-- NULL, is a run whose last waiting call the caller's transaction answered:
+-- its return to running (status, answered_at) is written here too, in the
+-- wake's update of its row when that is the run woken (one row version
+-- instead of two), by an update of its own otherwise (a live wait). With
+-- asleep_only it wakes only a hibernated run that is not queued, whose row
+-- its update locks, and otherwise writes nothing and returns NULL
+-- (helix.send_tool_message then locks the row and decides).
+CREATE FUNCTION helix.wake_run(wf text, announce boolean DEFAULT true, answered text DEFAULT NULL,
+    asleep_only boolean DEFAULT false) RETURNS text
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     woke text;
 BEGIN
@@ -276,15 +284,24 @@ BEGIN
     -- that locked the row after it (which then does not hibernate), or
     -- wakes one that locked it before (this waits for its commit, then
     -- sees the run hibernated).
-    PERFORM 1 FROM helix.runs WHERE workflow_id = wf FOR NO KEY UPDATE;
-    UPDATE helix.runs r SET hibernated_at = NULL, wake_at = NULL, woken_at = now(), wakes = r.wakes + 1
+    IF NOT asleep_only THEN
+        PERFORM 1 FROM helix.runs WHERE workflow_id = wf FOR NO KEY UPDATE;
+    END IF;
+    UPDATE helix.runs r SET hibernated_at = NULL, wake_at = NULL, woken_at = now(), wakes = r.wakes + 1,
+        status = CASE WHEN r.run_id = answered AND r.status = 'suspended_client_tool' THEN 'running' ELSE r.status END,
+        answered_at = CASE WHEN r.run_id = answered AND r.status = 'suspended_client_tool' THEN now() ELSE r.answered_at END,
+        updated_at = CASE WHEN r.run_id = answered AND r.status = 'suspended_client_tool' THEN now() ELSE r.updated_at END
     FROM helix.sessions s
     WHERE r.workflow_id = wf AND r.hibernated_at IS NOT NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
-      AND s.session_id = r.session_id
+      AND (r.queue IS NULL OR NOT asleep_only) AND s.session_id = r.session_id
     RETURNING concat_ws(E'\t', r.run_id, r.session_id, r.workflow_id, r.wakes, s.agent_type,
         coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''), coalesce(r.queue_priority, 0)) INTO woke;
     IF woke IS NOT NULL AND announce THEN
         PERFORM helix.announce('helix_run_recorded', woke);
+    END IF;
+    IF answered IS NOT NULL AND ((woke IS NULL AND NOT asleep_only) OR split_part(woke, E'\t', 1) <> answered) THEN
+        UPDATE helix.runs SET status = 'running', answered_at = now(), updated_at = now()
+        WHERE run_id = answered AND status = 'suspended_client_tool';
     END IF;
     RETURN woke;
 END
@@ -559,7 +576,7 @@ CREATE TABLE helix.step_journal (
 -- +goose StatementBegin
 -- helix.check_journal_owner fails with HX409 when the DBOS workflow wf is
 -- no longer owned by the execution owner (it was taken over).
-CREATE FUNCTION helix.check_journal_owner(wf text, owner text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE FUNCTION helix.check_journal_owner(wf text, owner text) RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     current_owner text;
 BEGIN
@@ -575,7 +592,7 @@ $$;
 -- helix.record_steps records steps of workflow wf for the execution owner
 -- (HX409 once it no longer owns it): consecutive IDs share one row.
 CREATE FUNCTION helix.record_steps(wf text, owner text, ids integer[], names text[], outputs text[], errs text[],
-    started bigint[], completed bigint[]) RETURNS void LANGUAGE plpgsql AS $$
+    started bigint[], completed bigint[]) RETURNS void LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     k integer := cardinality(ids);
     base bigint := coalesce(started[1], 0);
@@ -771,7 +788,7 @@ CREATE VIEW helix.step_journal_records AS
 -- step_journal, before a writer takes their seqs. It looks first, so the
 -- common case (nothing pending) plans no delete.
 CREATE FUNCTION helix.evict_pending_messages(sess text, from_seq integer, keep jsonb DEFAULT NULL) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     n integer;
     sess_key bigint;
@@ -805,7 +822,7 @@ $$;
 -- helix.record_steps; otherwise every record through helix.record_steps.
 CREATE FUNCTION helix.record_model_message(wf text, owner text, ids integer[], names text[], outputs text[],
     errs text[], started bigint[], completed bigint[], sess text, at_seq integer, row_message jsonb, row_meta json)
-RETURNS text LANGUAGE plpgsql AS $$
+RETURNS text LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     k integer := cardinality(ids);
     calls text;
@@ -835,7 +852,7 @@ $$;
 -- helix.earlier_turn_checkpoint is the newest checkpoint of the session's
 -- earlier turns (before own_turn): where a run's own records start.
 CREATE FUNCTION helix.earlier_turn_checkpoint(sess text, sess_key bigint, own_turn integer)
-RETURNS TABLE (created_seq bigint, message_count integer) LANGUAGE plpgsql STABLE AS $$
+RETURNS TABLE (created_seq bigint, message_count integer) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     earlier text[] := ARRAY(SELECT r.run_id FROM helix.runs r WHERE r.session_id = sess AND r.turn < own_turn);
 BEGIN
@@ -853,7 +870,7 @@ $$;
 -- +goose StatementBegin
 -- helix.run_journals returns the journals of run's segment seg, newest first.
 CREATE FUNCTION helix.run_journals(sess text, run text, seg integer)
-RETURNS TABLE (checkpoint_id text, journal text, message_count integer) LANGUAGE plpgsql STABLE AS $$
+RETURNS TABLE (checkpoint_id text, journal text, message_count integer) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     own_turn integer;
     sess_key bigint;
@@ -877,7 +894,7 @@ $$;
 -- +goose StatementBegin
 -- helix.run_model_messages returns the model-call rows of run's segment seg.
 CREATE FUNCTION helix.run_model_messages(sess text, run text, seg integer)
-RETURNS TABLE (seq integer, message text, meta text) LANGUAGE plpgsql STABLE AS $$
+RETURNS TABLE (seq integer, message text, meta text) LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     own_turn integer;
     bound integer;
@@ -900,7 +917,7 @@ $$;
 -- +goose StatementBegin
 -- helix.refuse_step_commit fails a held step commit whose assumptions no
 -- longer hold (store/postgres's commitStepSQL) with HX412.
-CREATE FUNCTION helix.refuse_step_commit(session text) RETURNS bigint LANGUAGE plpgsql AS $$
+CREATE FUNCTION helix.refuse_step_commit(session text) RETURNS bigint LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     RAISE EXCEPTION 'the commit of a step of session % assumed a state that no longer holds (an interrupt, another writer, an ended session or stream): it wrote nothing', session
         USING ERRCODE = 'HX412', HINT = 'the engine commits the step again under the session''s locks';
@@ -919,12 +936,15 @@ $$;
 -- takes the message); a message would make the transaction notify
 -- (DBOS's trigger), which an answer to a hibernated run need not do. With
 -- announce false the wake is not announced in the transaction: the caller
--- announces the returned announcement after its commit (helix.wake_run).
-CREATE FUNCTION helix.send_tool_message(dest text, msg_topic text, msg text, msg_uuid text, announce boolean DEFAULT true) RETURNS text
-LANGUAGE plpgsql AS $$
+-- announces the returned announcement after its commit (helix.wake_run,
+-- which also writes the return to running of run answered, when given).
+CREATE FUNCTION helix.send_tool_message(dest text, msg_topic text, msg text, msg_uuid text, announce boolean DEFAULT true,
+    answered text DEFAULT NULL) RETURNS text
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     wf_status text;
     asleep boolean;
+    woke text;
 BEGIN
     SELECT status INTO wf_status FROM dbos.workflow_status WHERE workflow_uuid = dest;
     IF wf_status IS NULL THEN
@@ -934,9 +954,15 @@ BEGIN
     IF wf_status = 'CANCELLED' THEN
         RAISE EXCEPTION 'workflow % was cancelled: nothing will take a message sent to it', dest USING ERRCODE = 'HX410';
     END IF;
-    -- Locked before the decision, as helix.wake_run locks it: a
+    -- A hibernated run that is not queued gets its wake only, whose update
+    -- locks its row: the common case, tried first. Otherwise the row is
+    -- locked before the decision, as helix.wake_run locks it: a
     -- hibernation that locks the row after this transaction sees the
     -- message (and does not hibernate).
+    woke := helix.wake_run(dest, announce, answered, true);
+    IF woke IS NOT NULL THEN
+        RETURN woke;
+    END IF;
     SELECT r.hibernated_at IS NOT NULL AND r.queue IS NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
     INTO asleep FROM helix.runs r WHERE r.workflow_id = dest FOR NO KEY UPDATE;
     IF NOT coalesce(asleep, false) THEN
@@ -944,7 +970,68 @@ BEGIN
         VALUES (dest, msg_topic, msg, 'DBOS_JSON', msg_uuid, (EXTRACT(EPOCH FROM now()) * 1000)::bigint)
         ON CONFLICT (message_uuid) DO NOTHING;
     END IF;
-    RETURN helix.wake_run(dest, announce);
+    RETURN helix.wake_run(dest, announce, answered);
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.submit_answer records the answer sub (a helix.ToolSubmission's
+-- JSON, of kind sub_kind, given at now_ms, Unix ms) to tool call call_id of
+-- root session root_id (has_result: it carries a client tool's result) and sends its message to the waiting run
+-- (helix.send_tool_message, the wake not announced: the caller announces
+-- woke after its commit), in one statement: postgres.Store.SubmitAnswer,
+-- the common path of an answer. It applies only where the answer needs no
+-- check this function does not make: a root session that is active and
+-- routes every waiting call of its conversation to itself (no sub-agent
+-- waits), the call waiting there unanswered, of the answer's kind, with no
+-- output schema to validate a result against, and a run's workflow to send
+-- to. Otherwise applied is false and nothing was written: the caller then
+-- records the answer as RecordSubmission does, which reports every refusal.
+-- The writes are RecordSubmission's (TestSubmitAnswerWritesWhatRecordSubmissionWrites).
+CREATE FUNCTION helix.submit_answer(root_id text, call_id text, sub_kind text, has_result boolean, sub jsonb, now_ms bigint,
+    usage_source text, msg_topic text, msg text, msg_key text,
+    OUT applied boolean, OUT call jsonb, OUT remaining text[], OUT woke text)
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    pending jsonb;
+BEGIN
+    applied := false;
+    -- One update, which locks the row (a concurrent answer to the call
+    -- finds it answered when its update reads the row again).
+    UPDATE helix.sessions s SET
+        pending_client_tool_calls = jsonb_set(s.pending_client_tool_calls, ARRAY[call_id], s.pending_client_tool_calls -> call_id
+            || jsonb_build_object('submission', sub, 'submittedAt', now_ms, 'sentTo', s.pending_client_tool_calls -> call_id -> 'workflowId')),
+        completed_client_tool_calls = s.completed_client_tool_calls || jsonb_build_object(call_id, now_ms),
+        version = s.version + 1, updated_at = now()
+    WHERE s.session_id = root_id AND s.parent_session_id IS NULL AND s.status = 'active'
+      AND s.suspended_awaiting_children = '{}' AND NOT s.completed_client_tool_calls ? call_id
+      AND s.client_tool_call_ownership ->> call_id = root_id
+      AND NOT EXISTS (SELECT 1 FROM jsonb_each_text(s.client_tool_call_ownership) o WHERE o.value <> root_id)
+      AND NOT s.pending_client_tool_calls -> call_id ?| ARRAY['submission', 'timedOutAt']
+      AND s.pending_client_tool_calls -> call_id ->> 'kind' = sub_kind
+      AND coalesce(s.pending_client_tool_calls -> call_id ->> 'workflowId', '') <> ''
+      AND NOT (has_result AND s.pending_client_tool_calls -> call_id ? 'outputSchema')
+    RETURNING s.pending_client_tool_calls INTO pending;
+    IF pending IS NULL THEN
+        RETURN;
+    END IF;
+    call := pending -> call_id;
+    INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, value, success, key)
+    VALUES (root_id, nullif(call ->> 'runId', ''), coalesce((call ->> 'step')::integer, 0), usage_source,
+        nullif(call ->> 'toolName', ''), (now_ms - coalesce((call ->> 'createdAt')::bigint, 0))::double precision, true,
+        'client_tool_wait:' || call_id)
+    ON CONFLICT (session_id, key) DO NOTHING;
+    SELECT coalesce(array_agg(p.key ORDER BY coalesce((p.value ->> 'step')::integer, 0), coalesce((p.value ->> 'index')::integer, 0),
+            coalesce(p.value ->> 'toolCallId', p.key)), '{}')
+    INTO remaining FROM jsonb_each(pending) p
+    WHERE coalesce(p.value ->> 'runId', '') = coalesce(call ->> 'runId', '')
+      AND NOT p.value ? 'submission' AND NOT p.value ? 'timedOutAt';
+    -- The run's return to running, once none of its calls waits, is
+    -- written with its wake (helix.wake_run).
+    woke := helix.send_tool_message(call ->> 'workflowId', msg_topic, msg, msg_key || '::' || (call ->> 'workflowId'), false,
+        CASE WHEN cardinality(remaining) = 0 THEN call ->> 'runId' END);
+    applied := true;
 END
 $$;
 -- +goose StatementEnd
@@ -986,8 +1073,9 @@ CREATE TRIGGER executors_format_level_reset BEFORE UPDATE ON helix.executors
 -- +goose Down
 DROP TABLE helix.executors;
 DROP FUNCTION helix.executors_format_level_reset();
-DROP FUNCTION helix.send_tool_message(text, text, text, text, boolean);
-DROP FUNCTION helix.wake_run(text, boolean);
+DROP FUNCTION helix.submit_answer(text, text, text, boolean, jsonb, bigint, text, text, text, text);
+DROP FUNCTION helix.send_tool_message(text, text, text, text, boolean, text);
+DROP FUNCTION helix.wake_run(text, boolean, text, boolean);
 DROP FUNCTION helix.announce_pending();
 DROP FUNCTION helix.announce(text, text);
 DROP FUNCTION helix.announces_after_commit();

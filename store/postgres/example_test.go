@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/recv"
 	"github.com/helix-agents/helix-dbos/store"
 	"github.com/helix-agents/helix-dbos/store/postgres"
 )
@@ -122,4 +123,36 @@ func ExampleCommitRefused() {
 		err = commit(postgres.LockedCommit(ctx))
 	}
 	fmt.Println("committed:", err)
+}
+
+// Record an approval and send it to the waiting run in one statement when
+// it takes the common path, and fall back to RecordSubmission (which
+// reports why an answer is refused) when it does not.
+func ExampleStore_SubmitAnswer() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("HELIX_DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	st, err := postgres.New(pool)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = st.Close() }()
+	sub := helix.Approve("call-1", "looks right")
+	rec, woke, ok, err := st.SubmitAnswer(ctx, "session-1", sub, recv.AnswerMessage(sub))
+	switch {
+	case err != nil:
+		fmt.Println(err)
+	case !ok:
+		fmt.Println("not the common path: record it with RecordSubmission")
+	default:
+		if woke != nil { // a hibernated run: announce its wake once committed
+			st.Announce(postgres.RunRecordedChannel, *woke)
+		}
+		fmt.Println("recorded; still waiting:", rec.Unresolved)
+	}
 }
