@@ -977,8 +977,9 @@ $$;
 
 -- +goose StatementBegin
 -- helix.submit_answer records the answer sub (a helix.ToolSubmission's
--- JSON, of kind sub_kind, given at now_ms, Unix ms) to tool call call_id of
--- root session root_id (has_result: it carries a client tool's result) and sends its message to the waiting run
+-- JSON, of kind sub_kind, given at now_ms, Unix ms; has_result: it carries
+-- a client tool's result) to tool call call_id of root session root_id and
+-- sends its message to the waiting run
 -- (helix.send_tool_message, the wake not announced: the caller announces
 -- woke after its commit), in one statement: postgres.Store.SubmitAnswer,
 -- the common path of an answer. It applies only where the answer needs no

@@ -31,8 +31,10 @@ func MessageKey(key, workflowID string) string { return key + "::" + workflowID 
 // validates it. message builds the message from the time the answer is
 // recorded (the store's clock, Unix ms).
 //
-// ok false means nothing was written: RecordSubmission then records the
-// answer, or reports why it is refused, already answered or misrouted. The
+// ok false with a nil error means nothing was written: RecordSubmission
+// then records the answer, or reports why it is refused, already answered
+// or misrouted. An error that says "(recorded)" came after the answer was
+// recorded (its row could not be read back); any other wrote nothing. The
 // writes are RecordSubmission's with the message SendMessageStatement sends
 // (without announceWake): woke is the announcement of the hibernated run
 // the message woke, for the caller to send once the statement returned
