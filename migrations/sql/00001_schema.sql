@@ -15,9 +15,10 @@ CREATE SEQUENCE helix.session_keys;
 
 -- sessions: one row per session (conversation). Stored with fillfactor 80:
 -- a running session's updates are heap-only (no index names a column a
--- step changes).
+-- step, a suspension or an answer changes), so a waiting session's row has
+-- one entry in each index.
 CREATE TABLE helix.sessions (
-    session_id                  text        PRIMARY KEY,
+    session_id                  text        COLLATE "C" PRIMARY KEY,
     agent_type                  text        NOT NULL,
     stream_id                   text        NOT NULL,
     parent_session_id           text,
@@ -65,15 +66,14 @@ COMMENT ON COLUMN helix.sessions.key IS
     'the session''s key in helix.messages and helix.checkpoints';
 
 CREATE INDEX sessions_parent_idx ON helix.sessions (parent_session_id) WHERE parent_session_id IS NOT NULL;
-CREATE INDEX sessions_root_idx ON helix.sessions (root_session_id);
+-- The sessions under a root (a root is its own root: its row is read by its
+-- primary key, and takes no room here).
+CREATE INDEX sessions_root_idx ON helix.sessions (root_session_id) WHERE parent_session_id IS NOT NULL;
 CREATE INDEX sessions_user_idx ON helix.sessions (user_id) WHERE user_id IS NOT NULL;
 CREATE INDEX sessions_expires_idx ON helix.sessions (expires_at) WHERE expires_at IS NOT NULL;
 CREATE INDEX sessions_status_created_idx ON helix.sessions (status, created_at);
--- The engine's wake-up sweep reads the sessions with a suspended step every
--- second; the predicate names no column an answer changes.
-CREATE INDEX sessions_suspended_idx ON helix.sessions (session_id) WHERE suspended_step_id IS NOT NULL;
--- The inspector's listings of root sessions.
-CREATE INDEX sessions_id_prefix_idx ON helix.sessions (session_id text_pattern_ops);
+-- The inspector's listings of root sessions (a listing by ID prefix reads
+-- the primary key: session_id sorts byte-wise, COLLATE "C").
 CREATE INDEX sessions_roots_created_idx ON helix.sessions (created_at, session_id) WHERE parent_session_id IS NULL;
 CREATE INDEX sessions_roots_agent_created_idx ON helix.sessions (agent_type, created_at, session_id) WHERE parent_session_id IS NULL;
 -- A listing by user filters on user_id = $1, which implies the predicate:
@@ -146,23 +146,19 @@ CREATE TABLE helix.runs (
     UNIQUE (session_id, turn)
 );
 CREATE INDEX runs_workflow_idx ON helix.runs (workflow_id) WHERE workflow_id IS NOT NULL;
--- The running runs, for the sweep every launched engine runs every few
--- seconds (postgres.ListOrphanRuns: the recorded runs whose workflow was
--- never started, e.g. a run an app recorded in its own transaction with
--- ExecuteTx, whose announcement no engine heard). Partial: the sweep reads
--- as many entries as there are runs in progress, whatever the table's
--- size. A run's status changes a few times in its life (step commits do
--- not write its row), so few updates leave the heap-only path for it.
-CREATE INDEX runs_running_idx ON helix.runs (run_id) WHERE status = 'running';
 -- The hibernated runs with a deadline, for the engines' wake sweep, and the
 -- woken runs whose continuation has not begun, for the starter's sweep:
 -- both as small as the runs in that state.
 CREATE INDEX runs_wake_at_idx ON helix.runs (wake_at) WHERE hibernated_at IS NOT NULL AND wake_at IS NOT NULL;
 CREATE INDEX runs_woken_idx ON helix.runs (run_id) WHERE woken_at IS NOT NULL;
 -- The runs in progress that are not hibernated (a workflow of theirs runs
--- or is due), for the engines' sweep of sessions cancelled with DBOS's
--- tools (postgres.ListSessionsCancelledThroughDBOS): as small as the runs
--- held live, whatever the number of hibernated ones.
+-- or is due), for the sweeps every launched engine runs every few seconds:
+-- the sessions cancelled with DBOS's tools
+-- (postgres.ListSessionsCancelledThroughDBOS) and the running runs whose
+-- workflow was never started (postgres.ListOrphanRuns: e.g. a run an app
+-- recorded in its own transaction with ExecuteTx, whose announcement no
+-- engine heard). As small as the runs held live, whatever the number of
+-- hibernated or ended ones.
 CREATE INDEX runs_live_idx ON helix.runs (run_id)
     WHERE hibernated_at IS NULL AND status NOT IN ('completed', 'failed', 'interrupted');
 

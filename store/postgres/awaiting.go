@@ -6,6 +6,12 @@ import (
 	helix "github.com/helix-agents/helix-dbos"
 )
 
+// conversationCallsSQL reads the sessions of the conversation under root
+// $1 with their pending calls: the root by its primary key, the others
+// through sessions_root_idx (which holds sub-agents' sessions only).
+const conversationCallsSQL = `SELECT session_id, COALESCE(parent_session_id, ''), pending_client_tool_calls
+	FROM helix.sessions WHERE session_id = $1 OR (root_session_id = $1 AND parent_session_id IS NOT NULL)`
+
 // syncAwaiting recomputes, for a conversation (the sessions under
 // rootSessionID), which sub-agents wait for human input: a child whose
 // session or descendants hold an unanswered call has its reference on its
@@ -15,8 +21,7 @@ import (
 // waits any more, those go back to running. A conversation without
 // sub-agents costs one read.
 func syncAwaiting(ctx context.Context, q Querier, rootSessionID string) error {
-	rows, err := q.Query(ctx, `SELECT session_id, COALESCE(parent_session_id, ''), pending_client_tool_calls
-		FROM helix.sessions WHERE root_session_id = $1`, rootSessionID)
+	rows, err := q.Query(ctx, conversationCallsSQL, rootSessionID)
 	if err != nil {
 		return err
 	}

@@ -159,7 +159,7 @@ type OrphanRun struct {
 // starts it when it is recovered; started here it would run as a root
 // run. Its continuations, once it hibernated and woke, are listed. Reads
 // only. It reads the running runs through
-// the partial index runs_running_idx (the woken ones through runs_woken_idx)
+// the partial index runs_live_idx (the woken ones through runs_woken_idx)
 // and probes dbos.workflow_status by its primary key for each: its cost
 // follows the number of running runs, not the size of the tables, so
 // engines run it every few seconds.
@@ -173,18 +173,7 @@ func listOrphanRuns(ctx context.Context, q Querier, runID string) ([]OrphanRun, 
 	if runID != "" {
 		filter, args = "AND r.run_id = $1", []any{runID}
 	}
-	rows, err := q.Query(ctx, `
-SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
-	coalesce(r.queue_priority, 0), 0 FROM helix.runs r JOIN helix.sessions s USING (session_id)
-WHERE r.status = 'running' AND r.workflow_id IS NOT NULL AND r.workflow_id <> '' AND s.parent_session_id IS NULL
-  `+filter+`
-  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)
-UNION ALL
-SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
-	coalesce(r.queue_priority, 0), r.wakes FROM helix.runs r JOIN helix.sessions s USING (session_id)
-WHERE r.woken_at IS NOT NULL
-  `+filter+`
-  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = helix.wake_workflow_id(r.workflow_id, r.wakes))`, args...)
+	rows, err := q.Query(ctx, orphanRunsSQL(filter), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -198,4 +187,22 @@ WHERE r.woken_at IS NOT NULL
 		out = append(out, o)
 	}
 	return out, rows.Err()
+}
+
+// orphanRunsSQL is listOrphanRuns' query, filter (SQL) narrowing both of
+// its branches.
+func orphanRunsSQL(filter string) string {
+	return `
+SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
+	coalesce(r.queue_priority, 0), 0 FROM helix.runs r JOIN helix.sessions s USING (session_id)
+WHERE r.status = 'running' AND r.hibernated_at IS NULL AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
+  AND s.parent_session_id IS NULL
+  ` + filter + `
+  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)
+UNION ALL
+SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
+	coalesce(r.queue_priority, 0), r.wakes FROM helix.runs r JOIN helix.sessions s USING (session_id)
+WHERE r.woken_at IS NOT NULL
+  ` + filter + `
+  AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = helix.wake_workflow_id(r.workflow_id, r.wakes))`
 }

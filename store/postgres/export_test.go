@@ -13,3 +13,10 @@ var CancelledSessionsSQL = cancelledSessionsSQL
 
 // PageSessionsQuery is PageSessions' query, for the test of its plans.
 var PageSessionsQuery = pageSessionsQuery
+
+// OrphanRunsSQL is ListOrphanRuns' query, for the test of its plan.
+var OrphanRunsSQL = orphanRunsSQL
+
+// ConversationCallsSQL is the read of a conversation's pending calls, for
+// the test of its plan.
+const ConversationCallsSQL = conversationCallsSQL

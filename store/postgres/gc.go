@@ -41,7 +41,7 @@ CROSS JOIN LATERAL (SELECT
 WHERE s.parent_session_id IS NULL AND s.status <> 'active' AND s.session_id > $1
   AND (k.expired OR GREATEST(s.updated_at, s.checkpointed_at) < k.cutoff)
   AND NOT EXISTS (SELECT 1 FROM helix.sessions d
-                  WHERE d.root_session_id = s.session_id AND d.session_id <> s.session_id
+                  WHERE d.root_session_id = s.session_id AND d.parent_session_id IS NOT NULL
                     AND (d.status = 'active' OR (NOT k.expired AND GREATEST(d.updated_at, d.checkpointed_at) >= k.cutoff)))
 ORDER BY s.session_id LIMIT $6`
 

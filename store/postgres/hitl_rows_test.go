@@ -87,37 +87,3 @@ func requireNoSuspensionRow(t *testing.T, st *store.SessionState) {
 	require.Empty(t, st.SuspendedStep)
 	require.Empty(t, st.SuspendedStepID)
 }
-
-// Every session with pending calls is in the wake-up sweep's index (the
-// sessions with a suspended step), a suspension without a
-// step ID and a state saved with pending calls included (the sweep's use of
-// the index: engine's TestWakeSweepReadsTheSuspendedIndex).
-func TestPendingCallsAreInTheSweepIndex(t *testing.T) {
-	ctx := t.Context()
-	st := newTestStore(t)
-	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "w", AgentType: "a"})
-	require.NoError(t, err)
-	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "w-run", SessionID: "w", WorkflowID: "w-wf"})
-	require.NoError(t, err)
-	_, err = st.SuspendStep(ctx, store.SuspendParams{SessionID: "w", RunID: "w-run", Step: 1, Record: []byte(`{}`),
-		Pending: []store.PendingCall{{Call: store.PendingClientToolCall{ToolCallID: "c1", ToolName: "ask", Kind: helix.SubmissionApprovalResponse}}}})
-	require.NoError(t, err)
-	inIndex := func() bool {
-		var in bool
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT suspended_step_id IS NOT NULL FROM helix.sessions WHERE session_id = 'w'`).Scan(&in))
-		return in
-	}
-	require.True(t, inIndex(), "a suspension without a step ID")
-
-	state, err := st.LoadState(ctx, "w")
-	require.NoError(t, err)
-	require.Empty(t, state.SuspendedStepID, "'' and NULL read the same")
-	_, err = st.SaveState(ctx, state, state.Version)
-	require.NoError(t, err)
-	require.True(t, inIndex(), "a state saved with its pending calls")
-
-	_, err = st.DiscardPending(ctx, "w")
-	require.NoError(t, err)
-	require.False(t, inIndex(), "no pending call, no suspension")
-
-}

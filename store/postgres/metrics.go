@@ -10,7 +10,9 @@ import (
 
 // The queries of ReadDatabaseStats. The pending calls are read from the
 // sessions that have some (the JSON of store.PendingClientToolCall: an
-// answered call has "submission", a timed-out one "timedOutAt").
+// answered call has "submission", a timed-out one "timedOutAt"), in a scan
+// of the table like the counts by status: no index of helix.sessions names
+// a column a suspension writes, so that its update stays heap-only.
 const (
 	statsRunsSQL     = `SELECT status, count(*) FROM helix.runs GROUP BY status`
 	statsSessionsSQL = `SELECT status, count(*) FROM helix.sessions GROUP BY status`
@@ -19,7 +21,7 @@ const (
 		WHERE source_type IN ('model', 'tool', 'subagent', 'client_tool_wait_ms') GROUP BY source_type, success`
 	statsPendingSQL = `SELECT COALESCE(p.value->>'kind', ''), count(*)
 		FROM helix.sessions s, jsonb_each(s.pending_client_tool_calls) p
-		WHERE s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb AND NOT (p.value ? 'submission') AND NOT (p.value ? 'timedOutAt')
+		WHERE s.pending_client_tool_calls <> '{}'::jsonb AND NOT (p.value ? 'submission') AND NOT (p.value ? 'timedOutAt')
 		GROUP BY 1`
 	// The queues, from DBOS's workflow_status (its in-flight index and its
 	// (queue_name, status, started_at) index).

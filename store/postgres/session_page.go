@@ -104,11 +104,12 @@ func pageSessionsQuery(o *store.PageSessionsOptions, limit int) (string, []any) 
 	}
 	if o.IDPrefix != "" {
 		add(`s.session_id LIKE ?`, likePrefix(o.IDPrefix))
-		// A LIKE pattern in a parameter does not reach the prefix index in
-		// a generic plan (which a prepared statement gets after a few
-		// executions); byte-wise bounds do, and imply nothing more.
+		// A LIKE pattern in a parameter does not reach the primary key
+		// in a generic plan (which a prepared statement gets after a few
+		// executions); bounds do (session_id sorts byte-wise, COLLATE
+		// "C"), and imply nothing more.
 		if upper, ok := prefixUpperBound(o.IDPrefix); ok {
-			add(`s.session_id ~>=~ ? AND s.session_id ~<~ ?`, o.IDPrefix, upper)
+			add(`s.session_id >= ? AND s.session_id < ?`, o.IDPrefix, upper)
 		}
 	}
 	order := "DESC"
@@ -134,7 +135,7 @@ func likePrefix(p string) string {
 }
 
 // prefixUpperBound is the least string above every string that starts
-// with p, byte-wise (text_pattern_ops order): p with its last byte
+// with p, byte-wise (session_id's order, COLLATE "C"): p with its last byte
 // incremented. ok is false unless p is ASCII below DEL, so that the bound
 // stays valid UTF-8.
 func prefixUpperBound(p string) (string, bool) {

@@ -140,7 +140,7 @@ func (s *Store) loadState(ctx context.Context, q Querier, sessionID string, forU
 var mutableSet = `status = $2, step_count = $3, custom_state = $4, output = $5, error = $6,
 	failure_reason = $7, interrupt_context = $8, pending_client_tool_calls = $9,
 	suspended_awaiting_children = $10,
-	suspended_step_id = ` + stepIDKeptSQL("$9::jsonb", "$11") + `, completed_client_tool_calls = $12,
+	suspended_step_id = $11, completed_client_tool_calls = $12,
 	client_tool_call_ownership = $13, mode = COALESCE($14, mode), user_id = $15,
 	tags = COALESCE($16::text[], '{}'), metadata = $17, tracing_context = $18, expires_at = $19,
 	suspended_step = $20, version = version + 1, updated_at = now()`

@@ -66,15 +66,6 @@ func lockRoot(ctx context.Context, q Querier, rootSessionID string, ids []string
 	return root, err
 }
 
-// stepIDKeptSQL is the value to write to suspended_step_id (id, an SQL
-// expression) given the session's pending calls as written (pending, an
-// SQL expression): never NULL while calls are pending, for the wake-up
-// sweep's index of the sessions with a suspended step (the empty
-// string and NULL read the same).
-func stepIDKeptSQL(pending, id string) string {
-	return `CASE WHEN ` + pending + ` <> '{}' THEN COALESCE(` + id + `, '') ELSE ` + id + ` END`
-}
-
 // setPending writes a session's pending calls.
 func setPending(ctx context.Context, q Querier, sessionID string, pending map[string]store.PendingClientToolCall) error {
 	var w rowWrite
@@ -316,7 +307,7 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 			return err
 		}
 		sw.set("suspended_step", rawOrNil(p.Record))
-		sw.set("suspended_step_id", p.StepID) // '' rather than NULL: calls are pending (stepIDKeptSQL)
+		sw.set("suspended_step_id", p.StepID)
 		if err := execWrites(ctx, q, sess, root, sw, rw); err != nil {
 			return err
 		}

@@ -55,7 +55,7 @@ SELECT count(pg_notify($1, w.payload)) FROM (
 	JOIN helix.sessions s ON s.session_id = r.session_id
 	CROSS JOIN LATERAL jsonb_each(s.pending_client_tool_calls) AS p(key, val)
 	WHERE ws.status = 'PENDING' AND ws.executor_id = $4
-	  AND s.suspended_step_id IS NOT NULL AND s.pending_client_tool_calls <> '{}'::jsonb
+	  AND s.pending_client_tool_calls <> '{}'::jsonb
 	  AND p.val->>'workflowId' = ws.workflow_uuid
 	  AND ((p.val ? 'submission' AND NOT p.val ? 'consumedAt' AND (p.val->>'submittedAt')::bigint < $3)
 	       OR s.interrupt_requested)

@@ -11,13 +11,14 @@ import (
 
 // The wake-up sweep, which every engine runs each second, starts from the
 // engine's pending workflows (DBOS's partial index of them), then probes
-// their sessions through the index of those with a suspended step: its
-// cost follows the runs held live, not the hibernated sessions.
-func TestWakeSweepReadsTheSuspendedIndex(t *testing.T) {
+// their runs and sessions by key: its cost follows the runs held live, not
+// the hibernated sessions.
+func TestWakeSweepReadsTheEnginesPendingWorkflows(t *testing.T) {
 	t.Parallel()
 	plan := explainWithoutSeqScans(t, postgres.WakeSweepSQL, "chan", "topic::", int64(0), "executor", "segment::", int64(0))
 	require.Contains(t, plan, "idx_workflow_status_pending", "the sweep's plan:\n%s", plan)
-	require.Contains(t, plan, "sessions_suspended_idx", "the sweep's plan:\n%s", plan)
+	require.Contains(t, plan, "sessions_pkey", "the sweep's plan:\n%s", plan)
+	require.NotContains(t, plan, "Seq Scan", "the sweep's plan:\n%s", plan)
 }
 
 // The sweep of sessions cancelled with DBOS's tools, every two seconds,

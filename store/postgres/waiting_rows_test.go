@@ -1,0 +1,105 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/store"
+	"github.com/helix-agents/helix-dbos/store/postgres"
+)
+
+// A waiting session's row keeps one entry in each index of
+// helix.sessions: its suspension and its answers (the one-statement path
+// and the general one) update it heap-only, since no index names a column
+// they write. Counted in one transaction (pg_stat_xact_user_tables).
+func TestAWaitingSessionsUpdatesAreHeapOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newClusterStore(t)
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	in := st.WithQuerier(postgres.PgxQuerier(tx))
+	_, err = in.CreateSession(ctx, store.CreateSessionParams{SessionID: "w", AgentType: "payer"})
+	require.NoError(t, err)
+	_, err = in.CreateRun(ctx, store.CreateRunParams{RunID: "w-r", SessionID: "w", Turn: 1, WorkflowID: "w-wf"})
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('w-wf', 'PENDING', 0)`)
+	require.NoError(t, err)
+	p := store.SuspendParams{SessionID: "w", RunID: "w-r", StepID: "w-r:1", Step: 1, Record: []byte(`{"step":1}`)}
+	for _, id := range []string{"a1", "a2"} {
+		p.Pending = append(p.Pending, store.PendingCall{Call: store.PendingClientToolCall{ToolCallID: id, ToolName: "pay",
+			Kind: helix.SubmissionApprovalResponse, WorkflowID: "w-wf"}, Timeout: time.Hour})
+	}
+	_, err = in.SuspendStep(ctx, p)
+	require.NoError(t, err)
+
+	yes := true
+	a1 := helix.ToolSubmission{Kind: helix.SubmissionApprovalResponse, ToolCallID: "a1", Approved: &yes}
+	_, _, ok, err := in.SubmitAnswer(ctx, "w", a1, answerMessage(a1))
+	require.NoError(t, err)
+	require.True(t, ok, "the one-statement path took the first answer")
+	a2 := helix.ToolSubmission{Kind: helix.SubmissionApprovalResponse, ToolCallID: "a2", Approved: &yes}
+	_, err = in.RecordSubmission(ctx, "w", a2)
+	require.NoError(t, err)
+
+	var updates, heapOnly int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+		WHERE relid = 'helix.sessions'::regclass`).Scan(&updates, &heapOnly))
+	require.GreaterOrEqual(t, updates, int64(3), "the suspension and two answers updated the session's row")
+	require.Equal(t, updates, heapOnly, "every update of the waiting session's row was heap-only")
+}
+
+// The statements that read waiting sessions and runs read them through
+// their indexes: the orphan sweep the live runs (runs_live_idx: no entry
+// for a hibernated or ended run), a conversation's calls the root by its
+// primary key and its sub-agents' sessions through sessions_root_idx
+// (which holds those only).
+func TestWaitingReadsUseTheNarrowIndexes(t *testing.T) {
+	t.Parallel()
+	plan := explainWithoutSeqScans(t, postgres.OrphanRunsSQL(""))
+	require.Contains(t, plan, "runs_live_idx", "the orphan sweep's plan:\n%s", plan)
+	require.NotContains(t, plan, "Seq Scan on runs", "the orphan sweep's plan:\n%s", plan)
+
+	plan = explainWithoutSeqScans(t, postgres.ConversationCallsSQL, "root")
+	require.Contains(t, plan, "sessions_pkey", "a conversation's calls:\n%s", plan)
+	require.Contains(t, plan, "sessions_root_idx", "a conversation's calls:\n%s", plan)
+}
+
+// A listing by session ID prefix reads the primary key (session_id sorts
+// byte-wise), generic plan or custom, and returns exactly the IDs with the
+// prefix, whatever their bytes.
+func TestPrefixListingReadsThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	_, err := st.Pool().Exec(ctx, `
+		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, created_at)
+		SELECT id, 'a', id, id, now() - g * interval '1 second'
+		FROM generate_series(1, 10000) g, LATERAL (SELECT 'p' || (g % 100) || '-' || g AS id) i;
+		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id)
+		VALUES ('p7', 'a', 'p7', 'p7'), ('P7-upper', 'a', 'P7-upper', 'P7-upper'), ('p7_x', 'a', 'p7_x', 'p7_x'), ('p7é', 'a', 'p7é', 'p7é');
+		ANALYZE helix.sessions`)
+	require.NoError(t, err)
+	o := store.PageSessionsOptions{IDPrefix: "p7-"}
+	q, args := postgres.PageSessionsQuery(&o, 50)
+	for _, mode := range []string{"force_generic_plan", "force_custom_plan"} {
+		plan := explain(t, st, mode, q, args...)
+		require.Contains(t, plan, "sessions_pkey", "%s:\n%s", mode, plan)
+	}
+	count := func(prefix string) int {
+		page, err := st.PageSessions(ctx, &store.PageSessionsOptions{IDPrefix: prefix, Limit: 200})
+		require.NoError(t, err)
+		for _, s := range page.Sessions {
+			require.Truef(t, len(s.SessionID) >= len(prefix) && s.SessionID[:len(prefix)] == prefix, "%s has the prefix %s", s.SessionID, prefix)
+		}
+		return len(page.Sessions)
+	}
+	require.Equal(t, 100, count("p7-"))
+	require.Equal(t, 1, count("p7_"), "p7_x alone: _ is no wildcard")
+	require.Equal(t, 1, count("p7é"))
+	require.Equal(t, 1, count("P7"), "byte-wise: P7-upper, none of the p7…")
+}
