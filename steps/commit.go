@@ -30,6 +30,8 @@ type BeginInput struct {
 // run and its session and performs the durable interrupt check of the first
 // step (a set flag ends the run interrupted before any step). A session with
 // a suspended step hands the step's record and pending calls to the run.
+// A begin that wrote nothing says so (RunInfo.ReadOnly): its record then
+// waits for the workflow's next write.
 func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 	return func(ctx context.Context, tx dbos.Tx) (RunInfo, error) {
 		s := e.InTx(tx)
@@ -49,7 +51,7 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			Persistent: st.Mode == helix.SessionModePersistent, Trace: st.TracingContext,
 		}
 		if run.WorkflowID != "" && run.WorkflowID != in.WorkflowID {
-			info.Done = ForkRefused(in.WorkflowID, run.RunID, run.WorkflowID)
+			info.Done, info.ReadOnly = ForkRefused(in.WorkflowID, run.RunID, run.WorkflowID), true
 			return info, nil
 		}
 		if in.Wake > 0 {
@@ -59,6 +61,7 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 		}
 		if run.Status.Final() {
 			info.Done = &Outcome{Status: run.Status, Error: run.Error, Output: st.Output, Steps: run.StepCount}
+			info.ReadOnly = in.Wake == 0
 			return info, nil
 		}
 		if len(st.SuspendedStep) > 0 {
@@ -100,6 +103,8 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 		if !st.InterruptRequested {
 			// The session was read in this transaction: no flag, no
 			// second read (a flag set since is seen at the next check).
+			// A continuation's begin wrote its run's row.
+			info.ReadOnly = in.Wake == 0
 			return info, nil
 		}
 		interrupted, err := e.interruptIfRequested(ctx, s, info, st.StepCount, st.CheckpointID)

@@ -183,6 +183,10 @@ type RunInfo struct {
 	// Ticket is the workflow execution's fencing ticket (see Fence): set by
 	// the workflow for each execution, never recorded.
 	Ticket Ticket `json:"-"`
+	// ReadOnly reports that the begin transaction wrote nothing (never
+	// recorded): its record can wait for the journal's next write, since
+	// running it again after a crash changes nothing (WroteNothing).
+	ReadOnly bool `json:"-"`
 
 	// The begin's record leaves out what its workflow's input implies
 	// (workflows: beginRecord), so these are omitted when empty.
@@ -222,6 +226,11 @@ type RunInfo struct {
 	Pending   []store.PendingClientToolCall `json:"pending,omitempty"`
 	Children  []store.SuspendedChildWait    `json:"children,omitempty"`
 }
+
+// WroteNothing reports ReadOnly: the workflows' journal holds the record
+// of a transaction step whose output says so for its next write, instead
+// of committing the transaction with it.
+func (r RunInfo) WroteNothing() bool { return r.ReadOnly }
 
 // IsRoot reports whether the run's session is a root session.
 func (r RunInfo) IsRoot() bool { return r.RootSessionID == r.SessionID }

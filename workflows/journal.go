@@ -934,7 +934,10 @@ func (q heldQuerier) Defer(ctx context.Context, sql string, args ...any) {
 
 // runTxn runs fn as the journal's next step, in a transaction that also
 // records it (and the pending records): its writes and its record commit
-// together, so a replay never applies them twice.
+// together, so a replay never applies them twice. An output that says its
+// body wrote nothing (wroteNothing), with nothing else to write, ends the
+// transaction without a commit and leaves the record for the journal's
+// next write: a run's begin does not write a journal row of its own.
 func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R, error) {
 	var zero R
 	id := j.reserve()
@@ -1021,6 +1024,21 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		if ctx.Err() != nil {
 			return fmt.Errorf("workflow %s cancelled during step %s: %w", j.wfID, name, context.Cause(ctx))
 		}
+		if ro, ok := any(o).(wroteNothing); ok && ro.WroteNothing() && !tx.holdsWrites() && !carried &&
+			len(j.pending) == 0 && len(first) == 0 && len(j.appends) == 0 {
+			// The body wrote nothing (a run's begin, mostly): no commit;
+			// its record waits for the journal's next write, as a step's
+			// whose record can wait does. A crash before that write runs
+			// it again, which changes nothing.
+			rec, err := encode(id, name, o, nil, started)
+			if err != nil {
+				return err
+			}
+			tx.close(c)
+			j.pending = append(j.pending, rec)
+			out = o
+			return nil
+		}
 		var last string
 		var args []any
 		switch {
@@ -1078,6 +1096,10 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 	return out, stepErr
 }
 
+// wroteNothing is a transaction step's output that reports whether its
+// body wrote nothing (steps.RunInfo).
+type wroteNothing interface{ WroteNothing() bool }
+
 // jtx is a journal transaction on a pooled connection of its own. BEGIN
 // goes out with its first statement and COMMIT with its last (the
 // records), in one round trip each: a transaction of n statements costs n
@@ -1127,6 +1149,9 @@ func (t *jtx) batch() *pgx.Batch {
 	}
 	return b
 }
+
+// holdsWrites reports whether writes wait for the next statement.
+func (t *jtx) holdsWrites() bool { return t.held != nil }
 
 // pipelined reports whether the next statement must go out in a batch.
 func (t *jtx) pipelined() bool { return !t.begun || t.held != nil }
