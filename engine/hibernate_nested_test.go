@@ -340,7 +340,7 @@ func TestReplayOfHibernatedParentReturnsItsOutcome(t *testing.T) {
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT workflow_id FROM helix.runs WHERE run_id = $1`, childRun).Scan(&childWF))
 
 	b := replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-replay-n", nil, parent) },
-		map[string]string{h.WorkflowID: steps.NameHibernateForChildren, childWF: steps.NameHibernate})
+		map[string]string{h.WorkflowID: steps.NameHibernateForChildren, childWF: steps.NameSuspendStep})
 	require.Equal(t, runState{hibernated: true, status: "SUCCESS"}, readRunState(t, pool, h.RunID))
 	require.Equal(t, runState{hibernated: true, status: "SUCCESS"}, readRunState(t, pool, childRun))
 

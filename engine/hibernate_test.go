@@ -314,7 +314,8 @@ func TestRestartReplaysNoHibernatedSession(t *testing.T) {
 }
 
 // replayHibernated checks that the last journal record of each workflow
-// of records (hibernated, its engine stopped) is named as records says, then
+// of records (hibernated, its engine stopped) is named as records says (a
+// hibernation by helix.hibernate writes none: the run's row records it), then
 // sets the workflows back to PENDING without their outputs (as a crash
 // after their hibernations' commits, before DBOS recorded their ends,
 // leaves them), launches an engine (start: the same executor ID, which
@@ -333,7 +334,8 @@ func replayHibernated(t *testing.T, pool *pgxpool.Pool, start func() *engine.Eng
 	for wf, name := range records {
 		kept[wf] = journal(wf)
 		require.NotEmpty(t, kept[wf], "workflow %s has a journal", wf)
-		require.Equal(t, name, kept[wf][len(kept[wf])-1], "workflow %s ends its journal with its hibernation", wf)
+		require.Equal(t, name, kept[wf][len(kept[wf])-1], "workflow %s's journal ends with %s", wf, name)
+		require.NotContains(t, kept[wf], steps.NameHibernate, "workflow %s: its hibernation is recorded by its run's row", wf)
 		var out string
 		require.NoError(t, pool.QueryRow(t.Context(), `SELECT output FROM dbos.workflow_output WHERE workflow_uuid = $1`, wf).Scan(&out))
 		outputs[wf] = out
@@ -368,6 +370,79 @@ func countModelCalls(agent *helix.Agent) *atomic.Int32 {
 	return &n
 }
 
+// A recovery of a hibernated run's workflow after an answer woke its run
+// but before any engine took the answer (its continuation not started):
+// the recovered workflow finds its run woken since (its wakes past its
+// own) and ends as it did the first time, recording nothing and leaving
+// the answer to the continuation, in which the approved tool runs, once.
+func TestReplayOfHibernatedWorkflowLeavesTheAnswerToItsContinuation(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	var runs sync.Map
+	agent := payer(&runs)
+	a, h, pool := startHibernated(t, url, "hib-woken", agent)
+	require.NoError(t, a.Shutdown(t.Context()))
+	c, err := engine.NewClient(t.Context(), engine.ClientConfig{Pool: pool})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.SubmitToolResult(t.Context(), h.SessionID, helix.Approve("t1", "ok"))
+	require.NoError(t, err)
+	s := readRunState(t, pool, h.RunID)
+	require.Equal(t, 1, s.wakes, "the answer woke the run")
+	require.False(t, s.hibernated)
+
+	b := replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-woken", nil, agent) },
+		map[string]string{h.WorkflowID: steps.NameSuspendStep})
+	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	out := result(t, hb)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID),
+		"woken once, never hibernated again")
+}
+
+// A recovery of a hibernated run's workflow once the deadline of the call
+// its run waits for has passed (no engine ran meanwhile, nothing woke the
+// run): the recovered workflow finds its run asleep (postgres.Answer.Asleep)
+// and ends as it did the first time, hibernated, recording nothing; the
+// deadline is the continuation's, and the model sees the call time out
+// once.
+func TestReplayOfHibernatedWorkflowLeavesTheDeadlineToItsContinuation(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	clock := &helixtest.Clock{}
+	var timeouts atomic.Int32
+	agent := &helix.Agent{Name: "asker-hr", Tools: []*helix.Tool{askUser(helix.ClientTimeout(time.Hour))}, Model: script(
+		calls(call("q1", "ask_user", `{"question":"colour?"}`)),
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			for _, m := range req.Messages {
+				if m.Role == helix.RoleTool && strings.Contains(m.Content, "did not return a result") {
+					timeouts.Add(1)
+				}
+			}
+			return text("no answer")(req, cb)
+		},
+	)}
+	a := hibernating(t, url, "hib-dr", clock, agent)
+	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "ask"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+	require.NoError(t, a.Shutdown(t.Context()))
+	clock.Advance(2 * time.Hour)
+
+	b := replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-dr", clock, agent) },
+		map[string]string{h.WorkflowID: steps.NameSuspendStep})
+	hb, err := b.Run(t.Context(), h.SessionID, h.RunID)
+	require.NoError(t, err)
+	out, err := awaitResult(t, hb)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
+	require.EqualValues(t, 1, timeouts.Load(), "the model saw the call time out once")
+	require.Equal(t, 1, readRunState(t, pool, h.RunID).wakes)
+}
+
 func sessionIDs(hs []*engine.Handle) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
@@ -376,13 +451,15 @@ func sessionIDs(hs []*engine.Handle) []string {
 	return out
 }
 
-// A hibernation is its workflow's last journal record. A crash after the
-// hibernation's commit but before
+// A hibernation writes no journal record: the run's row records it. A
+// crash after the hibernation's commit but before
 // DBOS recorded the workflow's end (here: the workflows of the run and of
 // its first continuation, both hibernated, set back to PENDING without
-// their outputs) recovers the workflows: each returns the outcome it
-// returned the first time, byte for byte, and no model or tool runs again.
-// The session then completes when answered.
+// their outputs) recovers the workflows: each finds its run asleep (the
+// run's own workflow, whose run was woken since, too) and returns the
+// outcome it returned the first time, byte for byte, recording nothing; no
+// model or tool runs again, and no answer is taken twice. The session then
+// completes when answered.
 func TestReplayOfHibernatedWorkflowReturnsItsOutcome(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewURL(t)
@@ -401,7 +478,7 @@ func TestReplayOfHibernatedWorkflowReturnsItsOutcome(t *testing.T) {
 
 	calls := modelCalls.Load()
 	b := replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-replay", nil, agent) },
-		map[string]string{h.WorkflowID: steps.NameHibernate, wake: steps.NameHibernate})
+		map[string]string{h.WorkflowID: steps.NameSuspendStep, wake: steps.NameSuspendStep})
 	require.Equal(t, calls, modelCalls.Load(), "the replays called no model")
 	require.EqualValues(t, 1, executions2(&runs, "t1"))
 	require.Equal(t, runState{hibernated: true, wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
@@ -413,4 +490,17 @@ func TestReplayOfHibernatedWorkflowReturnsItsOutcome(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, out.Status, out.Error)
 	require.EqualValues(t, 1, executions2(&runs, "t1"))
 	require.EqualValues(t, 1, executions2(&runs, "t2"))
+
+	// The run's own workflow recovered once its run was woken twice and
+	// completed: it still ends as it did, taking no answer, running nothing.
+	require.NoError(t, b.Shutdown(t.Context()))
+	calls = modelCalls.Load()
+	replayHibernated(t, pool, func() *engine.Engine { return hibernating(t, url, "hib-replay", nil, agent) },
+		map[string]string{h.WorkflowID: steps.NameSuspendStep})
+	require.Equal(t, calls, modelCalls.Load(), "the replay called no model")
+	require.EqualValues(t, 1, executions2(&runs, "t1"))
+	require.EqualValues(t, 1, executions2(&runs, "t2"))
+	st := readRunState(t, pool, h.RunID)
+	require.False(t, st.hibernated)
+	require.Equal(t, 2, st.wakes)
 }

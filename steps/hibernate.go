@@ -30,12 +30,26 @@ type HibernateInput struct {
 	ToolCallIDs []string `json:"toolCallIds"`
 	// WakeAt is the earliest of their deadlines (Unix ms), 0 for none.
 	WakeAt int64 `json:"wakeAt,omitempty"`
+	// Wake numbers the execution's continuation of the run (0: the run's
+	// workflow itself).
+	Wake int `json:"wake,omitempty"`
 }
 
 // HibernateOutput reports whether the run hibernated.
 type HibernateOutput struct {
 	Hibernated bool `json:"hibernated"`
+	// implied is set by Hibernate when the run hibernated: the run's row
+	// records it (RecordImplied).
+	implied bool
 }
+
+// RecordImplied reports a hibernation by Hibernate, whose record the
+// workflows' journal does not write: the run's row says it hibernated, and
+// a replay that gets there (its workflow's end unrecorded) finds the run
+// asleep or woken since and hibernates again, writing nothing
+// (postgres.HibernateRun, postgres.Answer.Asleep). A hibernated session
+// keeps one journal row less.
+func (o HibernateOutput) RecordImplied() bool { return o.implied }
 
 // Hibernate returns the transaction that hibernates a run (see
 // postgres.HibernateRun): in it, a message to one of the calls keeps the
@@ -47,8 +61,8 @@ func (e *Env) Hibernate(in HibernateInput) dbos.Txn[HibernateOutput] {
 		for i, id := range in.ToolCallIDs {
 			topics[i] = recv.Topic(id)
 		}
-		ok, err := postgres.HibernateRun(ctx, txQuerier{tx}, in.RunID, in.WorkflowID, topics, in.WakeAt)
-		return HibernateOutput{Hibernated: ok}, err
+		ok, err := postgres.HibernateRun(ctx, txQuerier{tx}, in.RunID, in.WorkflowID, in.Wake, topics, in.WakeAt)
+		return HibernateOutput{Hibernated: ok, implied: ok}, err
 	}
 }
 
@@ -149,7 +163,7 @@ func (e *Env) DriverWake(in DriverWakeInput) dbos.Txn[DriverWakeOutput] {
 		}
 		passed := in.DeadlineAt > 0 && e.Clock.Now().UnixMilli() >= in.DeadlineAt
 		if !passed {
-			ok, err := postgres.HibernateRun(ctx, txQuerier{tx}, in.RunID, in.WorkflowID, []string{recv.Topic(in.ToolCallID)}, in.DeadlineAt)
+			ok, err := postgres.HibernateRun(ctx, txQuerier{tx}, in.RunID, in.WorkflowID, in.Wake, []string{recv.Topic(in.ToolCallID)}, in.DeadlineAt)
 			if err != nil || ok {
 				return DriverWakeOutput{Hibernated: ok}, err
 			}

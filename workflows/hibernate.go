@@ -57,7 +57,7 @@ func (t *turn) hibernateForChildren(step int, res helix.StepResult, results []st
 // the outcome the workflow ends with. A replay returns the recorded
 // decision.
 func (t *turn) hibernate(step int, pending []store.PendingClientToolCall, results []steps.ToolResult) (out steps.Outcome, done bool, err error) {
-	in := steps.HibernateInput{RunID: t.run.RunID, WorkflowID: t.run.WorkflowID}
+	in := steps.HibernateInput{RunID: t.run.RunID, WorkflowID: t.run.WorkflowID, Wake: t.wake}
 	for _, c := range pending {
 		if !waits(c, results) {
 			continue

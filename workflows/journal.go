@@ -937,7 +937,8 @@ func (q heldQuerier) Defer(ctx context.Context, sql string, args ...any) {
 // together, so a replay never applies them twice. An output that says its
 // body wrote nothing (wroteNothing), with nothing else to write, ends the
 // transaction without a commit and leaves the record for the journal's
-// next write: a run's begin does not write a journal row of its own.
+// next write: a run's begin does not write a journal row of its own. An
+// output whose writes imply it (impliedRecord) commits them without it.
 func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R, error) {
 	var zero R
 	id := j.reserve()
@@ -1047,11 +1048,19 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 		case carried:
 			last, args = postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(lead))
 		default:
-			var rec journalRecord
-			if rec, err = encode(id, name, o, nil, started); err != nil {
-				return err
+			recs := append(j.pending, first...)
+			if im, ok := any(o).(impliedRecord); !ok || !im.RecordImplied() {
+				rec, err := encode(id, name, o, nil, started)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, rec)
 			}
-			last, args = postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(append(append(j.pending, first...), rec)))
+			if len(recs) == 0 {
+				last, args = postgres.CheckJournalOwnerStatement(j.wfID, j.owner)
+			} else {
+				last, args = postgres.RecordStepsStatement(j.wfID, j.owner, stepRecords(recs))
+			}
 		}
 		err = tx.commitWith(c, j.log, last, args...)
 		if err != nil {
@@ -1099,6 +1108,12 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 // wroteNothing is a transaction step's output that reports whether its
 // body wrote nothing (steps.RunInfo).
 type wroteNothing interface{ WroteNothing() bool }
+
+// impliedRecord is a transaction step's output that reports whether its
+// writes imply its record (steps.HibernateOutput): its commit writes the
+// other records but not its own, and a replay runs the step again, which
+// finds its writes done and writes nothing.
+type impliedRecord interface{ RecordImplied() bool }
 
 // jtx is a journal transaction on a pooled connection of its own. BEGIN
 // goes out with its first statement and COMMIT with its last (the

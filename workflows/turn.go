@@ -199,7 +199,7 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 		susp, pending, children := run.Suspended, run.Pending, run.Children
 		run.Suspended, run.Pending, run.Children = nil, nil, nil
 		t := &turn{ctx: ctx, env: env, j: j, run: run, hooks: env.HasHooks(run.AgentType), self: self,
-			segment: in.Segment, reportTo: reportTo(in), adm: in.Queue, timedOut: in.TimedOut, received: in.Received,
+			segment: in.Segment, wake: in.Wake, reportTo: reportTo(in), adm: in.Queue, timedOut: in.TimedOut, received: in.Received,
 			childOutcomes: in.ChildOutcomes, live: in.Live, begunHere: beganHere}
 		t.startRun(began, in, !beganHere)
 		defer func() { t.endRun(result, resultErr) }()
@@ -287,6 +287,9 @@ type turn struct {
 	// (0 otherwise): a call it would wait for ends it, with the call in
 	// its outcome, for its driver to wait for.
 	segment int
+	// wake numbers the continuation this execution runs (0: the run's own
+	// workflow, or a segment).
+	wake int
 	// reportTo is the workflow a segment reports to (its driver's, or a
 	// continuation's of it), which its queued sub-agents report to too.
 	reportTo string

@@ -314,8 +314,8 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut, hibernate bool, er
 		}
 		var a postgres.Answer
 		err := t.j.retry(t.ctx, "look for the answer to tool call "+c.ToolCallID, func(ctx context.Context) (err error) {
-			a, err = t.env.Store.PeekAnswer(ctx, t.run.SessionID, c.ToolCallID, t.run.WorkflowID, recv.Topic(c.ToolCallID),
-				t.j.wfID, t.j.owner)
+			a, err = t.env.Store.PeekAnswer(ctx, postgres.Waiter{SessionID: t.run.SessionID, RunID: t.run.RunID,
+				WorkflowID: t.run.WorkflowID, Self: t.j.wfID, Wake: t.wake, Owner: t.j.owner}, c.ToolCallID, recv.Topic(c.ToolCallID))
 			return err
 		})
 		if err != nil {
@@ -337,6 +337,13 @@ func (t *turn) wait(c store.PendingClientToolCall) (timedOut, hibernate bool, er
 			// answer this wait sees, it sees the new owner with it: this
 			// execution ends here, recording nothing.
 			return false, false, conflict(t.j.wfID)
+		}
+		if a.Asleep {
+			// The run hibernated in this execution already: a replay whose
+			// workflow's end DBOS did not record (the hibernation writes
+			// no record). It hibernates again, writing nothing; the
+			// answers, if any came, are the continuation's.
+			return false, true, nil
 		}
 		if a.MessageWaiting {
 			t.answer = &a

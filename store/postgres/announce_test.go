@@ -86,7 +86,7 @@ func TestAnswerToAHibernatedRunNotifiesNothingInItsTransaction(t *testing.T) {
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	hibernated, err := postgres.HibernateRun(ctx, postgres.PgxQuerier(tx), "r1", "s1-turn-1", []string{"helix.tool_call:c1"}, 0)
+	hibernated, err := postgres.HibernateRun(ctx, postgres.PgxQuerier(tx), "r1", "s1-turn-1", 0, []string{"helix.tool_call:c1"}, 0)
 	require.NoError(t, err)
 	require.True(t, hibernated)
 	require.NoError(t, tx.Commit(ctx))

@@ -131,7 +131,7 @@ func TestSubmitAnswerWritesWhatRecordSubmissionWrites(t *testing.T) {
 		for _, id := range []string{fast, general} {
 			waitingSession(t, st, id, status, calls...)
 			if hibernated {
-				ok, err := postgres.HibernateRun(ctx, postgres.PgxQuerier(st.Pool()), id+"-r", id+"-wf", []string{"helix.tool_call:a1", "helix.tool_call:c2"}, 0)
+				ok, err := postgres.HibernateRun(ctx, postgres.PgxQuerier(st.Pool()), id+"-r", id+"-wf", 0, []string{"helix.tool_call:a1", "helix.tool_call:c2"}, 0)
 				require.NoError(t, err)
 				require.True(t, ok)
 			}

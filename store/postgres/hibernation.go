@@ -18,14 +18,26 @@ import (
 // HibernateRun hibernates run runID, whose workflow workflowID waits for
 // the tool calls of topics, until wakeAt (Unix ms, 0 for no deadline),
 // unless a message waits for the workflow on one of topics: hibernated
-// reports which. It runs two statements: the first locks the run's row, so
-// that a message sent meanwhile waits for this transaction's end and then
-// wakes the run (helix.wake_run), and the second looks for messages in a
-// snapshot taken once the lock is held. Call it in a transaction.
-func HibernateRun(ctx context.Context, q Querier, runID, workflowID string, topics []string, wakeAt int64) (hibernated bool, err error) {
-	var one int
-	if err := q.QueryRow(ctx, `SELECT 1 FROM helix.runs WHERE run_id = $1 FOR UPDATE`, runID).Scan(&one); err != nil {
+// reports which. wake numbers the execution's continuation of the run (0:
+// workflowID itself). It runs two statements: the first locks the run's
+// row, so that a message sent meanwhile waits for this transaction's end
+// and then wakes the run (helix.wake_run), and the second looks for
+// messages in a snapshot taken once the lock is held. Call it in a
+// transaction.
+//
+// A run already asleep, woken since (its wakes past wake) or ended is
+// reported hibernated, and nothing is written: the execution hibernated it
+// before (a replay of a workflow whose hibernation committed but whose
+// end DBOS did not record: the hibernation writes no journal record, the
+// run's row is its record), or the run ended without it.
+func HibernateRun(ctx context.Context, q Querier, runID, workflowID string, wake int, topics []string, wakeAt int64) (hibernated bool, err error) {
+	var before bool
+	if err := q.QueryRow(ctx, `SELECT hibernated_at IS NOT NULL OR wakes > $2 OR status IN ('completed', 'failed', 'interrupted')
+		FROM helix.runs WHERE run_id = $1 FOR UPDATE`, runID, wake).Scan(&before); err != nil {
 		return false, wrap(err, "lock run %s to hibernate it", runID)
+	}
+	if before {
+		return true, nil
 	}
 	var at *int64
 	if wakeAt > 0 {

@@ -150,7 +150,7 @@ func TestHibernateRunRacesAnAnswer(t *testing.T) {
 	hibernate := func(topic string) (bool, error) {
 		var ok bool
 		err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) (err error) {
-			ok, err = postgres.HibernateRun(ctx, postgres.PgxQuerier(tx), "run-s", "wf-s", []string{topic}, 0)
+			ok, err = postgres.HibernateRun(ctx, postgres.PgxQuerier(tx), "run-s", "wf-s", 0, []string{topic}, 0)
 			return err
 		})
 		return ok, err
@@ -186,6 +186,53 @@ func TestHibernateRunRacesAnAnswer(t *testing.T) {
 	require.Equal(t, 1, wakes)
 }
 
+// A hibernation writes no journal record, so a recovered workflow runs it
+// again: it reports the run hibernated and writes nothing when the run is
+// asleep already, was woken since (its wakes past the execution's), or
+// ended; the continuation that was woken hibernates it again.
+func TestHibernateRunAgainWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newClusterStore(t)
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "s", AgentType: "payer"})
+	require.NoError(t, err)
+	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "run-s", SessionID: "s", WorkflowID: "wf-s"})
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('wf-s', 'SUCCESS', 0)`)
+	require.NoError(t, err)
+	state := func() (s string) {
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT concat_ws(' ', status, hibernated_at IS NOT NULL, wakes, xmin)
+			FROM helix.runs WHERE run_id = 'run-s'`).Scan(&s))
+		return s
+	}
+	hibernate := func(wake int) bool {
+		var ok bool
+		require.NoError(t, pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) (err error) {
+			ok, err = postgres.HibernateRun(ctx, postgres.PgxQuerier(tx), "run-s", "wf-s", wake, []string{"helix.tool.a"}, 0)
+			return err
+		}))
+		return ok
+	}
+	require.True(t, hibernate(0))
+	asleep := state()
+	require.True(t, hibernate(0), "asleep already")
+	require.Equal(t, asleep, state(), "nothing written")
+
+	sql, args := postgres.SendMessageStatement("wf-s", "helix.tool.a", "e30=", "k-a", true)
+	_, err = st.Pool().Exec(ctx, sql, args...)
+	require.NoError(t, err)
+	woken := state()
+	require.True(t, hibernate(0), "woken since: the execution of wake 0 hibernated it before")
+	require.Equal(t, woken, state(), "nothing written")
+	require.True(t, hibernate(1), "the continuation it woke hibernates it")
+	require.NotEqual(t, woken, state())
+
+	require.NoError(t, st.UpdateRunStatus(ctx, "run-s", helix.RunCompleted, nil))
+	ended := state()
+	require.True(t, hibernate(1), "ended")
+	require.Equal(t, ended, state(), "nothing written")
+}
+
 // A message sent to the workflow of a hibernated run wakes it once and
 // returns the wake's announcement, which names the run, its session, its
 // workflow, the continuation due and the agent: what starting the
@@ -210,7 +257,7 @@ func TestSendToolMessageAnnouncesTheWake(t *testing.T) {
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	hibernated, err := postgres.HibernateRun(ctx, postgres.PgxQuerier(tx), "r1", "s1-turn-1", []string{"other"}, 0)
+	hibernated, err := postgres.HibernateRun(ctx, postgres.PgxQuerier(tx), "r1", "s1-turn-1", 0, []string{"other"}, 0)
 	require.NoError(t, err)
 	require.True(t, hibernated)
 	require.NoError(t, tx.Commit(ctx))

@@ -421,33 +421,52 @@ type Answer struct {
 	// lost its workflow (cancelled with DBOS's tools, then resumed; taken
 	// over) must not act on an answer, which is the owner's.
 	Owned bool
+	// Asleep reports that the run hibernated in the waiting execution, or
+	// was woken since (its wakes past Waiter.Wake): a replay of a workflow
+	// whose hibernation committed (and writes no journal record) but whose
+	// end DBOS did not record. It ends as it did, hibernated; the answers
+	// are the continuation's.
+	Asleep bool
+}
+
+// Waiter is the execution of a run that waits for a tool call (PeekAnswer).
+type Waiter struct {
+	SessionID string
+	RunID     string
+	// WorkflowID is the run's workflow, the messages' destination.
+	WorkflowID string
+	// Self is the execution's own workflow: WorkflowID, or continuation
+	// Wake of it (0: WorkflowID itself). Owner is its DBOS owner token.
+	Self  string
+	Wake  int
+	Owner string
 }
 
 // PeekAnswer reads, locking nothing and in one statement, whether a message
-// for a tool call waits for workflowID (the run's workflow, the messages'
-// destination) on topic (DBOS's notifications), the call as pending in the
-// session, the session's interrupt flag, and whether the execution whose
-// DBOS owner token is owner still owns workflow self (the execution's own:
-// workflowID, or a continuation of it): what a run that waits for the call
-// looks at when it is woken, before it takes the answer in a transaction
-// of its own.
-func (s *Store) PeekAnswer(ctx context.Context, sessionID, toolCallID, workflowID, topic, self, owner string) (Answer, error) {
+// for a tool call waits for w's run (the messages' destination, its
+// workflow) on topic (DBOS's notifications), the call as pending in the
+// session, the session's interrupt flag, whether w still owns its workflow
+// and whether the run hibernated already (Answer.Asleep): what a run that
+// waits for the call looks at when it is woken, before it takes the answer
+// in a transaction of its own.
+func (s *Store) PeekAnswer(ctx context.Context, w Waiter, toolCallID, topic string) (Answer, error) {
 	var a Answer
 	var raw []byte
 	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dbos.notifications
 			WHERE destination_uuid = $3 AND topic = $4 AND NOT consumed),
 		pending_client_tool_calls -> $2, interrupt_requested,
-		EXISTS (SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = $6 AND owner_xid = $5)
-		FROM helix.sessions WHERE session_id = $1`, sessionID, toolCallID, workflowID, topic, owner, self).
-		Scan(&a.MessageWaiting, &raw, &a.Interrupt, &a.Owned)
+		EXISTS (SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = $6 AND owner_xid = $5),
+		EXISTS (SELECT 1 FROM helix.runs WHERE run_id = $7 AND (hibernated_at IS NOT NULL OR wakes > $8))
+		FROM helix.sessions WHERE session_id = $1`, w.SessionID, toolCallID, w.WorkflowID, topic, w.Owner, w.Self, w.RunID, w.Wake).
+		Scan(&a.MessageWaiting, &raw, &a.Interrupt, &a.Owned, &a.Asleep)
 	if isNoRows(err) {
-		return a, notFound("session", sessionID)
+		return a, notFound("session", w.SessionID)
 	}
 	if err != nil {
-		return a, wrap(err, "read the answer to tool call %s of %s", toolCallID, sessionID)
+		return a, wrap(err, "read the answer to tool call %s of %s", toolCallID, w.SessionID)
 	}
 	if len(raw) > 0 {
-		if a.Call, err = decodePendingCall(sessionID, toolCallID, raw); err != nil {
+		if a.Call, err = decodePendingCall(w.SessionID, toolCallID, raw); err != nil {
 			return a, fmt.Errorf("store: %w", err)
 		}
 		a.Found = true
