@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -366,6 +367,14 @@ func TestWaitingRunRecordsLeaveOutWhatTheWorkflowImplies(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(output), &v), output)
 		return v
 	}
+	rs, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal_row_records WHERE workflow_id = $1 ORDER BY id`, h.WorkflowID)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{steps.NameBeginRun, steps.NameCallModel, steps.NameSuspendStep}, names)
+	var journalRows int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.step_journal WHERE workflow_id = $1`, h.WorkflowID).Scan(&journalRows))
+	require.Equal(t, 1, journalRows, "the begin, which wrote nothing, waited for the suspension's write: one journal row")
 	begin := record(steps.NameBeginRun)
 	for _, k := range []string{"sessionId", "runId", "workflowId", "streamId", "rootSessionId"} {
 		require.NotContains(t, begin, k, "the begin's record leaves out what the workflow's input implies")
