@@ -375,6 +375,11 @@ func TestWaitingRunRecordsLeaveOutWhatTheWorkflowImplies(t *testing.T) {
 	var journalRows int
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*) FROM helix.step_journal WHERE workflow_id = $1`, h.WorkflowID).Scan(&journalRows))
 	require.Equal(t, 1, journalRows, "the begin, which wrote nothing, waited for the suspension's write: one journal row")
+	var chunkRows, chunks int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT count(*), coalesce(sum(c.n), 0) FROM helix.stream_chunks c
+		JOIN helix.streams s ON s.key = c.stream_key WHERE s.stream_id = $1`, h.SessionID).Scan(&chunkRows, &chunks))
+	require.Equal(t, 1, chunkRows, "the suspension's chunks (%d in all) share the row of its model call's", chunks)
+	require.Equal(t, 4, chunks, "the step's start, its two calls and the approval's request")
 	begin := record(steps.NameBeginRun)
 	for _, k := range []string{"sessionId", "runId", "workflowId", "streamId", "rootSessionId"} {
 		require.NotContains(t, begin, k, "the begin's record leaves out what the workflow's input implies")

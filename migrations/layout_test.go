@@ -23,8 +23,8 @@ func TestTheLayout(t *testing.T) {
 		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id)
 			VALUES ('k', 'a', 'k', 'k'), ('gone', 'a', 'gone', 'gone');
 		INSERT INTO helix.streams (stream_id, owner_session_id) SELECT session_id, session_id FROM helix.sessions;
-		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id) VALUES
-			('rk', 'k', 1, 'completed', 'k-turn-1'), ('rg', 'gone', 1, 'completed', 'gone-turn-1');
+		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, completed_at) VALUES
+			('rk', 'k', 1, 'completed', 'k-turn-1', now()), ('rg', 'gone', 1, 'completed', 'gone-turn-1', now());
 		INSERT INTO helix.messages (session_key, seq, message)
 			SELECT key, s, to_jsonb(session_id || s) FROM helix.sessions, generate_series(0, 2) s;
 		INSERT INTO helix.checkpoints (session_key, step_count, id_ms, id_rand, run_id, message_count, status, custom_state, journal, usage)

@@ -18,8 +18,8 @@ func TestModelMessages(t *testing.T) {
 	db := open(t, pgtest.NewURL(t))
 	_, err := db.ExecContext(ctx, `INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, custom_state, message_count)
 		VALUES ('s', 'a', 's', 's', '{}', 2);
-		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id) VALUES
-			('r1', 's', 1, 'completed', 's-turn-1'), ('r2', 's', 2, 'running', 's-turn-2');
+		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, completed_at) VALUES
+			('r1', 's', 1, 'completed', 's-turn-1', now()), ('r2', 's', 2, 'running', 's-turn-2', NULL);
 		INSERT INTO helix.checkpoints (session_key, step_count, id_ms, id_rand, run_id, message_count, status, custom_state)
 			SELECT key, 1, 1, 'a', 'r1', 2, 'active', '{}' FROM helix.sessions WHERE session_id = 's';
 		INSERT INTO helix.messages (session_key, seq, message, meta) SELECT s.key, v.* FROM helix.sessions s, (VALUES

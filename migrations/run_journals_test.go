@@ -21,9 +21,9 @@ func TestRunJournalsFromTheEarlierTurnsNewest(t *testing.T) {
 	_, err := db.ExecContext(ctx, `
 		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, message_count)
 			VALUES ('k', 'a', 'k', 'k', 8), ('other', 'a', 'other', 'other', 0);
-		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id) VALUES
-			('r1', 'k', 1, 'completed', 'k-turn-1'), ('r2', 'k', 2, 'running', 'k-turn-2'),
-			('r3', 'k', 3, 'running', 'k-retry-3'), ('o1', 'other', 1, 'running', 'other-turn-1')`)
+		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, completed_at) VALUES
+			('r1', 'k', 1, 'completed', 'k-turn-1', now()), ('r2', 'k', 2, 'running', 'k-turn-2', NULL),
+			('r3', 'k', 3, 'running', 'k-retry-3', NULL), ('o1', 'other', 1, 'running', 'other-turn-1', NULL)`)
 	require.NoError(t, err)
 	// Oldest first: each insert takes the next created_seq.
 	keyed := func(session string, step int, rand, run, journal string, messages int) {

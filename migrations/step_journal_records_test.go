@@ -21,8 +21,8 @@ func TestJournalInCheckpoints(t *testing.T) {
 	db := open(t, pgtest.NewURL(t))
 	_, err := db.ExecContext(ctx, `INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, custom_state)
 		VALUES ('s', 'a', 's', 's', '{}');
-		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id) VALUES
-			('r1', 's', 1, 'completed', 's-turn-1'), ('r2', 's', 2, 'running', 's-turn-2'), ('r3', 's', 3, 'running', 's-retry-3')`)
+		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, completed_at) VALUES
+			('r1', 's', 1, 'completed', 's-turn-1', now()), ('r2', 's', 2, 'running', 's-turn-2', NULL), ('r3', 's', 3, 'running', 's-retry-3', NULL)`)
 	require.NoError(t, err)
 	// A checkpoint's ID is rendered from its row: cpv1-s-s{step}-t1-{rand}.
 	steps := map[string]int{"cp-0": 0, "cp-1": 1, "cp-2": 2, "cp-saved": 3, "cp-3": 4, "cp-suspended": 5, "cp-4": 6}

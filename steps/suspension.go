@@ -121,6 +121,12 @@ func (e *Env) SuspendStep(in SuspendInput) dbos.Txn[SuspendOutput] {
 		}
 		p := store.SuspendParams{SessionID: run.SessionID, RunID: run.RunID, StepID: StepID(in.Record.RunID, step),
 			Step: step, Record: record, Interrupted: interruptedChunk(run, step-1, "")}
+		if h, ok := tx.(appendTaker); ok {
+			// The step's chunks that wait for this transaction (its model
+			// call's) go out in the suspension's append, ahead of its
+			// own: they share a row of the stream.
+			p.Ahead = h.TakeAppends(run.StreamID)
+		}
 		for _, r := range in.Record.Results {
 			if r.ToolCallID == "" || helix.IsFinishTool(r.ToolName) {
 				continue
@@ -158,6 +164,13 @@ func (e *Env) SuspendStep(in SuspendInput) dbos.Txn[SuspendOutput] {
 		}
 		return SuspendOutput{Pending: compactPending(run, res.Pending), Interrupted: res.Interrupted, Reason: res.InterruptReason}, nil
 	}
+}
+
+// appendTaker is a transaction that holds stream appends for its first
+// statement, which its body can take and write with its own (the
+// workflows' journal transactions).
+type appendTaker interface {
+	TakeAppends(stream string) []store.ChunkWrite
 }
 
 // compactPending leaves out of the calls a suspension wrote what its run

@@ -88,6 +88,10 @@ type SuspendParams struct {
 	Pending []PendingCall
 	// Record is the engine's record of the step (SessionState.SuspendedStep).
 	Record json.RawMessage
+	// Ahead are appended first, as they are (the step's own chunks that
+	// wait for the suspension's transaction: its model call's), in the
+	// same append as Chunks, so that their chunks share rows.
+	Ahead []ChunkWrite
 	// Chunks are appended (the results already known, approval requests).
 	Chunks []helix.Chunk
 	// Usage rows are recorded for the session (empty run ID or zero step:

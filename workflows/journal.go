@@ -489,7 +489,11 @@ func unpackEntries(id int, entries [][]json.RawMessage) ([]journalRecord, error)
 		if len(e) != 4 && len(e) != 5 {
 			return nil, fmt.Errorf("the step journal's record of step %d has %d fields", r.ID, len(e))
 		}
-		if err := json.Unmarshal(e[0], &r.Name); err != nil {
+		name, err := expandStepName(e[0])
+		if err != nil {
+			return nil, fmt.Errorf("decode the name of step %d: %w", r.ID, err)
+		}
+		if err := json.Unmarshal(name, &r.Name); err != nil {
 			return nil, fmt.Errorf("decode the name of step %d: %w", r.ID, err)
 		}
 		if err := json.Unmarshal(e[3], &r.Err); err != nil {
@@ -862,7 +866,7 @@ func (j *journal) writeDeferred(ctx dbos.Context, recs []journalRecord) error {
 			}
 		}
 		retried = true
-		if err := j.pendingAppends(c, tx); err != nil {
+		if err := tx.holdAppends(j.st, j.appends); err != nil {
 			return err
 		}
 		first, err := j.runDeferred(ctx, c, tx)
@@ -910,28 +914,6 @@ func (j *journal) failDeferred(ctx dbos.Context, e *deferredError) error {
 	return e.err
 }
 
-// pendingAppends holds the pending stream appends in tx (they go out with
-// its next statement).
-func (j *journal) pendingAppends(ctx context.Context, tx *jtx) error {
-	st := j.st.WithQuerier(heldQuerier{postgres.PgxQuerier(tx), tx})
-	for _, a := range j.appends {
-		if err := st.AppendHeld(ctx, a.stream, a.chunks); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// heldQuerier is a journal transaction as a postgres.Deferrer.
-type heldQuerier struct {
-	postgres.Querier
-	tx *jtx
-}
-
-func (q heldQuerier) Defer(ctx context.Context, sql string, args ...any) {
-	q.tx.Defer(ctx, sql, args...)
-}
-
 // runTxn runs fn as the journal's next step, in a transaction that also
 // records it (and the pending records): its writes and its record commit
 // together, so a replay never applies them twice. An output that says its
@@ -977,7 +959,7 @@ func runTxn[R any](ctx dbos.Context, j *journal, name string, fn dbos.Txn[R]) (R
 			}
 		}
 		retried = true
-		if err := j.pendingAppends(c, tx); err != nil {
+		if err := tx.holdAppends(j.st, j.appends); err != nil {
 			return err
 		}
 		first, err := j.runDeferred(ctx, c, tx)
@@ -1126,6 +1108,12 @@ type jtx struct {
 	// held are writes whose results nobody reads, sent with the next
 	// statement (postgres.Deferrer).
 	held *pgx.Batch
+	// appends are the journal's pending stream appends (holdAppends) and
+	// appendSQL their statements, held before anything else the
+	// transaction writes, unless its body takes them (takeAppends) before
+	// its first statement.
+	appends   []streamAppend
+	appendSQL []heldStatement
 	// call is the transaction as pgx began it for a transactional call
 	// that runs in it (beginCall), nil otherwise.
 	call pgx.Tx
@@ -1139,8 +1127,62 @@ func (t *jtx) flush(ctx context.Context) error {
 	return t.conn.SendBatch(ctx, t.batch()).Close()
 }
 
+// heldStatement is a statement held with its arguments.
+type heldStatement struct {
+	sql  string
+	args []any
+}
+
+// holdAppends holds the journal's pending stream appends for the
+// transaction's next statement (st renders them), first.
+func (t *jtx) holdAppends(st *postgres.Store, appends []streamAppend) error {
+	t.appends, t.appendSQL = nil, nil
+	for _, a := range appends {
+		sql, args, err := st.HeldAppendStatement(a.stream, a.chunks)
+		if err != nil {
+			return err
+		}
+		t.appendSQL = append(t.appendSQL, heldStatement{sql: sql, args: args})
+	}
+	t.appends = appends
+	return nil
+}
+
+// takeAppends returns the chunks of the pending stream appends the
+// transaction holds (holdAppends), when every one is for stream and none
+// went out yet, and drops them from what the transaction sends: its body
+// writes them itself, ahead of its own, in one append (their chunks then
+// share rows). nil otherwise. The journal keeps them until the commit,
+// for a body that fails.
+func (t *jtx) takeAppends(stream string) []store.ChunkWrite {
+	var out []store.ChunkWrite
+	for _, a := range t.appends {
+		if a.stream != stream {
+			return nil
+		}
+		out = append(out, a.chunks...)
+	}
+	t.appends, t.appendSQL = nil, nil
+	return out
+}
+
+// queueAppends moves the held appends' statements to the held writes.
+func (t *jtx) queueAppends() {
+	if len(t.appendSQL) == 0 {
+		return
+	}
+	if t.held == nil {
+		t.held = &pgx.Batch{}
+	}
+	for _, s := range t.appendSQL {
+		t.held.Queue(s.sql, s.args...)
+	}
+	t.appends, t.appendSQL = nil, nil
+}
+
 // Defer holds a write for the next statement (postgres.Deferrer).
 func (t *jtx) Defer(_ context.Context, sql string, args ...any) {
+	t.queueAppends()
 	if t.held == nil {
 		t.held = &pgx.Batch{}
 	}
@@ -1150,6 +1192,7 @@ func (t *jtx) Defer(_ context.Context, sql string, args ...any) {
 // batch returns a batch that starts the transaction if needed and holds
 // the held writes; more statements are queued on it by the caller.
 func (t *jtx) batch() *pgx.Batch {
+	t.queueAppends()
 	b := &pgx.Batch{}
 	if !t.begun {
 		b.Queue(postgres.BeginSQL)
@@ -1166,10 +1209,10 @@ func (t *jtx) batch() *pgx.Batch {
 }
 
 // holdsWrites reports whether writes wait for the next statement.
-func (t *jtx) holdsWrites() bool { return t.held != nil }
+func (t *jtx) holdsWrites() bool { return t.held != nil || len(t.appendSQL) > 0 }
 
 // pipelined reports whether the next statement must go out in a batch.
-func (t *jtx) pipelined() bool { return !t.begun || t.held != nil }
+func (t *jtx) pipelined() bool { return !t.begun || t.holdsWrites() }
 
 func (j *journal) begin(ctx context.Context) (*jtx, error) {
 	conn, err := j.pool.Acquire(ctx)
@@ -1264,6 +1307,10 @@ func (t pgxTx) QueryRow(ctx context.Context, sql string, args ...any) dbos.Row {
 // Defer holds a write for the transaction's next statement
 // (postgres.Deferrer, through the steps' transaction adapter).
 func (t pgxTx) Defer(ctx context.Context, sql string, args ...any) { t.tx.Defer(ctx, sql, args...) }
+
+// TakeAppends hands the journal's pending stream appends to the body
+// (jtx.takeAppends, through the steps' transaction adapter).
+func (t pgxTx) TakeAppends(stream string) []store.ChunkWrite { return t.tx.takeAppends(stream) }
 
 // Commit and Rollback are the journal's: a step body never ends its
 // transaction.

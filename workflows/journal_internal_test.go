@@ -24,13 +24,13 @@ func TestUnpackJournalRow(t *testing.T) {
 	require.Equal(t, []journalRecord{{ID: 7, Name: "helix.call_model", Output: s(`{"a":1}`)}}, recs)
 
 	recs, err = unpack(10, 3, "", s(`[["helix.run_tool",0,5,"it \"failed\"",{"k": [1, 2]}],`+
-		`["helix.fire_hooks",-2,6,null],["helix.commit_step",8,9,null,null]]`), nil)
+		`["helix.fire_hooks",-2,6,null],[1,8,9,null,null]]`), nil)
 	require.NoError(t, err)
 	require.Equal(t, []journalRecord{
 		{ID: 10, Name: "helix.run_tool", Output: s(`{"k": [1, 2]}`), Err: s(`it "failed"`)},
 		{ID: 11, Name: "helix.fire_hooks"},
 		{ID: 12, Name: "helix.commit_step", Output: s(`null`)},
-	}, recs, "an output as written (JSON null is not SQL NULL), an error decoded")
+	}, recs, "an output as written (JSON null is not SQL NULL), an error decoded, a coded name named")
 
 	for _, c := range []struct {
 		name   string
@@ -42,7 +42,8 @@ func TestUnpackJournalRow(t *testing.T) {
 		{"not JSON", s(`[[`), 2, "decode the step journal's row of steps 10 to 11"},
 		{"fewer records", s(`[["a",0,0,null,1]]`), 2, "holds 1 records"},
 		{"short record", s(`[["a",0,0,null,1],["b",0,0]]`), 2, "record of step 11 has 3 fields"},
-		{"name not a string", s(`[["a",0,0,null,1],[1,0,0,null]]`), 2, "decode the name of step 11"},
+		{"name neither a string nor a code", s(`[["a",0,0,null,1],[true,0,0,null]]`), 2, "decode the name of step 11"},
+		{"code past the table", s(`[["a",0,0,null,1],[99,0,0,null]]`), 2, "unknown step name code 99"},
 		{"error not a string", s(`[["a",0,0,2,1],["b",0,0,null]]`), 2, "decode the error of step 10"},
 	} {
 		_, err := unpack(10, c.n, "", c.output, nil)

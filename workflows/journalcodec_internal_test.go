@@ -7,11 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/steps"
+	"github.com/helix-agents/helix-dbos/store/postgres"
 )
 
 // codecCases are step outputs as the journal records them: its own types,
@@ -71,6 +73,54 @@ func TestJournalOutputExpandsInSQL(t *testing.T) {
 	var got string
 	require.NoError(t, pool.QueryRow(t.Context(), `SELECT helix.journal_output($1)`, codeOutput(s)).Scan(&got))
 	require.Equal(t, s, got, "every key of the table")
+}
+
+// helix.journal_step_code, which names the steps of a packed step
+// journal row (helix.record_steps), codes them as codeStepName does, and a
+// packed row reads back whole, in Go (unpack) and in SQL
+// (helix.step_journal_row_records).
+func TestPackedJournalRowsCodeStepNames(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	names := append(slices.Clone(journalStepNames), "app.step", "4")
+	for _, name := range names {
+		want, err := codeStepName(name)
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT helix.journal_step_code($1)`, name).Scan(&got))
+		require.Equal(t, string(want), got, name)
+	}
+	recs := make([]journalRecord, len(names))
+	for i, name := range names {
+		out := `{"<a":` + strconv.Itoa(i) + `}`
+		recs[i] = journalRecord{ID: JournalBase + i, Name: name, Output: &out, Started: 1_700_000_000_000, Completed: 1_700_000_000_001}
+	}
+	// helix.record_steps checks the workflow's owner in DBOS's table: the
+	// columns it reads are enough here.
+	_, err := pool.Exec(t.Context(), `CREATE SCHEMA IF NOT EXISTS dbos;
+		CREATE TABLE dbos.workflow_status (workflow_uuid text PRIMARY KEY, owner_xid text);
+		INSERT INTO dbos.workflow_status VALUES ('wf', 'me')`)
+	require.NoError(t, err)
+	sql, args := postgres.RecordStepsStatement("wf", "me", stepRecords(recs))
+	_, err = pool.Exec(t.Context(), sql, args...)
+	require.NoError(t, err)
+	var id, n int
+	var name string
+	var output *string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT id, n, name, output FROM helix.step_journal WHERE workflow_id = 'wf'`).Scan(&id, &n, &name, &output))
+	require.Equal(t, len(names), n, "one packed row")
+	require.NotContains(t, *output, steps.NameBeginRun, "the engine's names are coded")
+	got, err := unpack(id, n, name, output, nil)
+	require.NoError(t, err)
+	rows, err := pool.Query(t.Context(), `SELECT name FROM helix.step_journal_row_records WHERE workflow_id = 'wf' ORDER BY id`)
+	require.NoError(t, err)
+	inSQL, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for i := range names {
+		require.Equal(t, names[i], got[i].Name)
+		require.Equal(t, *recs[i].Output, *got[i].Output)
+	}
+	require.Equal(t, names, inSQL)
 }
 
 // helix.journal_step_name repeats the step name table,

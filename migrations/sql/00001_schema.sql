@@ -115,6 +115,9 @@ CREATE TABLE helix.messages (
 );
 
 -- runs: one row per Execute / Resume / Retry (and companion consultation).
+-- Stored with fillfactor 90, and no index names its status: a change of
+-- status alone (a suspension, an answer) is heap-only, the run's ending
+-- being completed_at (set exactly when the status is final, CHECK below).
 CREATE TABLE helix.runs (
     run_id              text        PRIMARY KEY,
     session_id          text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
@@ -143,8 +146,9 @@ CREATE TABLE helix.runs (
     wake_at             bigint,
     woken_at            timestamptz,
     wakes               integer     NOT NULL DEFAULT 0,
-    UNIQUE (session_id, turn)
-);
+    UNIQUE (session_id, turn),
+    CONSTRAINT runs_ended_check CHECK ((completed_at IS NOT NULL) = (status IN ('completed', 'failed', 'interrupted')))
+) WITH (fillfactor = 90);
 CREATE INDEX runs_workflow_idx ON helix.runs (workflow_id) WHERE workflow_id IS NOT NULL;
 -- The hibernated runs with a deadline, for the engines' wake sweep, and the
 -- woken runs whose continuation has not begun, for the starter's sweep:
@@ -159,8 +163,7 @@ CREATE INDEX runs_woken_idx ON helix.runs (run_id) WHERE woken_at IS NOT NULL;
 -- recorded in its own transaction with ExecuteTx, whose announcement no
 -- engine heard). As small as the runs held live, whatever the number of
 -- hibernated or ended ones.
-CREATE INDEX runs_live_idx ON helix.runs (run_id)
-    WHERE hibernated_at IS NULL AND status NOT IN ('completed', 'failed', 'interrupted');
+CREATE INDEX runs_live_idx ON helix.runs (run_id) WHERE hibernated_at IS NULL AND completed_at IS NULL;
 
 -- +goose StatementBegin
 -- helix.wake_workflow_id is the workflow ID of continuation n (1, 2, ...)
@@ -382,6 +385,10 @@ CREATE FUNCTION helix.delete_session_rows() RETURNS trigger LANGUAGE plpgsql AS 
 BEGIN
     DELETE FROM helix.messages m USING gone g WHERE m.session_key = g.key;
     DELETE FROM helix.checkpoints c USING gone g WHERE c.session_key = g.key;
+    -- The streams the sessions owned: their own (by the primary key), and
+    -- those an app gave them (streams_owner_idx).
+    DELETE FROM helix.streams t USING gone g WHERE t.stream_id = g.session_id AND t.owner_session_id = g.session_id;
+    DELETE FROM helix.streams t USING gone g WHERE t.owner_session_id = g.session_id AND t.owner_session_id <> t.stream_id;
     RETURN NULL;
 END
 $$;
@@ -431,10 +438,15 @@ CREATE TABLE helix.staging (
     PRIMARY KEY (session_id, step_id, change_id)
 );
 
--- streams: one per root session (its sub-agents write into it).
+-- streams: one per root session (its sub-agents write into it), whose ID
+-- is the session's, and the streams an app creates (CreateStream, with an
+-- owner session or none). A stream goes with its owner session: the
+-- statement trigger on sessions deletes it (no foreign key, so that the
+-- index of owners holds only the streams an app gave another session as
+-- owner: a session's own stream is found by its ID).
 CREATE TABLE helix.streams (
     stream_id        text        PRIMARY KEY,
-    owner_session_id text        REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    owner_session_id text,
     status           text        NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'ended', 'failed')),
     latest_seq       bigint      NOT NULL DEFAULT 0,
     truncation_epoch integer     NOT NULL DEFAULT 0,
@@ -447,7 +459,7 @@ CREATE TABLE helix.streams (
 COMMENT ON COLUMN helix.streams.updated_at IS
     'last change but an append; the stream''s last change (API updatedAt) is greatest(updated_at, created_at of its newest stream_chunks row), an append writing only its chunks and latest_seq';
 COMMENT ON COLUMN helix.streams.key IS 'the stream''s key in helix.stream_chunks';
-CREATE INDEX streams_owner_idx ON helix.streams (owner_session_id) WHERE owner_session_id IS NOT NULL;
+CREATE INDEX streams_owner_idx ON helix.streams (owner_session_id) WHERE owner_session_id <> stream_id;
 
 -- stream_chunks: a row holds the n chunks one statement appended to a
 -- stream for one run, step and attempt, seq being the last one's; chunk is
@@ -605,7 +617,7 @@ BEGIN
     END IF;
     FOR i IN 1 .. k LOOP
         EXIT WHEN ids[i] IS DISTINCT FROM ids[1] + i - 1;
-        packed := packed || ',[' || to_json(names[i])::text
+        packed := packed || ',[' || helix.journal_step_code(names[i])
             || ',' || coalesce((started[i] - base)::text, 'null') || ',' || coalesce((completed[i] - base)::text, 'null')
             || ',' || coalesce(to_json(errs[i])::text, 'null') || coalesce(',' || outputs[i]::json::text, '') || ']';
         IF i = k THEN
@@ -623,7 +635,7 @@ BEGIN
     SELECT wf, min(r.id), count(*),
            CASE count(*) WHEN 1 THEN min(r.name) ELSE '' END,
            CASE count(*) WHEN 1 THEN min(r.output)
-               ELSE '[' || string_agg('[' || to_json(r.name)::text
+               ELSE '[' || string_agg('[' || helix.journal_step_code(r.name)
                    || ',' || coalesce((r.s - r.base)::text, 'null') || ',' || coalesce((r.c - r.base)::text, 'null')
                    || ',' || coalesce(to_json(r.err)::text, 'null') || coalesce(',' || r.output::json::text, '') || ']',
                    ',' ORDER BY r.id) || ']' END,
@@ -674,6 +686,20 @@ CREATE FUNCTION helix.journal_step_name(n json) RETURNS text LANGUAGE sql IMMUTA
             'helix.companion', 'helix.companion_cancel', 'helix.companion_wait_ended',
             'helix.deliver_completions', 'helix.segment_status'])[(n::text)::integer + 1]
         ELSE n #>> '{}' END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- helix.journal_step_code is the JSON a packed step journal entry stores
+-- a step's name as: helix.journal_step_name's number for the engine's
+-- names, the name's JSON string for any other (workflows.codeStepName).
+CREATE FUNCTION helix.journal_step_code(name text) RETURNS text LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT coalesce((array_position(ARRAY['helix.run_tool', 'helix.commit_step', 'helix.call_model', 'helix.fire_hooks',
+            'helix.begin_run', 'helix.end_run', 'helix.approval_gate', 'helix.suspend_step',
+            'helix.resolve_tool_call', 'helix.save_suspended_step', 'helix.dispatch_subagent',
+            'helix.interrupt_for_children', 'helix.resume_child', 'helix.save_child_wait',
+            'helix.companion', 'helix.companion_cancel', 'helix.companion_wait_ended',
+            'helix.deliver_completions', 'helix.segment_status'], name) - 1)::text, to_json(name)::text)
 $$;
 -- +goose StatementEnd
 
@@ -751,7 +777,7 @@ CREATE VIEW helix.step_journal_row_records AS
     SELECT j.workflow_id, j.id, j.name, helix.journal_output(j.output) AS output, j.error, j.started_at, j.completed_at
     FROM helix.step_journal j WHERE j.n = 1
     UNION ALL
-    SELECT j.workflow_id, j.id + e.i::integer - 1, e.r->>0,
+    SELECT j.workflow_id, j.id + e.i::integer - 1, helix.journal_step_name(e.r->0),
         helix.journal_output(CASE json_array_length(e.r) WHEN 5 THEN (e.r->4)::text END),
         e.r->>3, COALESCE(j.started_at, 0) + (e.r->>1)::bigint, COALESCE(j.started_at, 0) + (e.r->>2)::bigint
     FROM helix.step_journal j, LATERAL json_array_elements(j.output::json) WITH ORDINALITY AS e(r, i)
@@ -1091,6 +1117,7 @@ DROP FUNCTION helix.message_journal(text, integer, jsonb, json);
 DROP FUNCTION helix.message_record(integer, jsonb, json);
 DROP FUNCTION helix.checkpoint_journal(text, text, integer);
 DROP FUNCTION helix.journal_workflow(text, integer);
+DROP FUNCTION helix.journal_step_code(text);
 DROP FUNCTION helix.journal_step_name(json);
 DROP FUNCTION helix.journal_output(text);
 DROP FUNCTION helix.record_steps(text, text, integer[], text[], text[], text[], bigint[], bigint[]);

@@ -137,7 +137,7 @@ func TestAnnouncementsAfterTheCommit(t *testing.T) {
 	b.Queue(postgres.BeginSQL)
 	b.Queue(postgres.AnnounceAfterCommitSQL)
 	b.Queue(`SELECT helix.announce('c', 'p1')`)
-	b.Queue(`UPDATE helix.runs SET status = 'completed' WHERE run_id = 'r1'`)
+	b.Queue(`UPDATE helix.runs SET status = 'completed', completed_at = now() WHERE run_id = 'r1'`)
 	b.Queue(postgres.CommitSQL)
 	require.NoError(t, conn.SendBatch(ctx, b).Close())
 	sentinel(t, st, "c")

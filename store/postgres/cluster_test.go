@@ -59,14 +59,14 @@ func seedCluster(t *testing.T, st *postgres.Store) {
 			('old-1', 'a', 'old-1', NULL, 'old-1', 'alice'),
 			('done-1', 'a', 'done-1', NULL, 'done-1', 'alice'),
 			('ghost-1', 'a', 'ghost-1', NULL, 'ghost-1', 'alice');
-		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id) VALUES
-			('r-alice-1', 'alice-1', 1, 'suspended_client_tool', 'wf-alice-1'),
-			('r-alice-1-sub', 'alice-1-sub', 1, 'running', 'wf-alice-1-sub'),
-			('r-bob-1', 'bob-1', 1, 'running', 'wf-bob-1'),
-			('r-old-1', 'old-1', 1, 'running', 'wf-old-1'),
-			('r-old-2', 'old-1', 2, 'completed', 'wf-old-2'),
-			('r-done-1', 'done-1', 1, 'completed', 'wf-done-1'),
-			('r-ghost-1', 'ghost-1', 1, 'running', 'wf-ghost-1');
+		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, completed_at) VALUES
+			('r-alice-1', 'alice-1', 1, 'suspended_client_tool', 'wf-alice-1', NULL),
+			('r-alice-1-sub', 'alice-1-sub', 1, 'running', 'wf-alice-1-sub', NULL),
+			('r-bob-1', 'bob-1', 1, 'running', 'wf-bob-1', NULL),
+			('r-old-1', 'old-1', 1, 'running', 'wf-old-1', NULL),
+			('r-old-2', 'old-1', 2, 'completed', 'wf-old-2', now()),
+			('r-done-1', 'done-1', 1, 'completed', 'wf-done-1', now()),
+			('r-ghost-1', 'ghost-1', 1, 'running', 'wf-ghost-1', NULL);
 		INSERT INTO dbos.workflow_status (workflow_uuid, status, executor_id, queue_name, created_at) VALUES
 			('wf-alice-1', 'PENDING', 'exec-a', 'q1', 0),
 			('wf-alice-1-sub', 'PENDING', 'exec-a', NULL, 0),
@@ -154,8 +154,8 @@ func readsNoHistory(t *testing.T, st *postgres.Store) {
 	_, err := st.Pool().Exec(ctx, `
 		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, status, user_id)
 		SELECT 'h-' || i, 'a', 'h-' || i, 'h-' || i, 'completed', 'alice' FROM generate_series(1, 5000) i;
-		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id)
-		SELECT 'hr-' || i, 'h-' || i, 1, 'completed', 'hw-' || i FROM generate_series(1, 5000) i;
+		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, completed_at)
+		SELECT 'hr-' || i, 'h-' || i, 1, 'completed', 'hw-' || i, now() FROM generate_series(1, 5000) i;
 		INSERT INTO dbos.workflow_status (workflow_uuid, status, executor_id, created_at)
 		SELECT 'hw-' || i, 'SUCCESS', 'exec-a', 0 FROM generate_series(1, 5000) i;
 		ANALYZE helix.sessions; ANALYZE helix.runs; ANALYZE dbos.workflow_status`)

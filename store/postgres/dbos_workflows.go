@@ -84,7 +84,7 @@ JOIN LATERAL (
 	SELECT workflow_uuid, status, updated_at FROM dbos.workflow_status
 	WHERE ` + segmentOf("", "r.workflow_id") + `
 ) w ON true
-WHERE r.hibernated_at IS NULL AND r.status NOT IN ('completed', 'failed', 'interrupted')
+WHERE r.hibernated_at IS NULL AND r.completed_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM helix.runs n WHERE n.session_id = r.session_id AND n.turn > r.turn)
   AND s.status = 'active' AND w.status = 'CANCELLED' AND w.updated_at < $1`
 
@@ -195,7 +195,7 @@ func orphanRunsSQL(filter string) string {
 	return `
 SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),
 	coalesce(r.queue_priority, 0), 0 FROM helix.runs r JOIN helix.sessions s USING (session_id)
-WHERE r.status = 'running' AND r.hibernated_at IS NULL AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
+WHERE r.status = 'running' AND r.hibernated_at IS NULL AND r.completed_at IS NULL AND r.workflow_id IS NOT NULL AND r.workflow_id <> ''
   AND s.parent_session_id IS NULL
   ` + filter + `
   AND NOT EXISTS (SELECT 1 FROM dbos.workflow_status w WHERE w.workflow_uuid = r.workflow_id)

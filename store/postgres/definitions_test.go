@@ -88,10 +88,10 @@ func TestCurrentRunIsNewestByTurn(t *testing.T) {
 		INSERT INTO helix.executors (executor_id, application_version, started_at, heartbeat_at, lease_ms) VALUES
 			('x', 'v1', now(), now(), 30000);
 		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id, user_id) VALUES ('s', 'a', 's', 's', 'u');
-		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, queue, started_at) VALUES
-			('r3', 's', 3, 'running', 'wf-3', 'q', now() - interval '1 hour'),
-			('r1', 's', 1, 'completed', 'wf-1', NULL, now()),
-			('r2', 's', 2, 'completed', 'wf-2', NULL, now() + interval '1 hour');
+		INSERT INTO helix.runs (run_id, session_id, turn, status, workflow_id, queue, started_at, completed_at) VALUES
+			('r3', 's', 3, 'running', 'wf-3', 'q', now() - interval '1 hour', NULL),
+			('r1', 's', 1, 'completed', 'wf-1', NULL, now(), now()),
+			('r2', 's', 2, 'completed', 'wf-2', NULL, now() + interval '1 hour', now() + interval '1 hour');
 		INSERT INTO dbos.workflow_status (workflow_uuid, status, executor_id, queue_name, parent_workflow_id, created_at, updated_at) VALUES
 			('wf-2', 'PENDING', 'x', NULL, NULL, 0, 0),
 			('wf-2-seg-1', 'ENQUEUED', NULL, 'q', 'wf-2', 5, 0),
@@ -122,7 +122,7 @@ func TestCurrentRunIsNewestByTurn(t *testing.T) {
 	// sessions' retention, not the failed ones'.
 	_, err = st.Pool().Exec(ctx, `
 		UPDATE helix.sessions SET status = 'failed', updated_at = now() - interval '2 hours' WHERE session_id = 's';
-		UPDATE helix.runs SET status = 'failed', error_code = CASE WHEN turn = 3 THEN 'aborted' ELSE 'model_error' END WHERE session_id = 's'`)
+		UPDATE helix.runs SET status = 'failed', completed_at = coalesce(completed_at, now()), error_code = CASE WHEN turn = 3 THEN 'aborted' ELSE 'model_error' END WHERE session_id = 's'`)
 	require.NoError(t, err)
 	hour := time.Hour
 	roots, err := st.SelectGCRoots(ctx, postgres.GCSelection{Failed: &hour}, "", 10)

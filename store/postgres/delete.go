@@ -264,12 +264,18 @@ func hasDBOS(ctx context.Context, q Querier) (bool, error) {
 	return ok, nil
 }
 
+// treeStreamsSQL lists the streams the sessions $1 own or write to: those
+// they own (their own, by the primary key; those an app gave them, through
+// streams_owner_idx) and those their rows name.
+const treeStreamsSQL = `SELECT stream_id FROM helix.streams WHERE owner_session_id = ANY($1) AND owner_session_id <> stream_id
+	UNION SELECT stream_id FROM helix.streams WHERE stream_id = ANY($1) AND owner_session_id = stream_id
+	UNION SELECT stream_id FROM helix.sessions WHERE session_id = ANY($1) AND stream_id IS NOT NULL`
+
 // treeKeys lists the streams and the workflows of sessions: the streams
 // they own or write to, and their runs' workflows with (when the database
 // has DBOS's schema) every workflow DBOS records as their child.
 func treeKeys(ctx context.Context, q Querier, sessions []string, dbos bool) (streams, workflows []string, err error) {
-	rows, err := q.Query(ctx, `SELECT stream_id FROM helix.streams WHERE owner_session_id = ANY($1)
-		UNION SELECT stream_id FROM helix.sessions WHERE session_id = ANY($1) AND stream_id IS NOT NULL`, sessions)
+	rows, err := q.Query(ctx, treeStreamsSQL, sessions)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list streams: %w", err)
 	}

@@ -20,3 +20,7 @@ var OrphanRunsSQL = orphanRunsSQL
 // ConversationCallsSQL is the read of a conversation's pending calls, for
 // the test of its plan.
 const ConversationCallsSQL = conversationCallsSQL
+
+// TreeStreamsSQL is the read of a session tree's streams, for the test of
+// its plan.
+const TreeStreamsSQL = treeStreamsSQL

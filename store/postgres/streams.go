@@ -316,9 +316,17 @@ func (s *Store) CreateStream(ctx context.Context, streamID string, opts *store.C
 	if opts != nil && opts.OwnerSessionID != "" {
 		owner = opts.OwnerSessionID
 	}
-	_, err := s.shared.pool.Exec(ctx, `INSERT INTO helix.streams (stream_id, owner_session_id) VALUES ($1, $2)
-		ON CONFLICT (stream_id) DO NOTHING`, streamID, owner)
-	if pgCode(err) == codeForeignKeyViolation {
+	// The owner's row is locked (FOR KEY SHARE) until the insert commits:
+	// a deletion of the owner waits for it, then deletes the stream too.
+	var ok bool
+	err := s.shared.pool.QueryRow(ctx, `WITH o AS (
+			SELECT $2::text IS NULL OR EXISTS (SELECT 1 FROM helix.sessions WHERE session_id = $2 FOR KEY SHARE) AS ok
+		), ins AS (
+			INSERT INTO helix.streams (stream_id, owner_session_id) SELECT $1, $2 FROM o WHERE o.ok
+			ON CONFLICT (stream_id) DO NOTHING
+		)
+		SELECT ok FROM o`, streamID, owner).Scan(&ok)
+	if err == nil && !ok {
 		err = notFound("owner session", fmt.Sprint(owner))
 	}
 	return wrap(err, "create stream %s", streamID)
@@ -376,18 +384,28 @@ func (s *Store) AppendHeld(ctx context.Context, streamID string, chunks []store.
 		_, err := s.Append(ctx, streamID, chunks)
 		return err
 	}
-	// A fence's refusal is not read either: such callers' transactions
-	// check their workflow's owner themselves.
-	enc, _, err := encodeWrites(streamID, chunks)
+	sql, args, err := s.HeldAppendStatement(streamID, chunks)
 	if err != nil {
 		return err
 	}
-	sql, args, _, err := s.insertChunksArgs(enc, uuid.Nil, false)
-	if err != nil {
-		return fmt.Errorf("store: append to stream %s: %w", streamID, err)
-	}
 	d.Defer(ctx, sql, args...)
 	return nil
+}
+
+// HeldAppendStatement returns the statement [Store.AppendHeld] holds for
+// the append of chunks to streamID, for a transaction that sends it itself
+// (its outcome unread: such callers' transactions check the stream's
+// status and their workflow's owner themselves).
+func (s *Store) HeldAppendStatement(streamID string, chunks []store.ChunkWrite) (sql string, args []any, err error) {
+	enc, _, err := encodeWrites(streamID, chunks)
+	if err != nil {
+		return "", nil, err
+	}
+	sql, args, _, err = s.insertChunksArgs(enc, uuid.Nil, false)
+	if err != nil {
+		return "", nil, fmt.Errorf("store: append to stream %s: %w", streamID, err)
+	}
+	return sql, args, nil
 }
 
 // QueueAppend queues the append of chunks to streamID on b, for a caller

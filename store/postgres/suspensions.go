@@ -199,12 +199,17 @@ func callIDs(calls []store.PendingClientToolCall) []string {
 
 // appendAll appends chunks to the session's stream in q's transaction.
 func (s *Store) appendAll(ctx context.Context, st *store.SessionState, runID string, chunks []helix.Chunk) error {
-	if len(chunks) == 0 {
+	return s.appendAhead(ctx, st, runID, nil, chunks)
+}
+
+// appendAhead is appendAll with the writes ahead first, in one append.
+func (s *Store) appendAhead(ctx context.Context, st *store.SessionState, runID string, ahead []store.ChunkWrite, chunks []helix.Chunk) error {
+	if len(ahead)+len(chunks) == 0 {
 		return nil
 	}
-	writes := make([]store.ChunkWrite, len(chunks))
-	for i, c := range chunks {
-		writes[i] = store.ChunkWrite{RunID: runID, Chunk: c}
+	writes := slices.Clip(ahead)
+	for _, c := range chunks {
+		writes = append(writes, store.ChunkWrite{RunID: runID, Chunk: c})
 	}
 	return s.AppendHeld(ctx, st.StreamID, writes)
 }
@@ -311,7 +316,7 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		if err := execWrites(ctx, q, sess, root, sw, rw); err != nil {
 			return err
 		}
-		if err := tx.appendAll(ctx, sess, p.RunID, p.Chunks); err != nil {
+		if err := tx.appendAhead(ctx, sess, p.RunID, p.Ahead, p.Chunks); err != nil {
 			return err
 		}
 		if err := tx.recordUsage(ctx, sess.SessionID, p.RunID, p.Step, p.Usage); err != nil {

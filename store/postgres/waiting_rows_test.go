@@ -12,9 +12,11 @@ import (
 )
 
 // A waiting session's row keeps one entry in each index of
-// helix.sessions: its suspension and its answers (the one-statement path
-// and the general one) update it heap-only, since no index names a column
-// they write. Counted in one transaction (pg_stat_xact_user_tables).
+// helix.sessions, and its run's row one in each of helix.runs: the
+// suspension and the answers (the one-statement path and the general one)
+// update both heap-only, since no index names a column they write (a run's
+// status included: its end is completed_at). Counted in one transaction
+// (pg_stat_xact_user_tables).
 func TestAWaitingSessionsUpdatesAreHeapOnly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -46,11 +48,16 @@ func TestAWaitingSessionsUpdatesAreHeapOnly(t *testing.T) {
 	_, err = in.RecordSubmission(ctx, "w", a2)
 	require.NoError(t, err)
 
-	var updates, heapOnly int64
-	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
-		WHERE relid = 'helix.sessions'::regclass`).Scan(&updates, &heapOnly))
-	require.GreaterOrEqual(t, updates, int64(3), "the suspension and two answers updated the session's row")
-	require.Equal(t, updates, heapOnly, "every update of the waiting session's row was heap-only")
+	for table, least := range map[string]int64{"helix.sessions": 3, "helix.runs": 2} {
+		var updates, heapOnly int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+			WHERE relid = $1::regclass`, table).Scan(&updates, &heapOnly))
+		require.GreaterOrEqual(t, updates, least, "the suspension and the answers updated the row of %s", table)
+		require.Equal(t, updates, heapOnly, "every update of the row of %s was heap-only", table)
+	}
+	var status string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT status FROM helix.runs WHERE run_id = 'w-r'`).Scan(&status))
+	require.Equal(t, "running", status, "answered")
 }
 
 // The statements that read waiting sessions and runs read them through
