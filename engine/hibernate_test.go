@@ -209,6 +209,21 @@ func TestHibernatedRunTakesConcurrentAnswersOnce(t *testing.T) {
 	require.EqualValues(t, 1, executions2(&runs, "t2"))
 }
 
+// askerWithDeadline is agent name, which asks the user (a client tool with
+// a one-hour deadline) and then says it got no answer; seen is called at
+// its second model call with whether the call's deadline passed (the last
+// message is the call's timeout).
+func askerWithDeadline(name string, seen func(timedOut bool)) *helix.Agent {
+	return &helix.Agent{Name: name, Tools: []*helix.Tool{askUser(helix.ClientTimeout(time.Hour))}, Model: script(
+		calls(call("q1", "ask_user", `{"question":"colour?"}`)),
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			last := req.Messages[len(req.Messages)-1]
+			seen(last.Role == helix.RoleTool && strings.Contains(last.Content, "did not return a result"))
+			return text("no answer")(req, cb)
+		},
+	)}
+}
+
 // A client tool's deadline wakes its hibernated run while the engine that
 // started it is gone: the sweep of another engine wakes it once the
 // deadline passed on the engines' clock, and the model sees the timeout.
@@ -218,14 +233,7 @@ func TestHibernatedClientToolDeadlineFires(t *testing.T) {
 	pool := appPool(t, url)
 	clock := &helixtest.Clock{}
 	var timedOut atomic.Bool
-	agent := &helix.Agent{Name: "asker-h", Tools: []*helix.Tool{askUser(helix.ClientTimeout(time.Hour))}, Model: script(
-		calls(call("q1", "ask_user", `{"question":"colour?"}`)),
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			last := req.Messages[len(req.Messages)-1]
-			timedOut.Store(last.Role == helix.RoleTool && strings.Contains(last.Content, "did not return a result"))
-			return text("no answer")(req, cb)
-		},
-	)}
+	agent := askerWithDeadline("asker-h", timedOut.Store)
 	a := hibernating(t, url, "hib-d", clock, agent)
 	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "ask"}, nil)
 	require.NoError(t, err)
@@ -414,17 +422,11 @@ func TestReplayOfHibernatedWorkflowLeavesTheDeadlineToItsContinuation(t *testing
 	pool := appPool(t, url)
 	clock := &helixtest.Clock{}
 	var timeouts atomic.Int32
-	agent := &helix.Agent{Name: "asker-hr", Tools: []*helix.Tool{askUser(helix.ClientTimeout(time.Hour))}, Model: script(
-		calls(call("q1", "ask_user", `{"question":"colour?"}`)),
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			for _, m := range req.Messages {
-				if m.Role == helix.RoleTool && strings.Contains(m.Content, "did not return a result") {
-					timeouts.Add(1)
-				}
-			}
-			return text("no answer")(req, cb)
-		},
-	)}
+	agent := askerWithDeadline("asker-hr", func(timedOut bool) {
+		if timedOut {
+			timeouts.Add(1)
+		}
+	})
 	a := hibernating(t, url, "hib-dr", clock, agent)
 	h, err := a.Execute(t.Context(), agent, engine.Input{Message: "ask"}, nil)
 	require.NoError(t, err)

@@ -37,6 +37,19 @@ func hibernateForChild(ctx context.Context, tx pgx.Tx, parentRun string) (bool, 
 	return postgres.HibernateForChildren(ctx, postgres.PgxQuerier(tx), parentRun, []string{"p-sub-c1"}, func() error { return nil })
 }
 
+// runOfS records session "s" and its run "run-s", whose workflow "wf-s"
+// has DBOS status wfStatus.
+func runOfS(t *testing.T, st *postgres.Store, wfStatus string) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "s", AgentType: "payer"})
+	require.NoError(t, err)
+	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "run-s", SessionID: "s", WorkflowID: "wf-s"})
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('wf-s', $1, 0)`, wfStatus)
+	require.NoError(t, err)
+}
+
 // wakesOf reads a run's hibernation: whether it is hibernated and its
 // wakes.
 func wakesOf(t *testing.T, st *postgres.Store, runID string) (hibernated bool, wakes int) {
@@ -136,12 +149,7 @@ func TestHibernateRunRacesAnAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	st := newClusterStore(t)
-	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "s", AgentType: "payer"})
-	require.NoError(t, err)
-	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "run-s", SessionID: "s", WorkflowID: "wf-s"})
-	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('wf-s', 'PENDING', 0)`)
-	require.NoError(t, err)
+	runOfS(t, st, "PENDING")
 	send := func(q postgres.Querier, topic, key string) error {
 		sql, args := postgres.SendMessageStatement("wf-s", topic, "e30=", key, true)
 		_, err := q.Exec(ctx, sql, args...)
@@ -194,12 +202,7 @@ func TestHibernateRunAgainWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	st := newClusterStore(t)
-	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "s", AgentType: "payer"})
-	require.NoError(t, err)
-	_, err = st.CreateRun(ctx, store.CreateRunParams{RunID: "run-s", SessionID: "s", WorkflowID: "wf-s"})
-	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `INSERT INTO dbos.workflow_status (workflow_uuid, status, created_at) VALUES ('wf-s', 'SUCCESS', 0)`)
-	require.NoError(t, err)
+	runOfS(t, st, "SUCCESS")
 	state := func() (s string) {
 		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT concat_ws(' ', status, hibernated_at IS NOT NULL, wakes, xmin)
 			FROM helix.runs WHERE run_id = 'run-s'`).Scan(&s))
@@ -219,7 +222,7 @@ func TestHibernateRunAgainWritesNothing(t *testing.T) {
 	require.Equal(t, asleep, state(), "nothing written")
 
 	sql, args := postgres.SendMessageStatement("wf-s", "helix.tool.a", "e30=", "k-a", true)
-	_, err = st.Pool().Exec(ctx, sql, args...)
+	_, err := st.Pool().Exec(ctx, sql, args...)
 	require.NoError(t, err)
 	woken := state()
 	require.True(t, hibernate(0), "woken since: the execution of wake 0 hibernated it before")
