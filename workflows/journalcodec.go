@@ -29,6 +29,7 @@ var journalKeys = []string{
 	"messageCount", "toolCallId", "toolName", "error", "errorCode", "checkpointId",
 	"failure", "output", "model", "thinking", "patches", "recorded", "denied", "finishWith",
 	"interrupted", "continued", "inbox", "role",
+	"agentType", "turn", "pending", "kind", "index", "step", "createdAt", "deadlineAt",
 }
 
 // journalCodeChars are the codes' second characters, in journalKeys' order.

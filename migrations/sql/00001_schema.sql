@@ -454,7 +454,9 @@ CREATE TABLE helix.streams (
     error            text,
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
-    key              bigint      NOT NULL DEFAULT nextval('helix.session_keys') UNIQUE
+    -- From the sequence (unique by it): readers reach a stream's chunks
+    -- from its row, never a stream from its key, so no index.
+    key              bigint      NOT NULL DEFAULT nextval('helix.session_keys')
 );
 COMMENT ON COLUMN helix.streams.updated_at IS
     'last change but an append; the stream''s last change (API updatedAt) is greatest(updated_at, created_at of its newest stream_chunks row), an append writing only its chunks and latest_seq';
@@ -658,7 +660,8 @@ DECLARE
         'result', 'type', 'content', 'toolCalls', 'id', 'name', 'arguments', 'stopReason',
         'usage', 'inputTokens', 'outputTokens', 'cachedTokens', 'cacheWriteTokens', 'durationMs', 'messageCount', 'toolCallId',
         'toolName', 'error', 'errorCode', 'checkpointId', 'failure', 'output', 'model', 'thinking',
-        'patches', 'recorded', 'denied', 'finishWith', 'interrupted', 'continued', 'inbox', 'role'];
+        'patches', 'recorded', 'denied', 'finishWith', 'interrupted', 'continued', 'inbox', 'role',
+        'agentType', 'turn', 'pending', 'kind', 'index', 'step', 'createdAt', 'deadlineAt'];
     codes constant text := 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789';
     out text := stored;
 BEGIN
