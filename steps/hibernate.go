@@ -39,7 +39,9 @@ type HibernateInput struct {
 type HibernateOutput struct {
 	Hibernated bool `json:"hibernated"`
 	// implied is set by Hibernate when the run hibernated: the run's row
-	// records it (RecordImplied).
+	// records it (RecordImplied). HibernateForChildren leaves it unset: its
+	// transaction also records the step and the children it waits for,
+	// which a replay must not write again, so its record is kept.
 	implied bool
 }
 

@@ -190,7 +190,9 @@ func listOrphanRuns(ctx context.Context, q Querier, runID string) ([]OrphanRun, 
 }
 
 // orphanRunsSQL is listOrphanRuns' query, filter (SQL) narrowing both of
-// its branches.
+// its branches. A running run has no completed_at (runs_ended_check): the
+// first branch names it anyway, with hibernated_at, so that the planner
+// reads runs_live_idx, whose predicate they are.
 func orphanRunsSQL(filter string) string {
 	return `
 SELECT r.session_id, r.run_id, r.workflow_id, s.agent_type, coalesce(r.queue, ''), coalesce(r.queue_partition_key, ''),

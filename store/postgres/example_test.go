@@ -156,3 +156,66 @@ func ExampleStore_SubmitAnswer() {
 		fmt.Println("recorded; still waiting:", rec.Unresolved)
 	}
 }
+
+// Look for the answer to a call a run waits for, as the run's execution
+// (its workflow's owner token), and stop waiting when the run hibernated
+// already: its continuation takes the answer.
+func ExampleStore_PeekAnswer() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("HELIX_DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	st, err := postgres.New(pool)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = st.Close() }()
+	w := postgres.Waiter{SessionID: "session-1", RunID: "run-1", WorkflowID: "session-1-turn-1",
+		Self: "session-1-turn-1", Owner: "owner-token"}
+	a, err := st.PeekAnswer(ctx, w, "call-1", recv.Topic("call-1"))
+	switch {
+	case err != nil:
+		fmt.Println(err)
+	case !a.Owned || a.Asleep:
+		fmt.Println("not this execution's to take")
+	case a.MessageWaiting:
+		fmt.Println("answered: take it in a transaction")
+	default:
+		fmt.Println("still waiting")
+	}
+}
+
+// Hold a stream append for a transaction that sends it with its own
+// statements, in one round trip: the statement AppendHeld would defer.
+func ExampleStore_HeldAppendStatement() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("HELIX_DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	st, err := postgres.New(pool)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = st.Close() }()
+	sql, args, err := st.HeldAppendStatement("session-1", []store.ChunkWrite{{RunID: "run-1",
+		Chunk: &helix.TextDeltaChunk{Base: helix.Base{AgentID: "session-1", AgentType: "support", Step: 1}, Delta: "hello"}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(sql, args...)
+		b.Queue(`UPDATE orders SET greeted = true WHERE id = 'order-42'`)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	fmt.Println("committed:", err)
+}

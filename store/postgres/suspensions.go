@@ -436,8 +436,10 @@ type Answer struct {
 
 // Waiter is the execution of a run that waits for a tool call (PeekAnswer).
 type Waiter struct {
+	// SessionID is the session whose pending call the run waits for.
 	SessionID string
-	RunID     string
+	// RunID is the waiting run (Answer.Asleep reads its row).
+	RunID string
 	// WorkflowID is the run's workflow, the messages' destination.
 	WorkflowID string
 	// Self is the execution's own workflow: WorkflowID, or continuation
