@@ -16,13 +16,16 @@ CREATE SEQUENCE helix.session_keys;
 -- sessions: one row per session (conversation). Stored with fillfactor 80:
 -- a running session's updates are heap-only (no index names a column a
 -- step, a suspension or an answer changes), so a waiting session's row has
--- one entry in each index.
+-- one entry in each index. session_id sorts byte-wise (COLLATE "C"), and so
+-- does every column that holds a session ID: a join of two of them
+-- compares in one collation, which each side's index serves (an index
+-- serves a comparison only in its own collation).
 CREATE TABLE helix.sessions (
     session_id                  text        COLLATE "C" PRIMARY KEY,
     agent_type                  text        NOT NULL,
     stream_id                   text        NOT NULL,
-    parent_session_id           text,
-    root_session_id             text        NOT NULL,
+    parent_session_id           text COLLATE "C",
+    root_session_id             text COLLATE "C" NOT NULL,
     status                      text        NOT NULL DEFAULT 'active'
         CHECK (status IN ('active', 'completed', 'failed', 'interrupted', 'paused')),
     step_count                  integer     NOT NULL DEFAULT 0,
@@ -120,7 +123,7 @@ CREATE TABLE helix.messages (
 -- being completed_at (set exactly when the status is final, CHECK below).
 CREATE TABLE helix.runs (
     run_id              text        PRIMARY KEY,
-    session_id          text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    session_id          text COLLATE "C" NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
     turn                integer     NOT NULL,
     status              text        NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'interrupted',
         'suspended_client_tool', 'suspended_awaiting_children', 'suspended_step_partial')),
@@ -385,9 +388,10 @@ CREATE FUNCTION helix.delete_session_rows() RETURNS trigger LANGUAGE plpgsql AS 
 BEGIN
     DELETE FROM helix.messages m USING gone g WHERE m.session_key = g.key;
     DELETE FROM helix.checkpoints c USING gone g WHERE c.session_key = g.key;
-    -- The streams the sessions owned: their own (by the primary key), and
-    -- those an app gave them (streams_owner_idx).
-    DELETE FROM helix.streams t USING gone g WHERE t.stream_id = g.session_id AND t.owner_session_id = g.session_id;
+    -- The streams the sessions owned: their own (by the primary key, in
+    -- stream_id's collation: session_id's, "C", would leave the key
+    -- unusable), and those an app gave them (streams_owner_idx).
+    DELETE FROM helix.streams t USING gone g WHERE t.stream_id = g.session_id COLLATE "default" AND t.owner_session_id = g.session_id;
     DELETE FROM helix.streams t USING gone g WHERE t.owner_session_id = g.session_id AND t.owner_session_id <> t.stream_id;
     RETURN NULL;
 END
@@ -398,8 +402,8 @@ CREATE TRIGGER sessions_delete_rows AFTER DELETE ON helix.sessions
 
 -- sub_session_refs: a parent's sub-agents and companions.
 CREATE TABLE helix.sub_session_refs (
-    session_id           text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
-    sub_session_id       text        NOT NULL,
+    session_id           text COLLATE "C" NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    sub_session_id       text COLLATE "C" NOT NULL,
     agent_type           text        NOT NULL,
     parent_tool_call_id  text        NOT NULL,
     status               text        NOT NULL DEFAULT 'running'
@@ -416,7 +420,7 @@ CREATE TABLE helix.sub_session_refs (
 
 -- inbox: messages sent to a running companion (message_id: the sending tool call).
 CREATE TABLE helix.inbox (
-    session_id  text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    session_id  text COLLATE "C" NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
     message_id  text        NOT NULL,
     message     jsonb       NOT NULL,
     seq         bigserial   NOT NULL,
@@ -429,7 +433,7 @@ CREATE INDEX inbox_unconsumed_idx ON helix.inbox (session_id, seq) WHERE consume
 -- staging: custom-state patches of a step's parallel tools (the store's
 -- Staging contract).
 CREATE TABLE helix.staging (
-    session_id text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    session_id text COLLATE "C" NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
     step_id    text        NOT NULL,
     change_id  text        NOT NULL,
     patches    jsonb       NOT NULL,
@@ -446,7 +450,7 @@ CREATE TABLE helix.staging (
 -- owner: a session's own stream is found by its ID).
 CREATE TABLE helix.streams (
     stream_id        text        PRIMARY KEY,
-    owner_session_id text,
+    owner_session_id text COLLATE "C",
     status           text        NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'ended', 'failed')),
     latest_seq       bigint      NOT NULL DEFAULT 0,
     truncation_epoch integer     NOT NULL DEFAULT 0,
@@ -516,7 +520,7 @@ CREATE TABLE helix.stream_write_batches (
 -- session's rows.
 CREATE TABLE helix.usage (
     id                 bigserial   NOT NULL,
-    session_id         text        NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
+    session_id         text COLLATE "C" NOT NULL REFERENCES helix.sessions (session_id) ON DELETE CASCADE,
     run_id             text,
     step               integer,
     source_type        text        NOT NULL,

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +110,92 @@ func TestPrefixListingReadsThePrimaryKey(t *testing.T) {
 	require.Equal(t, 1, count("p7_"), "p7_x alone: _ is no wildcard")
 	require.Equal(t, 1, count("p7é"))
 	require.Equal(t, 1, count("P7"), "byte-wise: P7-upper, none of the p7…")
+}
+
+// Every column that holds a session ID sorts like session_id (COLLATE
+// "C"), so a join of two of them compares under one collation and the
+// other side's index serves it: a column left in the database's collation
+// made the planner scan its whole table for each session of a tree walk, a
+// cascade or a run lookup (an index serves a comparison only in its own
+// collation).
+func TestSessionIDJoinsReadTheIndexes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ table, on, index, column string }{
+		{"helix.runs", "x.session_id = s.session_id", "runs_session_id_turn_key", "session_id"},
+		{"helix.sessions", "x.parent_session_id = s.session_id", "sessions_parent_idx", "parent_session_id"},
+		{"helix.sessions", "x.root_session_id = s.session_id AND x.parent_session_id IS NOT NULL", "sessions_root_idx", "root_session_id"},
+		{"helix.sub_session_refs", "x.session_id = s.session_id", "sub_session_refs_pkey", "session_id"},
+		{"helix.inbox", "x.session_id = s.session_id", "inbox_pkey", "session_id"},
+		{"helix.staging", "x.session_id = s.session_id", "staging_pkey", "session_id"},
+		{"helix.usage", "x.session_id = s.session_id", "usage_pkey", "session_id"},
+		{"helix.streams", "x.owner_session_id = s.session_id AND x.owner_session_id <> x.stream_id", "streams_owner_idx", "owner_session_id"},
+	} {
+		q := "SELECT 1 FROM helix.sessions s JOIN " + c.table + " x ON " + c.on + " WHERE s.session_id = $1"
+		plan := explainWithoutSeqScans(t, q, "s1")
+		require.Truef(t, searches(plan, c.index, c.column), "%s searched by %s (not scanned, filtered); %s:\n%s", c.index, c.column, q, plan)
+		require.NotContains(t, plan, "Seq Scan", "%s:\n%s", q, plan)
+	}
+
+	// And a column added later: each one that names a session.
+	st := newTestStore(t)
+	rows, err := st.Pool().Query(t.Context(), `
+		SELECT c.table_name || '.' || c.column_name FROM information_schema.columns c
+		JOIN pg_tables p ON p.schemaname = c.table_schema AND p.tablename = c.table_name
+		WHERE c.table_schema = 'helix' AND c.column_name LIKE '%session_id'
+		  AND c.collation_name IS DISTINCT FROM 'C'`)
+	require.NoError(t, err)
+	var loose []string
+	for rows.Next() {
+		var col string
+		require.NoError(t, rows.Scan(&col))
+		loose = append(loose, col)
+	}
+	require.NoError(t, rows.Err())
+	require.Empty(t, loose, "columns holding a session ID in the database's collation, not session_id's (C)")
+}
+
+// searches reports whether plan reads index with a condition on column:
+// the line after the index's names its condition.
+func searches(plan, index, column string) bool {
+	lines := strings.Split(plan, "\n")
+	for i, l := range lines[:len(lines)-1] {
+		if strings.Contains(l, " "+index+" ") && strings.HasPrefix(strings.TrimSpace(lines[i+1]), "Index Cond: ("+column+" = ") {
+			return true
+		}
+	}
+	return false
+}
+
+// Deleting a session finds the streams it owned through indexes (the
+// sessions trigger compares a stream's ID with the session's in the
+// streams' collation): no scan of helix.streams, however many it holds.
+func TestDeletingASessionReadsItsStreamsByIndex(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newTestStore(t)
+	_, err := st.Pool().Exec(ctx, `
+		INSERT INTO helix.sessions (session_id, agent_type, stream_id, root_session_id)
+		SELECT 's' || g, 'a', 's' || g, 's' || g FROM generate_series(1, 5000) g;
+		INSERT INTO helix.streams (stream_id, owner_session_id) SELECT 's' || g, 's' || g FROM generate_series(1, 5000) g;
+		INSERT INTO helix.streams (stream_id, owner_session_id) VALUES ('given', 's7');
+		ANALYZE helix.sessions; ANALYZE helix.streams`)
+	require.NoError(t, err)
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `DELETE FROM helix.sessions WHERE session_id = 's7'`)
+	require.NoError(t, err)
+	var scans int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'helix.streams'::regclass`).Scan(&scans))
+	require.Zero(t, scans, "sequential scans of helix.streams deleting one session")
+	var left []string
+	rows, err := tx.Query(ctx, `SELECT stream_id FROM helix.streams WHERE stream_id IN ('s6', 's7', 's8', 'given') ORDER BY 1`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		left = append(left, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"s6", "s8"}, left, "its own stream and the one an app gave it went with it, no other")
 }
