@@ -2,7 +2,6 @@ package steps
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -40,7 +39,7 @@ type ChildWaitOutput struct {
 // parent_suspended, to be re-spawned when the parent resumes.
 func (e *Env) InterruptForChildren(in ChildWaitInput) dbos.Txn[ChildWaitOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (ChildWaitOutput, error) {
-		rec, err := json.Marshal(in.Record)
+		rec, stepID, err := storedRecord(in.Record)
 		if err != nil {
 			return ChildWaitOutput{}, err
 		}
@@ -49,7 +48,7 @@ func (e *Env) InterruptForChildren(in ChildWaitInput) dbos.Txn[ChildWaitOutput] 
 			children[c.ParentToolCallID] = c
 		}
 		res, err := e.InTx(tx).InterruptForChildren(ctx, store.InterruptForChildrenParams{
-			SessionID: in.Run.SessionID, RunID: in.Run.RunID, StepID: StepID(in.Record.RunID, in.Record.Step), Step: in.Record.Step,
+			SessionID: in.Run.SessionID, RunID: in.Run.RunID, StepID: stepID, Step: in.Record.Step,
 			Record: rec, Children: children, Interrupted: interruptedChunk(in.Run, in.Record.Step-1, ""),
 		})
 		if err != nil {
@@ -69,7 +68,7 @@ func (e *Env) InterruptForChildren(in ChildWaitInput) dbos.Txn[ChildWaitOutput] 
 // the run's next segment to finish the step with their outcomes.
 func (e *Env) SaveChildWait(in ChildWaitInput) dbos.Txn[bool] {
 	return func(ctx context.Context, tx dbos.Tx) (bool, error) {
-		rec, err := json.Marshal(in.Record)
+		rec, stepID, err := storedRecord(in.Record)
 		if err != nil {
 			return false, err
 		}
@@ -78,7 +77,7 @@ func (e *Env) SaveChildWait(in ChildWaitInput) dbos.Txn[bool] {
 			children[c.ParentToolCallID] = c
 		}
 		return true, e.InTx(tx).SaveChildWait(ctx, store.SaveChildWaitParams{SessionID: in.Run.SessionID,
-			StepID: StepID(in.Record.RunID, in.Record.Step), Record: rec, Children: children})
+			StepID: stepID, Record: rec, Children: children})
 	}
 }
 

@@ -65,11 +65,9 @@ func (e *Env) BeginRun(in BeginInput) dbos.Txn[RunInfo] {
 			return info, nil
 		}
 		if len(st.SuspendedStep) > 0 {
-			var rec SuspendedStep
-			if err := json.Unmarshal(st.SuspendedStep, &rec); err != nil {
-				return RunInfo{}, fmt.Errorf("decode the suspended step of session %s: %w", st.SessionID, err)
+			if info.Suspended, err = loadRecord(st.SessionID, st.SuspendedStep, st.SuspendedStepID); err != nil {
+				return RunInfo{}, err
 			}
-			info.Suspended = &rec
 			for _, c := range st.PendingClientToolCalls {
 				info.Pending = append(info.Pending, c)
 			}

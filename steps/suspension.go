@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -31,8 +33,10 @@ const CodeNotApproved = "not_approved"
 // session to finish the step.
 type SuspendedStep struct {
 	// RunID is the run that suspended (usage keys and step IDs keep it).
-	RunID string           `json:"runId"`
-	Step  int              `json:"step"`
+	// The session's row keeps the record without RunID and Step: its
+	// suspended step ID (StepID) holds them (see storedRecord).
+	RunID string           `json:"runId,omitempty"`
+	Step  int              `json:"step,omitempty"`
 	Model helix.StepResult `json:"model"`
 	// Results are the results known when the step suspended, by call
 	// index (empty entries: calls still to resolve or to run later).
@@ -115,11 +119,11 @@ func (e *Env) SuspendStep(in SuspendInput) dbos.Txn[SuspendOutput] {
 		if err != nil {
 			return SuspendOutput{}, err
 		}
-		record, err := json.Marshal(in.Record)
+		record, stepID, err := storedRecord(in.Record)
 		if err != nil {
 			return SuspendOutput{}, err
 		}
-		p := store.SuspendParams{SessionID: run.SessionID, RunID: run.RunID, StepID: StepID(in.Record.RunID, step),
+		p := store.SuspendParams{SessionID: run.SessionID, RunID: run.RunID, StepID: stepID,
 			Step: step, Record: record, Interrupted: interruptedChunk(run, step-1, "")}
 		if h, ok := tx.(appendTaker); ok {
 			// The step's chunks that wait for this transaction (its model
@@ -220,6 +224,40 @@ func PutBack(field *string, implied string) {
 	if *field == "" {
 		*field = implied
 	}
+}
+
+// storedRecord returns rec as the session's row keeps it, with the
+// suspended step ID written beside it: without the run and the step, which
+// the ID names (StepID). loadRecord reads it back.
+func storedRecord(rec SuspendedStep) (record []byte, stepID string, err error) {
+	if rec.RunID == "" || rec.Step < 1 {
+		return nil, "", fmt.Errorf("the suspended step record needs its run and its step (got run %q, step %d)", rec.RunID, rec.Step)
+	}
+	stepID = StepID(rec.RunID, rec.Step)
+	rec.RunID, rec.Step = "", 0
+	record, err = json.Marshal(rec)
+	return record, stepID, err
+}
+
+// loadRecord decodes the suspended step record of session sessionID, whose
+// suspended step ID is stepID: a record without its run and step
+// (storedRecord) takes them from the ID; one with them (SaveSuspendedStep
+// writes the whole record) keeps its own.
+func loadRecord(sessionID string, raw []byte, stepID string) (*SuspendedStep, error) {
+	var rec SuspendedStep
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return nil, fmt.Errorf("decode the suspended step of session %s: %w", sessionID, err)
+	}
+	if rec.RunID != "" {
+		return &rec, nil
+	}
+	i := strings.LastIndexByte(stepID, ':')
+	step, err := strconv.Atoi(stepID[i+1:])
+	if i < 1 || err != nil || step < 1 {
+		return nil, fmt.Errorf("the suspended step of session %s has no run, and its step ID %q (want {runId}:{step}) names none", sessionID, stepID)
+	}
+	rec.RunID, rec.Step = stepID[:i], step
+	return &rec, nil
 }
 
 // NameSaveSuspendedStep is the step that records a result learned while a

@@ -1005,6 +1005,29 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
+-- A pending call as a row of helix.sessions keeps it, with the run and the
+-- step its row's suspended step ID (step_id, "{runId}:{step}") implies: the
+-- store leaves them out of the call when they are the ID's
+-- (store/postgres/pending_codec.go, which reads the ID the same way).
+CREATE FUNCTION helix.pending_call(call jsonb, step_id text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN call IS NULL OR call ? 'runId' OR m IS NULL THEN call
+        ELSE call || jsonb_build_object('runId', m[1], 'step', m[2]::integer) END
+    FROM regexp_match(step_id, '^(.+):([0-9]{1,9})$') m
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- A row's pending calls with what its suspended step ID old_id implies
+-- spelled out, for a statement that changes the ID to new_id.
+CREATE FUNCTION helix.pending_restated(pending jsonb, old_id text, new_id text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN pending = '{}' OR old_id IS NOT DISTINCT FROM new_id THEN pending
+        ELSE (SELECT jsonb_object_agg(p.key, helix.pending_call(p.value, old_id)) FROM jsonb_each(pending) p) END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
 -- helix.submit_answer records the answer sub (a helix.ToolSubmission's
 -- JSON, of kind sub_kind, given at now_ms, Unix ms; has_result: it carries
 -- a client tool's result) to tool call call_id of root session root_id and
@@ -1025,6 +1048,7 @@ CREATE FUNCTION helix.submit_answer(root_id text, call_id text, sub_kind text, h
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     pending jsonb;
+    step_id text;
 BEGIN
     applied := false;
     -- One update, which locks the row (a concurrent answer to the call
@@ -1036,17 +1060,20 @@ BEGIN
         version = s.version + 1, updated_at = now()
     WHERE s.session_id = root_id AND s.parent_session_id IS NULL AND s.status = 'active'
       AND s.suspended_awaiting_children = '{}' AND NOT s.completed_client_tool_calls ? call_id
-      AND s.client_tool_call_ownership ->> call_id = root_id
+      -- The root owns the call: its map names it, or (the map keeps no
+      -- entry a row's own pending call implies) the call waits in its row.
+      AND CASE WHEN s.client_tool_call_ownership ? call_id THEN s.client_tool_call_ownership ->> call_id = root_id
+          ELSE s.pending_client_tool_calls ? call_id END
       AND NOT EXISTS (SELECT 1 FROM jsonb_each_text(s.client_tool_call_ownership) o WHERE o.value <> root_id)
       AND NOT s.pending_client_tool_calls -> call_id ?| ARRAY['submission', 'timedOutAt']
       AND s.pending_client_tool_calls -> call_id ->> 'kind' = sub_kind
       AND coalesce(s.pending_client_tool_calls -> call_id ->> 'workflowId', '') <> ''
       AND NOT (has_result AND s.pending_client_tool_calls -> call_id ? 'outputSchema')
-    RETURNING s.pending_client_tool_calls INTO pending;
+    RETURNING s.pending_client_tool_calls, s.suspended_step_id INTO pending, step_id;
     IF pending IS NULL THEN
         RETURN;
     END IF;
-    call := pending -> call_id;
+    call := helix.pending_call(pending -> call_id, step_id);
     INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, value, success, key)
     VALUES (root_id, nullif(call ->> 'runId', ''), coalesce((call ->> 'step')::integer, 0), usage_source,
         nullif(call ->> 'toolName', ''), (now_ms - coalesce((call ->> 'createdAt')::bigint, 0))::double precision, true,
@@ -1054,7 +1081,7 @@ BEGIN
     ON CONFLICT (session_id, key) DO NOTHING;
     SELECT coalesce(array_agg(p.key ORDER BY coalesce((p.value ->> 'step')::integer, 0), coalesce((p.value ->> 'index')::integer, 0),
             coalesce(p.value ->> 'toolCallId', p.key)), '{}')
-    INTO remaining FROM jsonb_each(pending) p
+    INTO remaining FROM jsonb_each(pending) e, LATERAL (SELECT e.key, helix.pending_call(e.value, step_id) AS value) p
     WHERE coalesce(p.value ->> 'runId', '') = coalesce(call ->> 'runId', '')
       AND NOT p.value ? 'submission' AND NOT p.value ? 'timedOutAt';
     -- The run's return to running, once none of its calls waits, is
@@ -1104,6 +1131,8 @@ CREATE TRIGGER executors_format_level_reset BEFORE UPDATE ON helix.executors
 DROP TABLE helix.executors;
 DROP FUNCTION helix.executors_format_level_reset();
 DROP FUNCTION helix.submit_answer(text, text, text, boolean, jsonb, bigint, text, text, text, text);
+DROP FUNCTION helix.pending_restated(jsonb, text, text);
+DROP FUNCTION helix.pending_call(jsonb, text);
 DROP FUNCTION helix.send_tool_message(text, text, text, text, boolean, text);
 DROP FUNCTION helix.wake_run(text, boolean, text, boolean);
 DROP FUNCTION helix.announce_pending();

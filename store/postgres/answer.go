@@ -63,7 +63,7 @@ func (s *Store) SubmitAnswer(ctx context.Context, rootSessionID string, sub heli
 	if err != nil || !ok {
 		return nil, nil, false, wrap(err, "submit tool call %s to %s", sub.ToolCallID, rootSessionID)
 	}
-	c, err := decodePendingCall(rootSessionID, sub.ToolCallID, call)
+	c, err := decodePendingCall(rootSessionID, "", sub.ToolCallID, call)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("store: submit tool call %s to %s (recorded): %w", sub.ToolCallID, rootSessionID, err)
 	}

@@ -9,7 +9,7 @@ import (
 // conversationCallsSQL reads the sessions of the conversation under root
 // $1 with their pending calls: the root by its primary key, the others
 // through sessions_root_idx (which holds sub-agents' sessions only).
-const conversationCallsSQL = `SELECT session_id, COALESCE(parent_session_id, ''), pending_client_tool_calls
+const conversationCallsSQL = `SELECT session_id, COALESCE(parent_session_id, ''), COALESCE(suspended_step_id, ''), pending_client_tool_calls
 	FROM helix.sessions WHERE session_id = $1 OR (root_session_id = $1 AND parent_session_id IS NOT NULL)`
 
 // syncAwaiting recomputes, for a conversation (the sessions under
@@ -28,14 +28,14 @@ func syncAwaiting(ctx context.Context, q Querier, rootSessionID string) error {
 	parent := map[string]string{}
 	waitsItself := map[string]bool{}
 	for rows.Next() {
-		var id, p string
+		var id, p, stepID string
 		var raw []byte
-		if err := rows.Scan(&id, &p, &raw); err != nil {
+		if err := rows.Scan(&id, &p, &stepID, &raw); err != nil {
 			rows.Close()
 			return err
 		}
 		parent[id] = p
-		pending, err := decodePending(id, raw)
+		pending, err := decodePending(id, stepID, raw)
 		if err != nil {
 			rows.Close()
 			return err

@@ -77,7 +77,7 @@ func (s *Store) InterruptForChildren(ctx context.Context, p store.InterruptForCh
 			return err
 		}
 		if _, err := q.Exec(ctx, `UPDATE helix.sessions SET suspended_step = $2,
-			suspended_step_id = $3,
+			suspended_step_id = $3, pending_client_tool_calls = helix.pending_restated(pending_client_tool_calls, suspended_step_id, $3),
 			suspended_awaiting_children = $4, version = version + 1, updated_at = now() WHERE session_id = $1`,
 			sess.SessionID, rawOrNil(p.Record), nullIfEmpty(p.StepID), awaiting); err != nil {
 			return err
@@ -131,7 +131,7 @@ func (s *Store) SaveChildWait(ctx context.Context, p store.SaveChildWaitParams) 
 		return wrap(err, "record the children %s waits for", p.SessionID)
 	}
 	n, err := s.q.Exec(ctx, `UPDATE helix.sessions SET suspended_step = $2,
-		suspended_step_id = $3,
+		suspended_step_id = $3, pending_client_tool_calls = helix.pending_restated(pending_client_tool_calls, suspended_step_id, $3),
 		suspended_awaiting_children = $4, version = version + 1, updated_at = now()
 		WHERE session_id = $1 AND status = 'active'`, p.SessionID, rawOrNil(p.Record), nullIfEmpty(p.StepID), awaiting)
 	if err == nil && n == 0 {

@@ -87,3 +87,55 @@ func requireNoSuspensionRow(t *testing.T, st *store.SessionState) {
 	require.Empty(t, st.SuspendedStep)
 	require.Empty(t, st.SuspendedStepID)
 }
+
+// A session's ownership map keeps no entry its row's own pending calls
+// imply (a root's own call), and every map reads back as written: a
+// sub-agent's call named on the root, a pending call the map does not
+// list. An answer to a root's own call (helix.submit_answer) finds the
+// root its owner from the pending call alone.
+func TestOwnershipKeepsNoImpliedEntries(t *testing.T) {
+	ctx := t.Context()
+	st := newTestStore(t)
+	raw := func(id string) string {
+		var s string
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT client_tool_call_ownership::text FROM helix.sessions WHERE session_id = $1`, id).Scan(&s))
+		return s
+	}
+	suspend := func(session, call string) {
+		_, err := st.CreateRun(ctx, store.CreateRunParams{RunID: session + "-run", SessionID: session, WorkflowID: session + "-wf"})
+		require.NoError(t, err)
+		_, err = st.SuspendStep(ctx, store.SuspendParams{SessionID: session, RunID: session + "-run", StepID: session + "-run:1", Step: 1,
+			Record: []byte(`{}`), Pending: []store.PendingCall{{Call: store.PendingClientToolCall{ToolCallID: call, ToolName: "ask",
+				Kind: helix.SubmissionApprovalResponse, WorkflowID: session + "-wf"}}}})
+		require.NoError(t, err)
+	}
+	_, err := st.CreateSession(ctx, store.CreateSessionParams{SessionID: "own", AgentType: "a"})
+	require.NoError(t, err)
+	_, err = st.CreateSession(ctx, store.CreateSessionParams{SessionID: "own-child", AgentType: "a", ParentSessionID: "own"})
+	require.NoError(t, err)
+
+	suspend("own", "a1")
+	require.Equal(t, "{}", raw("own"), "the root's own call: implied")
+	got, err := st.LoadState(ctx, "own")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a1": "own"}, got.ClientToolCallOwnership)
+
+	suspend("own-child", "b1")
+	require.Equal(t, `{"b1": "own-child"}`, raw("own"), "a sub-agent's call: named")
+	got, err = st.LoadState(ctx, "own")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a1": "own", "b1": "own-child"}, got.ClientToolCallOwnership)
+	child, err := st.LoadState(ctx, "own-child")
+	require.NoError(t, err)
+	require.Empty(t, child.ClientToolCallOwnership, "the sub-agent's own map stays empty")
+
+	// A state saved whole: an entry for another session's call, and a
+	// pending call the map does not list.
+	child.ClientToolCallOwnership = map[string]string{"x": "elsewhere"}
+	_, err = st.SaveState(ctx, child, child.Version)
+	require.NoError(t, err)
+	child, err = st.LoadState(ctx, "own-child")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"x": "elsewhere"}, child.ClientToolCallOwnership)
+	require.Contains(t, child.PendingClientToolCalls, "b1")
+}

@@ -14,8 +14,9 @@ import (
 )
 
 // A session's pending calls are stored without what their row and key
-// imply (the call's ID, its owner session, an approval's ID from its run
-// and call) and read back whole by LoadState and ListPendingCalls
+// imply (the call's ID, its owner session, its run and step named by the
+// row's suspended step ID, an approval's ID from its run and call, an
+// index of 0) and read back whole by LoadState and ListPendingCalls
 // (PeekAnswer, which needs DBOS's tables, decodes as ListPendingCalls
 // does; the engine's submission tests cover it). A call whose values differ from the implied ones (an
 // approval whose run a resume moved), and a row written whole, read back
@@ -52,10 +53,10 @@ func TestPendingCallsStoredWithoutWhatTheRowImplies(t *testing.T) {
 		return keys
 	}
 	keys := storedKeys()
-	for _, k := range []string{"toolCallId", "ownerSessionId", "approvalId"} {
+	for _, k := range []string{"toolCallId", "ownerSessionId", "approvalId", "runId", "step"} {
 		require.False(t, keys[k], "the stored calls have no %s", k)
 	}
-	require.True(t, keys["outputSchema"] && keys["runId"] && keys["workflowId"])
+	require.True(t, keys["outputSchema"] && keys["workflowId"] && keys["index"], "c1's index, 1, is kept")
 
 	// readAll reads the calls through every reader, which agree.
 	readAll := func() map[string]store.PendingClientToolCall {
@@ -75,6 +76,8 @@ func TestPendingCallsStoredWithoutWhatTheRowImplies(t *testing.T) {
 		require.Equal(t, "s", c.OwnerSessionID)
 		require.Equal(t, want.ApprovalID, c.ApprovalID)
 		require.Equal(t, "r1", c.RunID)
+		require.Equal(t, 1, c.Step)
+		require.Equal(t, want.Index, c.Index)
 		require.JSONEq(t, string(schema), string(c.OutputSchema))
 	}
 
@@ -99,9 +102,22 @@ func TestPendingCallsStoredWithoutWhatTheRowImplies(t *testing.T) {
 	_, err = st.SaveState(ctx, s, s.Version)
 	require.NoError(t, err)
 	require.True(t, storedKeys()["approvalId"])
+	require.True(t, storedKeys()["runId"], "a1's run is no longer the one the row's step ID names")
 	got = readAll()
 	require.Equal(t, postgres.ApprovalID("r1", "a1"), got["a1"].ApprovalID)
 	require.Equal(t, "r2", got["a1"].RunID)
+	require.Equal(t, 1, got["a1"].Step)
+	require.Equal(t, "r1", got["c1"].RunID)
+
+	// A statement that records another suspended step (a parent's wait
+	// for sub-agents) spells out what the old ID implied: the calls keep
+	// their run and step.
+	require.NoError(t, st.SaveChildWait(ctx, store.SaveChildWaitParams{SessionID: "s", StepID: "r3:7", Record: json.RawMessage(`{}`)}))
+	require.True(t, storedKeys()["step"])
+	moved := readAll()
+	require.Equal(t, "r1", moved["c1"].RunID)
+	require.Equal(t, 1, moved["c1"].Step)
+	require.Equal(t, got, moved)
 	require.Equal(t, "other", got["c1"].OwnerSessionID)
 	require.Equal(t, "c1-renamed", got["c1"].ToolCallID)
 }

@@ -79,13 +79,15 @@ func scanSession(row Row) (*store.SessionState, error) {
 		jsonField{"interrupt_context", interruptCtx, &s.InterruptContext},
 		jsonField{"suspended_awaiting_children", awaiting, &s.SuspendedAwaitingChildren},
 		jsonField{"completed_client_tool_calls", completed, &s.CompletedClientToolCalls},
-		jsonField{"client_tool_call_ownership", ownership, &s.ClientToolCallOwnership},
 		jsonField{"metadata", metadata, &s.Metadata},
 		jsonField{"tracing_context", tracingCtx, &s.TracingContext},
 	); err != nil {
 		return nil, fmt.Errorf("session %s: %w", s.SessionID, err)
 	}
-	if s.PendingClientToolCalls, err = decodePending(s.SessionID, pending); err != nil {
+	if s.PendingClientToolCalls, err = decodePending(s.SessionID, s.SuspendedStepID, pending); err != nil {
+		return nil, err
+	}
+	if s.ClientToolCallOwnership, err = decodeOwnership(s.SessionID, ownership, s.PendingClientToolCalls, s.IsRoot()); err != nil {
 		return nil, err
 	}
 	if len(s.Tags) == 0 {

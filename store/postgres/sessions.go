@@ -169,7 +169,7 @@ func mutableArgs(st *store.SessionState) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	pending, err := encodePending(st.SessionID, st.PendingClientToolCalls)
+	pending, err := encodePending(st.SessionID, st.SuspendedStepID, st.PendingClientToolCalls)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func mutableArgs(st *store.SessionState) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ownership, err := jsonObject(st.ClientToolCallOwnership)
+	ownership, err := encodeOwnership(st.SessionID, st.ClientToolCallOwnership, st.PendingClientToolCalls, false)
 	if err != nil {
 		return nil, err
 	}

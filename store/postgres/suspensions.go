@@ -66,10 +66,11 @@ func lockRoot(ctx context.Context, q Querier, rootSessionID string, ids []string
 	return root, err
 }
 
-// setPending writes a session's pending calls.
-func setPending(ctx context.Context, q Querier, sessionID string, pending map[string]store.PendingClientToolCall) error {
+// setPending writes a session's pending calls, its row's suspended step ID
+// being stepID.
+func setPending(ctx context.Context, q Querier, sessionID, stepID string, pending map[string]store.PendingClientToolCall) error {
 	var w rowWrite
-	if err := w.pending(sessionID, pending); err != nil {
+	if err := w.pending(sessionID, stepID, pending); err != nil {
 		return err
 	}
 	return w.exec(ctx, q, sessionID)
@@ -94,9 +95,10 @@ func (w *rowWrite) set(column string, arg any) {
 	w.sets = append(w.sets, column+" = $"+strconv.Itoa(len(w.args)+1))
 }
 
-// pending sets the pending calls of session sessionID, the row's.
-func (w *rowWrite) pending(sessionID string, pending map[string]store.PendingClientToolCall) error {
-	b, err := encodePending(sessionID, pending)
+// pending sets the pending calls of session sessionID, the row's, whose
+// suspended step ID is stepID after the write.
+func (w *rowWrite) pending(sessionID, stepID string, pending map[string]store.PendingClientToolCall) error {
+	b, err := encodePending(sessionID, stepID, pending)
 	if err != nil {
 		return err
 	}
@@ -104,9 +106,10 @@ func (w *rowWrite) pending(sessionID string, pending map[string]store.PendingCli
 	return nil
 }
 
-// ownership sets a root session's ownership map.
-func (w *rowWrite) ownership(own map[string]string) error {
-	b, err := jsonObject(own)
+// ownership sets root session root's ownership map, its row keeping the
+// pending calls pending after the write.
+func (w *rowWrite) ownership(root *store.SessionState, pending map[string]store.PendingClientToolCall) error {
+	b, err := encodeOwnership(root.SessionID, root.ClientToolCallOwnership, pending, root.IsRoot())
 	if err != nil {
 		return err
 	}
@@ -305,10 +308,14 @@ func (s *Store) SuspendStep(ctx context.Context, p store.SuspendParams) (*store.
 		}
 		res.Pending = sortCalls(res.Pending)
 		sw, rw := writesFor(sess, root)
-		if err := rw.ownership(root.ClientToolCallOwnership); err != nil {
+		rootPending := root.PendingClientToolCalls
+		if sess.SessionID == root.SessionID {
+			rootPending = pending
+		}
+		if err := rw.ownership(root, rootPending); err != nil {
 			return err
 		}
-		if err := sw.pending(sess.SessionID, pending); err != nil {
+		if err := sw.pending(sess.SessionID, p.StepID, pending); err != nil {
 			return err
 		}
 		sw.set("suspended_step", rawOrNil(p.Record))
@@ -377,7 +384,7 @@ func (s *Store) ResolveToolCall(ctx context.Context, p store.ResolveParams) (*st
 				}
 			}
 			sess.PendingClientToolCalls[p.ToolCallID] = call
-			if err := sw.pending(sess.SessionID, sess.PendingClientToolCalls); err != nil {
+			if err := sw.pending(sess.SessionID, sess.SuspendedStepID, sess.PendingClientToolCalls); err != nil {
 				return err
 			}
 		}
@@ -459,13 +466,14 @@ type Waiter struct {
 func (s *Store) PeekAnswer(ctx context.Context, w Waiter, toolCallID, topic string) (Answer, error) {
 	var a Answer
 	var raw []byte
+	var stepID string
 	err := s.q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM dbos.notifications
 			WHERE destination_uuid = $3 AND topic = $4 AND NOT consumed),
-		pending_client_tool_calls -> $2, interrupt_requested,
+		pending_client_tool_calls -> $2, COALESCE(suspended_step_id, ''), interrupt_requested,
 		EXISTS (SELECT 1 FROM dbos.workflow_status WHERE workflow_uuid = $6 AND owner_xid = $5),
 		EXISTS (SELECT 1 FROM helix.runs WHERE run_id = $7 AND (hibernated_at IS NOT NULL OR wakes > $8))
 		FROM helix.sessions WHERE session_id = $1`, w.SessionID, toolCallID, w.WorkflowID, topic, w.Owner, w.Self, w.RunID, w.Wake).
-		Scan(&a.MessageWaiting, &raw, &a.Interrupt, &a.Owned, &a.Asleep)
+		Scan(&a.MessageWaiting, &raw, &stepID, &a.Interrupt, &a.Owned, &a.Asleep)
 	if isNoRows(err) {
 		return a, notFound("session", w.SessionID)
 	}
@@ -473,7 +481,7 @@ func (s *Store) PeekAnswer(ctx context.Context, w Waiter, toolCallID, topic stri
 		return a, wrap(err, "read the answer to tool call %s of %s", toolCallID, w.SessionID)
 	}
 	if len(raw) > 0 {
-		if a.Call, err = decodePendingCall(w.SessionID, toolCallID, raw); err != nil {
+		if a.Call, err = decodePendingCall(w.SessionID, stepID, toolCallID, raw); err != nil {
 			return a, fmt.Errorf("store: %w", err)
 		}
 		a.Found = true
@@ -561,7 +569,7 @@ func (s *Store) RecordSubmission(ctx context.Context, rootSessionID string, sub 
 		owner.PendingClientToolCalls[sub.ToolCallID] = call
 		res.Call = call
 		ow, rw := writesFor(owner, root)
-		if err := ow.pending(owner.SessionID, owner.PendingClientToolCalls); err != nil {
+		if err := ow.pending(owner.SessionID, owner.SuspendedStepID, owner.PendingClientToolCalls); err != nil {
 			return err
 		}
 		rw.complete(root, sub.ToolCallID, now)
@@ -626,7 +634,7 @@ func (s *Store) RetargetPending(ctx context.Context, sessionID, runID, workflowI
 			sess.PendingClientToolCalls[id] = c
 		}
 		out = unresolved(sess.PendingClientToolCalls, runID)
-		return setPending(ctx, q, sessionID, sess.PendingClientToolCalls)
+		return setPending(ctx, q, sessionID, sess.SuspendedStepID, sess.PendingClientToolCalls)
 	})
 	return out, wrap(err, "retarget pending calls of %s", sessionID)
 }
@@ -651,19 +659,20 @@ func (s *Store) ListPendingCalls(ctx context.Context, sessionID string) ([]store
 			UNION
 			SELECT c.session_id FROM helix.sessions c JOIN tree t ON c.parent_session_id = t.session_id
 		)
-		SELECT s.session_id, p.key, p.value FROM helix.sessions s JOIN tree USING (session_id), jsonb_each(s.pending_client_tool_calls) p`, sessionID)
+		SELECT s.session_id, COALESCE(s.suspended_step_id, ''), p.key, p.value
+		FROM helix.sessions s JOIN tree USING (session_id), jsonb_each(s.pending_client_tool_calls) p`, sessionID)
 	if err != nil {
 		return nil, wrap(err, "list pending calls of %s", sessionID)
 	}
 	defer rows.Close()
 	var out []store.PendingClientToolCall
 	for rows.Next() {
-		var owner, key string
+		var owner, stepID, key string
 		var raw []byte
-		if err := rows.Scan(&owner, &key, &raw); err != nil {
+		if err := rows.Scan(&owner, &stepID, &key, &raw); err != nil {
 			return nil, wrap(err, "list pending calls of %s", sessionID)
 		}
-		c, err := decodePendingCall(owner, key, raw)
+		c, err := decodePendingCall(owner, stepID, key, raw)
 		if err != nil {
 			return nil, fmt.Errorf("store: list pending calls of %s: %w", sessionID, err)
 		}
@@ -692,7 +701,11 @@ func (s *Store) DiscardPending(ctx context.Context, sessionID string) ([]store.P
 			rw.dropped = append(rw.dropped, id)
 		}
 		out = sortCalls(out)
-		if err := rw.ownership(root.ClientToolCallOwnership); err != nil {
+		rootPending := root.PendingClientToolCalls
+		if sess.SessionID == root.SessionID {
+			rootPending = nil // cleared below
+		}
+		if err := rw.ownership(root, rootPending); err != nil {
 			return err
 		}
 		if err := rw.exec(ctx, q, root.SessionID); err != nil {
