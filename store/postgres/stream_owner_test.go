@@ -32,16 +32,7 @@ func TestStreamsGoWithTheirOwnerSession(t *testing.T) {
 
 	_, err = st.Pool().Exec(ctx, `DELETE FROM helix.sessions WHERE session_id = 'p'`)
 	require.NoError(t, err)
-	var left []string
-	rows, err := st.Pool().Query(ctx, `SELECT stream_id FROM helix.streams ORDER BY 1`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		left = append(left, id)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"free", "q", "q-side"}, left)
+	require.Equal(t, []string{"free", "q", "q-side"}, queryStrings(t, st.Pool(), `SELECT stream_id FROM helix.streams ORDER BY 1`))
 
 	// The streams of a session tree are found through their indexes.
 	plan := explainWithoutSeqScans(t, postgres.TreeStreamsSQL, []string{"q"})

@@ -1,10 +1,12 @@
 package postgres_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	helix "github.com/helix-agents/helix-dbos"
@@ -138,19 +140,11 @@ func TestSessionIDJoinsReadTheIndexes(t *testing.T) {
 
 	// And a column added later: each one that names a session.
 	st := newTestStore(t)
-	rows, err := st.Pool().Query(t.Context(), `
+	loose := queryStrings(t, st.Pool(), `
 		SELECT c.table_name || '.' || c.column_name FROM information_schema.columns c
 		JOIN pg_tables p ON p.schemaname = c.table_schema AND p.tablename = c.table_name
 		WHERE c.table_schema = 'helix' AND c.column_name LIKE '%session_id'
 		  AND c.collation_name IS DISTINCT FROM 'C'`)
-	require.NoError(t, err)
-	var loose []string
-	for rows.Next() {
-		var col string
-		require.NoError(t, rows.Scan(&col))
-		loose = append(loose, col)
-	}
-	require.NoError(t, rows.Err())
 	require.Empty(t, loose, "columns holding a session ID in the database's collation, not session_id's (C)")
 }
 
@@ -188,14 +182,18 @@ func TestDeletingASessionReadsItsStreamsByIndex(t *testing.T) {
 	var scans int64
 	require.NoError(t, tx.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'helix.streams'::regclass`).Scan(&scans))
 	require.Zero(t, scans, "sequential scans of helix.streams deleting one session")
-	var left []string
-	rows, err := tx.Query(ctx, `SELECT stream_id FROM helix.streams WHERE stream_id IN ('s6', 's7', 's8', 'given') ORDER BY 1`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		left = append(left, id)
-	}
-	require.NoError(t, rows.Err())
+	left := queryStrings(t, tx, `SELECT stream_id FROM helix.streams WHERE stream_id IN ('s6', 's7', 's8', 'given') ORDER BY 1`)
 	require.Equal(t, []string{"s6", "s8"}, left, "its own stream and the one an app gave it went with it, no other")
+}
+
+// queryStrings returns the one text column of the rows sql reads through q.
+func queryStrings(t *testing.T, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := q.Query(t.Context(), sql, args...)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return out
 }
