@@ -1009,11 +1009,13 @@ $$;
 -- step its row's suspended step ID (step_id, "{runId}:{step}") implies: the
 -- store leaves them out of the call when they are the ID's
 -- (store/postgres/pending_codec.go, which reads the ID the same way).
+-- One expression, so that the planner inlines it (a function with a FROM
+-- clause is planned again at each call: 0.3 ms more per answer).
 CREATE FUNCTION helix.pending_call(call jsonb, step_id text) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN call IS NULL OR call ? 'runId' OR m IS NULL THEN call
-        ELSE call || jsonb_build_object('runId', m[1], 'step', m[2]::integer) END
-    FROM regexp_match(step_id, '^(.+):([0-9]{1,9})$') m
+    SELECT CASE WHEN call IS NULL OR call ? 'runId' OR step_id IS NULL OR step_id !~ '^.+:[0-9]{1,9}$' THEN call
+        ELSE call || jsonb_build_object('runId', substring(step_id FROM '^(.+):[0-9]{1,9}$'),
+            'step', substring(step_id FROM ':([0-9]{1,9})$')::integer) END
 $$;
 -- +goose StatementEnd
 
@@ -1049,6 +1051,7 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     pending jsonb;
     step_id text;
+    implied jsonb := '{}';
 BEGIN
     applied := false;
     -- One update, which locks the row (a concurrent answer to the call
@@ -1073,16 +1076,26 @@ BEGIN
     IF pending IS NULL THEN
         RETURN;
     END IF;
-    call := helix.pending_call(pending -> call_id, step_id);
+    -- The run and step the row's suspended step ID implies (read once:
+    -- helix.pending_call's reading, for each call that leaves them out).
+    IF step_id ~ '^.+:[0-9]{1,9}$' THEN
+        implied := jsonb_build_object('runId', substring(step_id FROM '^(.+):[0-9]{1,9}$'),
+            'step', substring(step_id FROM ':([0-9]{1,9})$')::integer);
+    END IF;
+    call := pending -> call_id;
+    IF NOT call ? 'runId' THEN
+        call := call || implied;
+    END IF;
     INSERT INTO helix.usage (session_id, run_id, step, source_type, source_name, value, success, key)
     VALUES (root_id, nullif(call ->> 'runId', ''), coalesce((call ->> 'step')::integer, 0), usage_source,
         nullif(call ->> 'toolName', ''), (now_ms - coalesce((call ->> 'createdAt')::bigint, 0))::double precision, true,
         'client_tool_wait:' || call_id)
     ON CONFLICT (session_id, key) DO NOTHING;
-    SELECT coalesce(array_agg(p.key ORDER BY coalesce((p.value ->> 'step')::integer, 0), coalesce((p.value ->> 'index')::integer, 0),
+    SELECT coalesce(array_agg(p.key ORDER BY coalesce((p.at ->> 'step')::integer, 0), coalesce((p.value ->> 'index')::integer, 0),
             coalesce(p.value ->> 'toolCallId', p.key)), '{}')
-    INTO remaining FROM jsonb_each(pending) e, LATERAL (SELECT e.key, helix.pending_call(e.value, step_id) AS value) p
-    WHERE coalesce(p.value ->> 'runId', '') = coalesce(call ->> 'runId', '')
+    INTO remaining FROM jsonb_each(pending) e,
+        LATERAL (SELECT e.key, e.value, CASE WHEN e.value ? 'runId' THEN e.value ELSE implied END AS at) p
+    WHERE coalesce(p.at ->> 'runId', '') = coalesce(call ->> 'runId', '')
       AND NOT p.value ? 'submission' AND NOT p.value ? 'timedOutAt';
     -- The run's return to running, once none of its calls waits, is
     -- written with its wake (helix.wake_run).
