@@ -121,3 +121,21 @@ func TestPendingCallsStoredWithoutWhatTheRowImplies(t *testing.T) {
 	require.Equal(t, "other", got["c1"].OwnerSessionID)
 	require.Equal(t, "c1-renamed", got["c1"].ToolCallID)
 }
+
+// The codec and SQL (helix.step_id_parts, which helix.pending_call and
+// helix.submit_answer use) read a suspended step ID the same way, so a call
+// the codec left without its run and step reads back the same in both.
+func TestStepIDReadTheSameInGoAndSQL(t *testing.T) {
+	t.Parallel()
+	st := newTestStore(t)
+	for _, id := range []string{"r:1", "01a229f0-cbd5-7e2f-8f2e-d6ab11b557c0:12", "a:b:12", "a:12:b", ":3", "r:", "r:x", "r:-1", "r:+1",
+		"r: 1", "r:007", "r:123456789", "r:1234567890", "", "step-2", "ré:4", "r::5"} {
+		var run string
+		var step int
+		var named bool
+		require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT coalesce(p ->> 'runId', ''), coalesce((p ->> 'step')::integer, 0), p <> '{}'
+			FROM helix.step_id_parts($1) p`, id).Scan(&run, &step, &named))
+		goRun, goStep, goNamed := postgres.StepIDParts(id)
+		require.Equal(t, []any{goRun, goStep, goNamed}, []any{run, step, named}, "step ID %q", id)
+	}
+}
