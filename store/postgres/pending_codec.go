@@ -41,8 +41,8 @@ type storedCall struct {
 }
 
 // stepIDParts returns the run and the step a suspended step ID
-// ("{runId}:{step}") names; ok is false for an ID of another form. The
-// SQL of helix.pending_call reads it the same way.
+// ("{runId}:{step}", the step 1 to 9 digits) names; ok is false for an ID
+// of another form. SQL reads it the same way (helix.step_id_parts).
 func stepIDParts(stepID string) (runID string, step int, ok bool) {
 	i := strings.LastIndexByte(stepID, ':')
 	digits := stepID[i+1:]
