@@ -31,6 +31,9 @@ type Agent struct {
 	LLMConfig LLMConfig
 	// Tools the model may call. Sub-agent tools (SubAgentTool) go here too.
 	Tools []*Tool
+	// ToolSources supply tools listed when each run starts (MCP servers:
+	// package mcp). A run keeps the list it started with; see ToolSource.
+	ToolSources []ToolSource
 	// Skills the model may load on demand (see [Skill]). When set, the
 	// catalog of skills goes into the system prompt (see
 	// [Agent.SkillsPromptFragment]) and the load_skill and read_skill_file
@@ -114,6 +117,17 @@ func (a *Agent) Validate() error {
 			return fail(field, "duplicate tool name %q (also Tools[%d])", t.Name(), j)
 		}
 		seen[t.Name()] = i
+	}
+	sources := map[string]int{}
+	for i, src := range a.ToolSources {
+		field := fmt.Sprintf("ToolSources[%d]", i)
+		if src == nil {
+			return fail(field, "the tool source is nil")
+		}
+		if j, dup := sources[src.SourceName()]; dup {
+			return fail(field, "duplicate source name %q (also ToolSources[%d])", src.SourceName(), j)
+		}
+		sources[src.SourceName()] = i
 	}
 	if field, err := validateSkills(a.Skills); err != nil {
 		return fail(field, "%v", err)

@@ -88,7 +88,7 @@ func (c *Client) connected(ctx context.Context) (*sdk.ClientSession, error) {
 		&sdk.ClientOptions{ProgressNotificationHandler: c.onProgress})
 	cs, err := client.Connect(cctx, t, nil)
 	if err != nil {
-		return nil, c.failure("connect", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	c.session = cs
 	go func() {
@@ -127,8 +127,7 @@ func (c *Client) transport() (sdk.Transport, error) {
 	if s.BearerTokenEnv != "" {
 		token := os.Getenv(s.BearerTokenEnv)
 		if token == "" {
-			return nil, fmt.Errorf("mcp server %q: the environment variable %s (bearerTokenEnv) is unset or empty: set it to the server's token",
-				s.Name, s.BearerTokenEnv)
+			return nil, fmt.Errorf("the environment variable %s (bearerTokenEnv) is unset or empty: set it to the server's token", s.BearerTokenEnv)
 		}
 		headers.Set("Authorization", "Bearer "+token)
 	}
@@ -209,7 +208,7 @@ func (c *Client) specs(tools []*sdk.Tool) ([]ToolSpec, error) {
 	out := make([]ToolSpec, 0, len(tools))
 	seen := map[string]string{}
 	for _, t := range tools {
-		spec := ToolSpec{Name: ToolName(c.server.Name, t.Name), Server: c.server.Name, Remote: t.Name,
+		spec := ToolSpec{Name: ToolName(c.server.Name, t.Name), Source: c.server.Name, Remote: t.Name,
 			Description: t.Description, NeedsApproval: c.server.NeedsApproval(t.Name)}
 		if other, dup := seen[spec.Name]; dup {
 			return nil, fmt.Errorf("mcp server %q: tools %q and %q both become %q for the model: rename one on the server",
@@ -378,3 +377,36 @@ func (c *Client) onProgress(_ context.Context, req *sdk.ProgressNotificationClie
 		f.(func(Progress))(Progress{Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message})
 	}
 }
+
+// SourceName implements helix.ToolSource: the server's name.
+func (c *Client) SourceName() string { return c.server.Name }
+
+// ListSourceTools implements helix.ToolSource: ListTools.
+func (c *Client) ListSourceTools(ctx context.Context) ([]helix.SourceTool, error) {
+	return c.ListTools(ctx)
+}
+
+// ProgressEvent is the custom event (a `custom` chunk of the session's
+// stream) that carries a call's progress notifications, with a
+// ProgressData.
+const ProgressEvent = "mcp_progress"
+
+// ProgressData is a ProgressEvent's data.
+type ProgressData struct {
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	Progress
+}
+
+// CallSourceTool implements helix.ToolSource: Call with the call's
+// idempotency key, its progress notifications emitted to the session's
+// stream as ProgressEvent events.
+func (c *Client) CallSourceTool(ctx context.Context, remote string, args json.RawMessage, tc helix.ToolContext) (json.RawMessage, error) {
+	return c.Call(ctx, remote, args, CallOptions{IdempotencyKey: tc.IdempotencyKey(), Progress: func(p Progress) {
+		if err := tc.Emit(ProgressEvent, ProgressData{Server: c.server.Name, Tool: remote, Progress: p}); err != nil {
+			_ = err // the stream refuses events once the call's step ended: progress is advisory
+		}
+	}})
+}
+
+var _ helix.ToolSource = (*Client)(nil)

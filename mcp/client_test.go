@@ -48,7 +48,7 @@ func TestToolsDiscoveredAndCalled(t *testing.T) {
 			for _, sp := range specs {
 				require.NoError(t, helix.ValidateToolName(sp.Name), sp.Name)
 				require.Equal(t, mcp.ToolName("kb", sp.Remote), sp.Name)
-				require.Equal(t, "kb", sp.Server)
+				require.Equal(t, "kb", sp.Source)
 				byName[sp.Remote] = sp
 			}
 			require.Len(t, byName, 9)

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -13,27 +12,10 @@ import (
 // sees.
 const NameSeparator = "__"
 
-// ToolSpec is one tool of a server as the model is offered it. It
-// round-trips through JSON, so that the engine can record a run's list.
-type ToolSpec struct {
-	// Name is the name the model sees and calls: "{server}__{tool}", valid
-	// for providers (helix.ValidateToolName) and unique within the server.
-	Name string `json:"name"`
-	// Server is the server's Name; Remote the tool's name on it.
-	Server string `json:"server"`
-	Remote string `json:"remote"`
-	// Description is the server's description of the tool.
-	Description string `json:"description,omitempty"`
-	// InputSchema is the JSON Schema of the tool's arguments (an object
-	// schema; {"type":"object"} when the server gives none);
-	// OutputSchema that of its structured result, when the server gives
-	// one.
-	InputSchema  json.RawMessage `json:"inputSchema"`
-	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
-	// NeedsApproval says the call waits for a person's approval
-	// (Server.RequireApproval, Server.ApprovalFor).
-	NeedsApproval bool `json:"needsApproval,omitempty"`
-}
+// ToolSpec is one tool of a server as the model is offered it
+// (helix.SourceTool): Source is the server's Name, Remote the tool's name
+// on it, NeedsApproval from Server.RequireApproval and ApprovalFor.
+type ToolSpec = helix.SourceTool
 
 // ToolName returns the name the model sees for the tool remote of server:
 // "{server}__{remote}" when that is 64 characters or fewer of

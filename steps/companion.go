@@ -77,7 +77,7 @@ func (e *Env) Companion(in CompanionInput) dbos.Txn[CompanionOutput] {
 			}
 			return CompanionOutput{Result: &ToolResult{ToolCallID: call.ID, ToolName: call.Name, Result: b}}, nil
 		}
-		def, err := e.Agent(run.AgentType)
+		def, err := e.RunAgent(run)
 		if err != nil {
 			return refuse("%v", err)
 		}

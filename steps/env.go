@@ -187,6 +187,10 @@ type RunInfo struct {
 	// recorded): its record can wait for the journal's next write, since
 	// running it again after a crash changes nothing (WroteNothing).
 	ReadOnly bool `json:"-"`
+	// Def is the agent's definition with the run's pinned tools
+	// (NamePinTools), set by the workflow once they are known, never
+	// recorded; nil for an agent without tool sources (RunAgent).
+	Def *AgentDef `json:"-"`
 
 	// The begin's record leaves out what its workflow's input implies
 	// (workflows: beginRecord), so these are omitted when empty.

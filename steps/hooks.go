@@ -48,7 +48,7 @@ type HooksInput struct {
 // order. Hook errors and panics are logged, never propagated.
 func (e *Env) FireHooks(in HooksInput) dbos.Step[int] {
 	return func(ctx context.Context) (int, error) {
-		def, err := e.Agent(in.Run.AgentType)
+		def, err := e.RunAgent(in.Run)
 		if err != nil || def.Agent.Hooks == nil {
 			return 0, nil
 		}

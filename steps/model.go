@@ -57,7 +57,7 @@ func (e *Env) CallModel(in ModelInput, closing *[]helix.Chunk) dbos.Step[ModelOu
 	return func(ctx context.Context) (ModelOutput, error) {
 		retry := attempted
 		attempted = true
-		def, err := e.Agent(in.Run.AgentType)
+		def, err := e.RunAgent(in.Run)
 		if err != nil {
 			return ModelOutput{Failure: &Failure{Message: err.Error(), Code: helix.CodeInternal}}, nil
 		}

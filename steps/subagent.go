@@ -97,7 +97,7 @@ func (e *Env) DispatchSubAgent(in DispatchInput) dbos.Txn[DispatchOutput] {
 			return DispatchOutput{Failure: &ToolResult{ToolCallID: call.ID, ToolName: call.Name, Error: msg,
 				ErrorCode: CodeSubAgentDispatchFailed}}, nil
 		}
-		def, err := e.Agent(run.AgentType)
+		def, err := e.RunAgent(run)
 		if err != nil {
 			return fail("%v", err)
 		}

@@ -58,7 +58,7 @@ type ApprovalInput struct {
 // panics (or a call whose arguments are invalid) requires approval.
 func (e *Env) EvaluateApprovals(in ApprovalInput) dbos.Step[[]bool] {
 	return func(ctx context.Context) ([]bool, error) {
-		def, err := e.Agent(in.Run.AgentType)
+		def, err := e.RunAgent(in.Run)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +115,7 @@ type SuspendOutput struct {
 func (e *Env) SuspendStep(in SuspendInput) dbos.Txn[SuspendOutput] {
 	return func(ctx context.Context, tx dbos.Tx) (SuspendOutput, error) {
 		run, step := in.Run, in.Record.Step
-		def, err := e.Agent(run.AgentType)
+		def, err := e.RunAgent(run)
 		if err != nil {
 			return SuspendOutput{}, err
 		}

@@ -115,7 +115,7 @@ func (e *Env) RunTool(in ToolInput) dbos.Step[ToolResult] {
 func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 	return func(ctx context.Context) (ToolResult, error) {
 		res := ToolResult{ToolCallID: in.Call.ID, ToolName: in.Call.Name}
-		def, err := e.Agent(in.Run.AgentType)
+		def, err := e.RunAgent(in.Run)
 		if err != nil {
 			res.Error, res.ErrorCode = err.Error(), helix.CodeInternal
 			return res, nil

@@ -211,6 +211,23 @@ func Turn(env *steps.Env) dbos.Workflow[TurnInput, steps.Outcome] {
 			return t.fail(run.StartStep, steps.Failure{Message: err.Error(), Code: helix.CodeInternal})
 		}
 		t.def = def
+		if len(def.Agent.ToolSources) > 0 {
+			// The run's tools from its agent's sources: listed once per run
+			// (a resume finishing another run's suspended step keeps that
+			// run's), the same for every execution of it.
+			in := steps.PinToolsInput{Run: run}
+			if susp != nil && susp.RunID != run.RunID {
+				in.From = susp.RunID
+			}
+			pinned, err := runStep(ctx, j, steps.NamePinTools, recordLater, env.PinTools(in))
+			if err != nil {
+				return t.infraFailure(run.StartStep, err)
+			}
+			if t.def, err = def.WithSourceTools(pinned); err != nil {
+				return t.fail(run.StartStep, steps.Failure{Message: err.Error(), Code: helix.CodeInternal})
+			}
+			t.run.Def = t.def
+		}
 		// A run's later segments and its continuations continue it: its
 		// start hooks fired in the first.
 		first := in.Segment <= 1 && in.Wake == 0

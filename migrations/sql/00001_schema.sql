@@ -149,6 +149,11 @@ CREATE TABLE helix.runs (
     wake_at             bigint,
     woken_at            timestamptz,
     wakes               integer     NOT NULL DEFAULT 0,
+    -- The tools the run's agent's tool sources (MCP servers) listed when the
+    -- run began (steps.PinnedTools), which every step, segment,
+    -- continuation and the resume that finishes its suspended step offer
+    -- the model; NULL for an agent without sources.
+    tools               jsonb,
     UNIQUE (session_id, turn),
     CONSTRAINT runs_ended_check CHECK ((completed_at IS NOT NULL) = (status IN ('completed', 'failed', 'interrupted')))
 ) WITH (fillfactor = 90);

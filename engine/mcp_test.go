@@ -1,0 +1,161 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/internal/pgtest"
+	"github.com/helix-agents/helix-dbos/mcp"
+)
+
+// mcpServer is an MCP server over streamable HTTP on 127.0.0.1 with an
+// "echo" tool that reports the idempotency keys it was called with.
+type mcpServer struct {
+	*sdk.Server
+	URL string
+
+	mu   sync.Mutex
+	keys []string
+}
+
+func newMCPServer(t *testing.T) *mcpServer {
+	t.Helper()
+	s := &mcpServer{Server: sdk.NewServer(&sdk.Implementation{Name: "kb", Version: "1"}, nil)}
+	type in struct {
+		Text string `json:"text"`
+	}
+	sdk.AddTool(s.Server, &sdk.Tool{Name: "echo", Description: "Echoes text."},
+		func(_ context.Context, req *sdk.CallToolRequest, i in) (*sdk.CallToolResult, map[string]string, error) {
+			key, _ := req.Params.Meta[mcp.IdempotencyKeyMeta].(string)
+			s.mu.Lock()
+			s.keys = append(s.keys, key)
+			s.mu.Unlock()
+			return nil, map[string]string{"echo": i.Text}, nil
+		})
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.Server }, nil))
+	t.Cleanup(hs.Close)
+	s.URL = hs.URL
+	return s
+}
+
+// toolNames returns the names of the tools a model request offers.
+func toolNames(req helix.ModelRequest) []string {
+	var out []string
+	for _, t := range req.Tools {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+// An agent takes tools from an MCP server: the model is offered them, a
+// call goes to the server with its idempotency key and its result comes
+// back; the run keeps the list it began with when the server's changes
+// mid-run, and the next run sees the new one.
+func TestMCPToolsPinnedPerRun(t *testing.T) {
+	t.Parallel()
+	srv := newMCPServer(t)
+	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+
+	var mu sync.Mutex
+	var offered [][]string
+	see := func(req helix.ModelRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		offered = append(offered, toolNames(req))
+	}
+	agent := &helix.Agent{Name: "mcp-user", ToolSources: []helix.ToolSource{client}, Model: script(
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			see(req)
+			// The server's list changes while the run goes on.
+			srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
+				func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+					return &sdk.CallToolResult{}, nil
+				})
+			return calls(call("c1", "kb__echo", `{"text":"hi"}`))(req, cb)
+		},
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			see(req)
+			return text("echoed")(req, cb)
+		},
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			see(req)
+			return text("second turn")(req, cb)
+		},
+	)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "echo hi"}, nil)
+	require.NoError(t, err)
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+
+	var toolResult string
+	for _, m := range allMessages(t, e, h.SessionID) {
+		if m.Role == helix.RoleTool && m.ToolCallID == "c1" {
+			toolResult = m.Content
+		}
+	}
+	require.JSONEq(t, `{"echo":"hi"}`, toolResult)
+	srv.mu.Lock()
+	require.Len(t, srv.keys, 1, "the call went to the server once")
+	require.NotEmpty(t, srv.keys[0], "with its idempotency key")
+	srv.mu.Unlock()
+
+	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "again"}, &engine.ExecuteOptions{SessionID: h.SessionID})
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, offered, 3)
+	for i, names := range offered {
+		require.Contains(t, names, "kb__echo", "model call %d", i)
+	}
+	require.NotContains(t, offered[0], "kb__later")
+	require.NotContains(t, offered[1], "kb__later", "the run keeps the list it began with")
+	require.Contains(t, offered[2], "kb__later", "the next run lists the server again")
+	require.True(t, slices.Equal(offered[0], offered[1]))
+}
+
+// A source that cannot be listed leaves the run without its tools (the
+// model is offered the others), and the run goes on.
+func TestMCPSourceUnavailable(t *testing.T) {
+	t.Parallel()
+	client, err := mcp.NewClient(mcp.Server{Name: "down", URL: "http://127.0.0.1:1/mcp", Reconnects: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	var offered []string
+	agent := &helix.Agent{Name: "mcp-down", ToolSources: []helix.ToolSource{client}, Model: script(
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			offered = toolNames(req)
+			return text("fine")(req, cb)
+		})}
+	url := pgtest.NewURL(t)
+	e := newEngineOn(t, url, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "hi"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	for _, n := range offered {
+		require.NotContains(t, n, "down__")
+	}
+	pool, err := pgxpool.New(t.Context(), url)
+	require.NoError(t, err)
+	defer pool.Close()
+	var raw json.RawMessage
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT tools FROM helix.runs WHERE session_id = $1`, h.SessionID).Scan(&raw))
+	var pinned struct{ Unavailable map[string]string }
+	require.NoError(t, json.Unmarshal(raw, &pinned))
+	require.Contains(t, pinned.Unavailable["down"], `mcp server "down": list tools: connect:`, "the run's row says why")
+}
