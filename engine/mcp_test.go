@@ -15,6 +15,7 @@ import (
 
 	helix "github.com/helix-agents/helix-dbos"
 	"github.com/helix-agents/helix-dbos/engine"
+	"github.com/helix-agents/helix-dbos/helixtest"
 	"github.com/helix-agents/helix-dbos/internal/pgtest"
 	"github.com/helix-agents/helix-dbos/mcp"
 )
@@ -158,4 +159,122 @@ func TestMCPSourceUnavailable(t *testing.T) {
 	var pinned struct{ Unavailable map[string]string }
 	require.NoError(t, json.Unmarshal(raw, &pinned))
 	require.Contains(t, pinned.Unavailable["down"], `mcp server "down": list tools: connect:`, "the run's row says why")
+}
+
+// A crash around an MCP call: after the call ran and before its record,
+// the replacement sends it once more with the same idempotency key; after
+// the step's commit, never again. Across a crash before the first record,
+// the replacement offers the model the list the run began with, though the
+// server's changed.
+func TestMCPCallsAcrossACrash(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		point helixtest.CrashPoint
+		sends int
+	}{
+		{"after the call, before its record", helixtest.AfterTool("kb__echo"), 2},
+		{"after the step's commit", helixtest.AfterCommit(1), 1},
+		{"after the first model call", helixtest.AfterModelCall(1), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newMCPServer(t)
+			client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = client.Close() })
+			var mu sync.Mutex
+			var offered [][]string
+			agent := &helix.Agent{Name: "mcp-crash", ToolSources: []helix.ToolSource{client}, Model: script(
+				func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+					mu.Lock()
+					offered = append(offered, toolNames(req))
+					mu.Unlock()
+					return calls(call("c1", "kb__echo", `{"text":"once"}`))(req, cb)
+				},
+				text("done"),
+			)}
+			e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
+			h := e.Start(agent, "echo once")
+			e.AwaitCrash()
+			// The server's list changes while no process runs the session.
+			srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
+				func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+					return &sdk.CallToolResult{}, nil
+				})
+			r := e.Replacement(helixtest.ReplacementOptions{})
+			res := r.Await(r.Attach(h))
+			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+
+			srv.mu.Lock()
+			keys := slices.Clone(srv.keys)
+			srv.mu.Unlock()
+			require.Len(t, keys, tc.sends, "sends of the call")
+			for _, k := range keys {
+				require.Equal(t, keys[0], k, "every send carries the call's one key")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i, names := range offered {
+				require.NotContains(t, names, "kb__later", "model call %d offers the run's list", i)
+				require.Contains(t, names, "kb__echo")
+			}
+			r.RequireTranscriptOnce(h.SessionID)
+		})
+	}
+}
+
+// An MCP tool that needs approval waits like any gated tool; the run
+// hibernates, and its continuation (another workflow, with a journal of
+// its own) offers the model the list on the run's row, not the server's
+// changed one.
+func TestMCPApprovalAcrossHibernation(t *testing.T) {
+	t.Parallel()
+	srv := newMCPServer(t)
+	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL, ApprovalFor: []string{"ech*"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	var mu sync.Mutex
+	var offered [][]string
+	see := func(req helix.ModelRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		offered = append(offered, toolNames(req))
+	}
+	agent := &helix.Agent{Name: "mcp-gated", ToolSources: []helix.ToolSource{client}, Model: script(
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			see(req)
+			return calls(call("c1", "kb__echo", `{"text":"approved"}`))(req, cb)
+		},
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			see(req)
+			return text("done")(req, cb)
+		},
+	)}
+	url := pgtest.NewURL(t)
+	pool := appPool(t, url)
+	e := hibernating(t, url, "mcp-hib", nil, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "echo, once approved"}, nil)
+	require.NoError(t, err)
+	awaitHibernated(t, pool, h.RunID)
+	srv.mu.Lock()
+	require.Empty(t, srv.keys, "not called before its approval")
+	srv.mu.Unlock()
+
+	srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
+		})
+	submit(t, e, h.SessionID, helix.Approve("c1", "ok"))
+	res := result(t, h)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
+	srv.mu.Lock()
+	require.Len(t, srv.keys, 1, "called once, after its approval")
+	srv.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, offered, 2)
+	require.Equal(t, offered[0], offered[1], "the continuation offers the run's list")
+	require.NotContains(t, offered[1], "kb__later")
 }
