@@ -55,7 +55,12 @@ func (s *cliAgentSet) known() map[string]bool {
 	return out
 }
 
-func (s *cliAgentSet) close() { s.rec.close() }
+func (s *cliAgentSet) close() {
+	s.rec.close()
+	if s.file != nil {
+		_ = s.file.Close() // the agents' MCP servers; nothing depends on how they stop
+	}
+}
 
 // agentsFor returns the agents a command that continues a session of
 // agentType registers, or an error saying how to define that agent. The

@@ -202,6 +202,12 @@ func runServe(ctx context.Context, out, errOut io.Writer, g *globals) error {
 	if err != nil {
 		return err
 	}
+	// Last, once the engine stopped: the agents' MCP servers.
+	defer func() {
+		if err := file.Close(); err != nil {
+			fmt.Fprintf(errOut, "helix-dbos: %v\n", err)
+		}
+	}()
 	say("agents from %s: %s", cfg.Agents, strings.Join(file.Names(), ", "))
 	listenAddr := cfg.Addr
 	if cfg.AllowUnauthenticated {

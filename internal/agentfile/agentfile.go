@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	helix "github.com/helix-agents/helix-dbos"
+	"github.com/helix-agents/helix-dbos/mcp"
 )
 
 // Built-in providers (ModelSpec.Provider).
@@ -119,6 +120,22 @@ type Agents struct {
 	All []*helix.Agent
 	// File is the decoded file they were built from.
 	File *File
+
+	clients []*mcp.Client
+}
+
+// Close closes the connections to the agents' MCP servers (and stops the
+// stdio ones): call it once the engine that runs the agents shut down.
+func (a *Agents) Close() error { return closeClients(a.clients) }
+
+func closeClients(cs []*mcp.Client) error {
+	var errs []error
+	for _, c := range cs {
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close MCP server %q: %w", c.Server().Name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Get returns the agent with the given name.
@@ -182,11 +199,12 @@ func (f *File) Build(opts *Options) (*Agents, error) {
 	for _, spec := range f.order() {
 		a, err := b.agent(spec)
 		if err != nil {
+			closeClients(b.clients)
 			return nil, err
 		}
 		b.built[spec.Name] = a
 	}
-	out := &Agents{File: f}
+	out := &Agents{File: f, clients: b.clients}
 	for _, spec := range f.Agents {
 		out.All = append(out.All, b.built[spec.Name])
 	}
@@ -198,6 +216,7 @@ type builder struct {
 	file    string
 	scripts map[string]*scriptFile // by absolute path: one model per script file
 	built   map[string]*helix.Agent
+	clients []*mcp.Client // the agents' MCP servers, closed by Agents.Close
 }
 
 func (b *builder) fail(spec *AgentSpec, line int, field string, err error) error {
@@ -251,6 +270,14 @@ func (b *builder) agent(spec *AgentSpec) (*helix.Agent, error) {
 	}
 	for _, p := range spec.PersistentAgents {
 		a.PersistentAgents = append(a.PersistentAgents, helix.PersistentAgent{Agent: b.built[p.Name], Mode: p.Mode})
+	}
+	clients, err := b.mcpClients(spec)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range clients {
+		a.ToolSources = append(a.ToolSources, c)
+		b.clients = append(b.clients, c)
 	}
 	if err := a.Validate(); err != nil {
 		if de, ok := errors.AsType[*helix.DefinitionError](err); ok {

@@ -97,7 +97,7 @@ func TestErrors(t *testing.T) {
 agents:
   - name: a
     systemPromt: hi
-    model: {provider: scripted, script: s.yaml}`, `:4: agent "a": systemPromt: unknown key "systemPromt" (known keys here: name, description, systemPrompt, maxSteps, model, outputSchema, initialState, clientTools, approvalTools, subAgents, persistentAgents); did you mean "systemPrompt"?`},
+    model: {provider: scripted, script: s.yaml}`, `:4: agent "a": systemPromt: unknown key "systemPromt" (known keys here: name, description, systemPrompt, maxSteps, model, outputSchema, initialState, clientTools, approvalTools, subAgents, persistentAgents, mcp); did you mean "systemPrompt"?`},
 		{"no name", `
 agents:
   - model: {provider: scripted, script: s.yaml}`, `:3: agent "#0": name: required`},
@@ -301,6 +301,26 @@ agents:
   - name: b
     outputSchema: {type: object}
     model: {provider: scripted, script: s.yaml}`, `:5: agent "a": persistentAgents[0].mode: unknown mode "async" (want blocking or non-blocking)`},
+		{"mcp server without a transport", `
+agents:
+  - name: a
+    mcp: [{name: tracker}]
+    model: {provider: scripted, script: s.yaml}`, `:4: agent "a": mcp[0]: mcp server "tracker": command/url: give a command (stdio) or a url (streamable HTTP)`},
+		{"mcp unknown key", `
+agents:
+  - name: a
+    mcp: [{name: tracker, url: "http://127.0.0.1:9/mcp", token: x}]
+    model: {provider: scripted, script: s.yaml}`, `:4: agent "a": mcp[0].token: unknown key "token"`},
+		{"mcp approval not a boolean", `
+agents:
+  - name: a
+    mcp: [{name: tracker, command: srv, requireApproval: "yes"}]
+    model: {provider: scripted, script: s.yaml}`, `:4: agent "a": mcp[0].requireApproval: want true or false, got`},
+		{"mcp token in the file", `
+agents:
+  - name: a
+    mcp: [{name: tracker, url: "http://127.0.0.1:9/mcp", bearerTokenEnv: "sk-123"}]
+    model: {provider: scripted, script: s.yaml}`, `:4: agent "a": mcp[0].bearerTokenEnv: "sk-123" is not an environment variable name`},
 		{"initial state", `
 agents:
   - name: a

@@ -43,6 +43,8 @@ type AgentSpec struct {
 	ApprovalTools    []ApprovalToolSpec
 	SubAgents        []SubAgentSpec
 	PersistentAgents []PersistentAgentSpec
+	// MCP are the MCP servers whose tools the agent takes.
+	MCP []MCPServerSpec
 	// Line is the line of the agent's entry in the file.
 	Line int
 }
@@ -342,6 +344,7 @@ func (d *decoder) agentSpec(i int, n *yaml.Node) (AgentSpec, error) {
 		{"approvalTools", into(&a.ApprovalTools, list(d, d.approvalTool))},
 		{"subAgents", into(&a.SubAgents, list(d, d.subAgent))},
 		{"persistentAgents", into(&a.PersistentAgents, list(d, d.persistent))},
+		{"mcp", into(&a.MCP, list(d, d.mcpServer))},
 	})
 	if err != nil {
 		return a, err

@@ -49,6 +49,15 @@
 //	      - researcher                  # or {name: researcher, description: ..., inputSchema: {...}}
 //	    persistentAgents:               # companions, spawned and consulted again (companion__ tools)
 //	      - {name: editor, mode: blocking}   # or just editor; mode blocking (default) or non-blocking
+//	    mcp:                            # MCP servers whose tools the agent takes (package mcp)
+//	      - name: files                 # its tools are offered as files__<tool>
+//	        command: mcp-files          # stdio: command, args, env, dir
+//	        args: [--root, /srv]
+//	        approvalFor: [write_*]      # tools (server-side names) that wait for an approval
+//	      - name: tracker
+//	        url: https://tracker.example/mcp   # streamable HTTP: url, headers, bearerTokenEnv
+//	        bearerTokenEnv: TRACKER_TOKEN
+//	        requireApproval: true       # every tool waits for an approval
 //
 // Unknown keys are rejected (with a suggestion for a misspelt one), as are
 // values of the wrong type, invalid names and schemas, duplicate agent or
