@@ -227,6 +227,8 @@ func build(name, description string, inputSchema, outputSchema json.RawMessage, 
 		return nil, toolDefError(name, "TxIsolation/TxTimeout", "only transactional tools (NewTxTool) have a transaction")
 	case o.txTimeoutSet && o.txTimeout <= 0:
 		return nil, toolDefError(name, "TxTimeout", fmt.Sprintf("the timeout must be positive, got %s", o.txTimeout))
+	case o.cancelOnInterrupt && (client || o.transactional):
+		return nil, toolDefError(name, "CancelOnInterrupt", "only a tool that runs in the engine outside a transaction can be cancelled by an interrupt")
 	}
 	return t, nil
 }
@@ -273,6 +275,10 @@ func (t *Tool) ClientTimeout() time.Duration { return t.opts.clientTimeout }
 
 // IsFinishWith reports whether a successful call finishes the agent.
 func (t *Tool) IsFinishWith() bool { return t.opts.finishWith }
+
+// CancelsOnInterrupt reports whether the session's interrupt cancels a
+// running call (CancelOnInterrupt).
+func (t *Tool) CancelsOnInterrupt() bool { return t.opts.cancelOnInterrupt }
 
 // NeedsApprovalCheck reports whether calls are approval-gated (always or by
 // predicate).

@@ -26,6 +26,8 @@ type toolOptions struct {
 	predicate     func(ctx context.Context, args json.RawMessage, tc ToolContext) (bool, error)
 	clientTimeout time.Duration
 	timeoutSet    bool
+	// cancelOnInterrupt: CancelOnInterrupt.
+	cancelOnInterrupt bool
 	// A transactional tool's (tool_tx.go).
 	transactional bool
 	txIsolation   pgx.TxIsoLevel
@@ -39,6 +41,14 @@ type toolOptions struct {
 // other tools and see their state changes. Not allowed on client-executed or
 // approval-gated tools.
 func FinishWith() ToolOption { return func(o *toolOptions) { o.finishWith = true } }
+
+// CancelOnInterrupt makes the engine cancel a call's context when the
+// session is interrupted while the call runs (it looks a few times a
+// second): for a tool that waits on something slow, such as a remote
+// server (the MCP tools, helix.SourceTool.Tool, have it). The cancelled
+// call's error, which the model reads after a resume, says the session
+// was interrupted. Not for transactional or client-executed tools.
+func CancelOnInterrupt() ToolOption { return func(o *toolOptions) { o.cancelOnInterrupt = true } }
 
 // RequireApproval makes every call of the tool wait for an approval
 // decision (submitted with SubmitToolResult) before it executes. A denied

@@ -50,7 +50,7 @@ func (st SourceTool) Tool(src ToolSource) (*Tool, error) {
 	if err := ValidateToolName(st.Name); err != nil {
 		return nil, fmt.Errorf("tool %q of source %q: %w", st.Remote, st.Source, err)
 	}
-	var opts []ToolOption
+	opts := []ToolOption{CancelOnInterrupt()}
 	if st.NeedsApproval {
 		opts = append(opts, RequireApproval())
 	}

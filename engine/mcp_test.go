@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -277,4 +278,48 @@ func TestMCPApprovalAcrossHibernation(t *testing.T) {
 	require.Len(t, offered, 2)
 	require.Equal(t, offered[0], offered[1], "the continuation offers the run's list")
 	require.NotContains(t, offered[1], "kb__later")
+}
+
+// An interrupt cancels an MCP call in flight: the server's handler sees its
+// context cancelled, the run ends interrupted, and the model reads after
+// the resume that the call was cancelled by the interrupt.
+func TestInterruptCancelsAnMCPCall(t *testing.T) {
+	t.Parallel()
+	srv := newMCPServer(t)
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	srv.AddTool(&sdk.Tool{Name: "wait", InputSchema: map[string]any{"type": "object"}},
+		func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			close(started)
+			<-ctx.Done()
+			close(cancelled)
+			return nil, ctx.Err()
+		})
+	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	var seen string
+	agent := &helix.Agent{Name: "mcp-interrupted", ToolSources: []helix.ToolSource{client}, Model: script(
+		calls(call("c1", "kb__wait", `{}`)),
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			seen = req.Messages[len(req.Messages)-1].Content
+			return text("stopped")(req, cb)
+		},
+	)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "wait"}, nil)
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "enough"))
+	select {
+	case <-cancelled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the interrupt did not cancel the call in flight")
+	}
+	res := result(t, h)
+	require.Equal(t, helix.AgentInterrupted, res.Status, res.Error)
+
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
+	require.Contains(t, seen, "the call was cancelled: the session was interrupted")
 }

@@ -169,6 +169,13 @@ func (e *Env) runTool(in ToolInput) dbos.Step[ToolResult] {
 				// is the tool's.)
 				return res, &TxConnLostError{Tool: in.Call.Name, Err: err}
 			}
+		} else if tool.CancelsOnInterrupt() {
+			cctx, stop := e.cancelOnInterrupt(ctx, in.Run.SessionID)
+			out, err = tool.Execute(cctx, args, tc)
+			if err != nil && errors.Is(context.Cause(cctx), errCallInterrupted) {
+				err = fmt.Errorf("the call was cancelled: %w (%v)", errCallInterrupted, err)
+			}
+			stop()
 		} else {
 			out, err = tool.Execute(ctx, args, tc)
 		}

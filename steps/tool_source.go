@@ -3,10 +3,13 @@ package steps
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 
@@ -157,4 +160,50 @@ func (e *Env) RunAgent(run RunInfo) (*AgentDef, error) {
 		return run.Def, nil
 	}
 	return e.Agent(run.AgentType)
+}
+
+// interruptPoll is how often a running call of a tool that an interrupt
+// cancels (helix.CancelOnInterrupt) looks at its session's interrupt flag.
+const interruptPoll = 250 * time.Millisecond
+
+// errCallInterrupted is the cause of a call's context cancelled by its
+// session's interrupt.
+var errCallInterrupted = errors.New("the session was interrupted")
+
+// cancelOnInterrupt returns ctx, cancelled with errCallInterrupted once
+// session sessionID's interrupt is requested (read, not taken: the run
+// loop takes it after the step), and the function that stops watching.
+func (e *Env) cancelOnInterrupt(ctx context.Context, sessionID string) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interruptPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-cctx.Done():
+				return
+			case <-t.C:
+			}
+			requested, err := e.Store.InterruptRequested(cctx, sessionID)
+			if err != nil {
+				// The next tick looks again; the run loop sees the flag
+				// after the step whatever happens here.
+				e.Log.Debug().Ctx(ctx).Str("sessionId", sessionID).Err(err).Msg("tool.interrupt_watch")
+				continue
+			}
+			if requested {
+				cancel(errCallInterrupted)
+				return
+			}
+		}
+	})
+	return cctx, func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	}
 }

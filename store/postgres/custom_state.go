@@ -159,6 +159,18 @@ func (s *Store) SetInterruptFlag(ctx context.Context, sessionID, reason string) 
 	return wrap(err, "set interrupt flag of %s", sessionID)
 }
 
+// InterruptRequested reports whether session sessionID has an interrupt
+// request, without taking it (CheckInterruptFlag takes it): for a watcher
+// that cancels a running tool call.
+func (s *Store) InterruptRequested(ctx context.Context, sessionID string) (bool, error) {
+	var requested bool
+	err := s.q.QueryRow(ctx, `SELECT interrupt_requested FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&requested)
+	if isNoRows(err) {
+		err = notFound("session", sessionID)
+	}
+	return requested, wrap(err, "read the interrupt flag of %s", sessionID)
+}
+
 // CheckInterruptFlag implements store.Interrupts. The common case (no
 // request) is a single read; a request is cleared by a conditional update so
 // exactly one of concurrent checkers observes it.
