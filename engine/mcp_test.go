@@ -323,3 +323,58 @@ func TestInterruptCancelsAnMCPCall(t *testing.T) {
 	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
 	require.Contains(t, seen, "the call was cancelled: the session was interrupted")
 }
+
+// A resume that finishes a suspended step of an interrupted run keeps that
+// run's tool list, though the server's changed since: the step's call goes
+// to the tool the model chose from it.
+func TestMCPResumeKeepsTheSuspendedRunsList(t *testing.T) {
+	t.Parallel()
+	srv := newMCPServer(t)
+	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL, RequireApproval: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	var mu sync.Mutex
+	var offered [][]string
+	see := func(req helix.ModelRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		offered = append(offered, toolNames(req))
+	}
+	agent := &helix.Agent{Name: "mcp-resumed", ToolSources: []helix.ToolSource{client}, Model: script(
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			see(req)
+			return calls(call("c1", "kb__echo", `{"text":"later"}`))(req, cb)
+		},
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			see(req)
+			return text("done")(req, cb)
+		},
+	)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "echo later"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentSuspendedClientTool, result(t, h).Status, "waiting for the approval")
+	require.NoError(t, e.Interrupt(t.Context(), h.SessionID, "later"))
+	res, err := h.Await(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentInterrupted, res.Status)
+
+	srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
+		})
+	h2, err := e.Resume(t.Context(), h.SessionID, nil)
+	require.NoError(t, err)
+	submit(t, e, h.SessionID, helix.Approve("c1", "ok"))
+	res, err = h2.Await(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
+	srv.mu.Lock()
+	require.Len(t, srv.keys, 1, "the approved call ran once")
+	srv.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, offered, 2)
+	require.Equal(t, offered[0], offered[1], "the resume offers the suspended run's list")
+	require.NotContains(t, offered[1], "kb__later")
+}
