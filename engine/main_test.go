@@ -23,7 +23,13 @@ import (
 	"github.com/helix-agents/helix-dbos/store"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(stdioServerEnv) != "" {
+		serveStdioMCP() // the test binary as an MCP server (mcp_test.go)
+		return
+	}
+	pgtest.Main(m)
+}
 
 // newEngine returns a launched engine on a fresh database.
 func newEngine(t *testing.T, agents ...*helix.Agent) *engine.Engine {

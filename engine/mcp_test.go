@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -377,4 +379,105 @@ func TestMCPResumeKeepsTheSuspendedRunsList(t *testing.T) {
 	require.Len(t, offered, 2)
 	require.Equal(t, offered[0], offered[1], "the resume offers the suspended run's list")
 	require.NotContains(t, offered[1], "kb__later")
+}
+
+// An MCP call's progress notifications reach the session's stream while
+// the call runs, as mcp_progress custom events.
+func TestMCPProgressReachesTheStream(t *testing.T) {
+	t.Parallel()
+	srv := newMCPServer(t)
+	release := make(chan struct{})
+	srv.AddTool(&sdk.Tool{Name: "index", InputSchema: map[string]any{"type": "object"}},
+		func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			if err := req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(),
+				Progress: 1, Total: 4, Message: "indexing"}); err != nil {
+				return nil, err
+			}
+			select { // until the test read the event from the stream
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "indexed"}}}, nil
+		})
+	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	agent := &helix.Agent{Name: "mcp-progress", ToolSources: []helix.ToolSource{client}, Model: script(
+		calls(call("c1", "kb__index", `{}`)), text("done"))}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "index"}, nil)
+	require.NoError(t, err)
+	var got mcp.ProgressData
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a missing event fails, not hangs
+	defer cancel()
+	for c, err := range h.Stream(ctx) {
+		require.NoError(t, err, "no mcp_progress event in the stream")
+		if ev, ok := c.Chunk.(*helix.CustomEventChunk); ok && ev.EventName == mcp.ProgressEvent {
+			require.NoError(t, json.Unmarshal(ev.Data, &got))
+			break
+		}
+	}
+	close(release)
+	require.Equal(t, mcp.ProgressData{Server: "kb", Tool: "index", Progress: mcp.Progress{Progress: 1, Total: 4, Message: "indexing"}}, got)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+}
+
+// stdioServerEnv, set, makes the test binary an MCP server on its stdin
+// and stdout (TestMain), with a tool that echoes its process ID and one
+// that kills the process.
+const stdioServerEnv = "HELIX_ENGINE_TEST_MCP_STDIO"
+
+func serveStdioMCP() {
+	s := sdk.NewServer(&sdk.Implementation{Name: "stdio", Version: "1"}, nil)
+	s.AddTool(&sdk.Tool{Name: "pid", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strconv.Itoa(os.Getpid())}}}, nil
+		})
+	s.AddTool(&sdk.Tool{Name: "die", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			os.Exit(3)
+			return nil, nil
+		})
+	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// A stdio server that dies during a call: the model reads the call's
+// error, and the next call starts the server again.
+func TestMCPStdioServerDiesDuringACall(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	client, err := mcp.NewClient(mcp.Server{Name: "local", Command: exe, Env: []string{stdioServerEnv + "=1"}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	var afterDeath string
+	agent := &helix.Agent{Name: "mcp-stdio", ToolSources: []helix.ToolSource{client}, Model: script(
+		calls(call("c1", "local__pid", `{}`)),
+		calls(call("c2", "local__die", `{}`)),
+		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+			afterDeath = req.Messages[len(req.Messages)-1].Content
+			return calls(call("c3", "local__pid", `{}`))(req, cb)
+		},
+		text("done"),
+	)}
+	e := newEngine(t, agent)
+	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "go"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, helix.AgentCompleted, result(t, h).Status)
+	var toolErr struct{ Error string }
+	require.NoError(t, json.Unmarshal([]byte(afterDeath), &toolErr), afterDeath)
+	require.Contains(t, toolErr.Error, `MCP server "local": call of tool "die": the connection was lost during the call`)
+	pids := map[string]string{}
+	for _, m := range allMessages(t, e, h.SessionID) {
+		if m.Role == helix.RoleTool {
+			pids[m.ToolCallID] = m.Content
+		}
+	}
+	require.NotEmpty(t, pids["c1"])
+	require.NotEmpty(t, pids["c3"])
+	require.NotEqual(t, pids["c1"], pids["c3"], "a new server process after the death")
 }
