@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -251,12 +249,11 @@ func loadRecord(sessionID string, raw []byte, stepID string) (*SuspendedStep, er
 	if rec.RunID != "" {
 		return &rec, nil
 	}
-	i := strings.LastIndexByte(stepID, ':')
-	step, err := strconv.Atoi(stepID[i+1:])
-	if i < 1 || err != nil || step < 1 {
+	run, step, ok := postgres.SplitStepID(stepID)
+	if !ok || step < 1 {
 		return nil, fmt.Errorf("the suspended step of session %s has no run, and its step ID %q (want {runId}:{step}) names none", sessionID, stepID)
 	}
-	rec.RunID, rec.Step = stepID[:i], step
+	rec.RunID, rec.Step = run, step
 	return &rec, nil
 }
 

@@ -219,3 +219,13 @@ func ExampleStore_HeldAppendStatement() {
 	})
 	fmt.Println("committed:", err)
 }
+
+// A suspended step ID names its run and step; an ID of another form names
+// none.
+func ExampleSplitStepID() {
+	fmt.Println(postgres.SplitStepID("01a229f0-cbd5-7e2f-8f2e-d6ab11b557c0:3"))
+	fmt.Println(postgres.SplitStepID("step-2"))
+	// Output:
+	// 01a229f0-cbd5-7e2f-8f2e-d6ab11b557c0 3 true
+	//  0 false
+}

@@ -24,7 +24,3 @@ const ConversationCallsSQL = conversationCallsSQL
 // TreeStreamsSQL is the read of a session tree's streams, for the test of
 // its plan.
 const TreeStreamsSQL = treeStreamsSQL
-
-// StepIDParts is the pending calls' codec's reading of a suspended step
-// ID, for the test that SQL reads it the same way.
-var StepIDParts = stepIDParts

@@ -40,10 +40,11 @@ type storedCall struct {
 	Index          int     `json:"index,omitempty"`
 }
 
-// stepIDParts returns the run and the step a suspended step ID
-// ("{runId}:{step}", the step 1 to 9 digits) names; ok is false for an ID
-// of another form. SQL reads it the same way (helix.step_id_parts).
-func stepIDParts(stepID string) (runID string, step int, ok bool) {
+// SplitStepID returns the run and the step a suspended step ID
+// ("{runId}:{step}", as steps.StepID renders it, the step 1 to 9 digits)
+// names; ok is false for an ID of another form. SQL reads it the same way
+// (helix.step_id_parts), and so does the engine's suspended step record.
+func SplitStepID(stepID string) (runID string, step int, ok bool) {
 	i := strings.LastIndexByte(stepID, ':')
 	digits := stepID[i+1:]
 	if i < 1 || len(digits) == 0 || len(digits) > 9 {
@@ -78,7 +79,7 @@ func unlessImplied(v, implied string) *string {
 // calls ("{}" for none), next to the suspended step ID stepID its row
 // keeps.
 func encodePending(sessionID, stepID string, pending map[string]store.PendingClientToolCall) ([]byte, error) {
-	run, step, named := stepIDParts(stepID)
+	run, step, named := SplitStepID(stepID)
 	out := make(map[string]storedCall, len(pending))
 	for key, c := range pending {
 		id, approval, owner := callImplies(sessionID, key, c)
@@ -108,7 +109,7 @@ func decodePendingCall(sessionID, stepID, key string, raw []byte) (store.Pending
 		if s.Step != nil {
 			c.Step = *s.Step
 		}
-	} else if run, step, named := stepIDParts(stepID); named {
+	} else if run, step, named := SplitStepID(stepID); named {
 		c.RunID, c.Step = run, step
 	} else if s.Step != nil {
 		c.Step = *s.Step // a call of no run (JSON written whole)

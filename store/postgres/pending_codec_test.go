@@ -135,7 +135,7 @@ func TestStepIDReadTheSameInGoAndSQL(t *testing.T) {
 		var named bool
 		require.NoError(t, st.Pool().QueryRow(t.Context(), `SELECT coalesce(p ->> 'runId', ''), coalesce((p ->> 'step')::integer, 0), p <> '{}'
 			FROM helix.step_id_parts($1) p`, id).Scan(&run, &step, &named))
-		goRun, goStep, goNamed := postgres.StepIDParts(id)
+		goRun, goStep, goNamed := postgres.SplitStepID(id)
 		require.Equal(t, []any{goRun, goStep, goNamed}, []any{run, step, named}, "step ID %q", id)
 	}
 }
