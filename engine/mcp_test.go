@@ -62,6 +62,54 @@ func toolNames(req helix.ModelRequest) []string {
 	return out
 }
 
+// addEmptyTool adds a tool named name that returns nothing: a change of the
+// server's list.
+func (s *mcpServer) addEmptyTool(name string) {
+	s.AddTool(&sdk.Tool{Name: name, InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
+		})
+}
+
+// sentKeys returns the idempotency keys echo was called with.
+func (s *mcpServer) sentKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.keys)
+}
+
+// mcpClient returns a client of s, closed at the test's end.
+func mcpClient(t *testing.T, s mcp.Server) *mcp.Client {
+	t.Helper()
+	c, err := mcp.NewClient(s)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// offeredTools records the tool names each model request offered.
+type offeredTools struct {
+	mu    sync.Mutex
+	lists [][]string
+}
+
+// then returns step, which records its request's tools first.
+func (o *offeredTools) then(step func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error)) func(helix.ModelRequest, helix.StreamCallbacks) (helix.StepResult, error) {
+	return func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
+		o.mu.Lock()
+		o.lists = append(o.lists, toolNames(req))
+		o.mu.Unlock()
+		return step(req, cb)
+	}
+}
+
+// all returns the recorded lists, one per model request.
+func (o *offeredTools) all() [][]string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.lists)
+}
+
 // An agent takes tools from an MCP server: the model is offered them, a
 // call goes to the server with its idempotency key and its result comes
 // back; the run keeps the list it began with when the server's changes
@@ -69,35 +117,17 @@ func toolNames(req helix.ModelRequest) []string {
 func TestMCPToolsPinnedPerRun(t *testing.T) {
 	t.Parallel()
 	srv := newMCPServer(t)
-	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
+	client := mcpClient(t, mcp.Server{Name: "kb", URL: srv.URL})
 
-	var mu sync.Mutex
-	var offered [][]string
-	see := func(req helix.ModelRequest) {
-		mu.Lock()
-		defer mu.Unlock()
-		offered = append(offered, toolNames(req))
-	}
+	var offered offeredTools
 	agent := &helix.Agent{Name: "mcp-user", ToolSources: []helix.ToolSource{client}, Model: script(
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			see(req)
+		offered.then(func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
 			// The server's list changes while the run goes on.
-			srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
-				func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-					return &sdk.CallToolResult{}, nil
-				})
+			srv.addEmptyTool("later")
 			return calls(call("c1", "kb__echo", `{"text":"hi"}`))(req, cb)
-		},
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			see(req)
-			return text("echoed")(req, cb)
-		},
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			see(req)
-			return text("second turn")(req, cb)
-		},
+		}),
+		offered.then(text("echoed")),
+		offered.then(text("second turn")),
 	)}
 	e := newEngine(t, agent)
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "echo hi"}, nil)
@@ -112,34 +142,30 @@ func TestMCPToolsPinnedPerRun(t *testing.T) {
 		}
 	}
 	require.JSONEq(t, `{"echo":"hi"}`, toolResult)
-	srv.mu.Lock()
-	require.Len(t, srv.keys, 1, "the call went to the server once")
-	require.NotEmpty(t, srv.keys[0], "with its idempotency key")
-	srv.mu.Unlock()
+	keys := srv.sentKeys()
+	require.Len(t, keys, 1, "the call went to the server once")
+	require.NotEmpty(t, keys[0], "with its idempotency key")
 
 	h2, err := e.Execute(t.Context(), agent, engine.Input{Message: "again"}, &engine.ExecuteOptions{SessionID: h.SessionID})
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, result(t, h2).Status)
 
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, offered, 3)
-	for i, names := range offered {
+	lists := offered.all()
+	require.Len(t, lists, 3)
+	for i, names := range lists {
 		require.Contains(t, names, "kb__echo", "model call %d", i)
 	}
-	require.NotContains(t, offered[0], "kb__later")
-	require.NotContains(t, offered[1], "kb__later", "the run keeps the list it began with")
-	require.Contains(t, offered[2], "kb__later", "the next run lists the server again")
-	require.True(t, slices.Equal(offered[0], offered[1]))
+	require.NotContains(t, lists[0], "kb__later")
+	require.NotContains(t, lists[1], "kb__later", "the run keeps the list it began with")
+	require.Contains(t, lists[2], "kb__later", "the next run lists the server again")
+	require.True(t, slices.Equal(lists[0], lists[1]))
 }
 
 // A source that cannot be listed leaves the run without its tools (the
 // model is offered the others), and the run goes on.
 func TestMCPSourceUnavailable(t *testing.T) {
 	t.Parallel()
-	client, err := mcp.NewClient(mcp.Server{Name: "down", URL: "http://127.0.0.1:1/mcp", Reconnects: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
+	client := mcpClient(t, mcp.Server{Name: "down", URL: "http://127.0.0.1:1/mcp", Reconnects: -1})
 	var offered []string
 	agent := &helix.Agent{Name: "mcp-down", ToolSources: []helix.ToolSource{client}, Model: script(
 		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
@@ -183,42 +209,27 @@ func TestMCPCallsAcrossACrash(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := newMCPServer(t)
-			client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = client.Close() })
-			var mu sync.Mutex
-			var offered [][]string
+			client := mcpClient(t, mcp.Server{Name: "kb", URL: srv.URL})
+			var offered offeredTools
 			agent := &helix.Agent{Name: "mcp-crash", ToolSources: []helix.ToolSource{client}, Model: script(
-				func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-					mu.Lock()
-					offered = append(offered, toolNames(req))
-					mu.Unlock()
-					return calls(call("c1", "kb__echo", `{"text":"once"}`))(req, cb)
-				},
+				offered.then(calls(call("c1", "kb__echo", `{"text":"once"}`))),
 				text("done"),
 			)}
 			e := helixtest.NewEngine(t, helixtest.EngineOptions{CrashAt: &tc.point}, agent)
 			h := e.Start(agent, "echo once")
 			e.AwaitCrash()
 			// The server's list changes while no process runs the session.
-			srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
-				func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-					return &sdk.CallToolResult{}, nil
-				})
+			srv.addEmptyTool("later")
 			r := e.Replacement(helixtest.ReplacementOptions{})
 			res := r.Await(r.Attach(h))
 			require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 
-			srv.mu.Lock()
-			keys := slices.Clone(srv.keys)
-			srv.mu.Unlock()
+			keys := srv.sentKeys()
 			require.Len(t, keys, tc.sends, "sends of the call")
 			for _, k := range keys {
 				require.Equal(t, keys[0], k, "every send carries the call's one key")
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			for i, names := range offered {
+			for i, names := range offered.all() {
 				require.NotContains(t, names, "kb__later", "model call %d offers the run's list", i)
 				require.Contains(t, names, "kb__echo")
 			}
@@ -234,25 +245,11 @@ func TestMCPCallsAcrossACrash(t *testing.T) {
 func TestMCPApprovalAcrossHibernation(t *testing.T) {
 	t.Parallel()
 	srv := newMCPServer(t)
-	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL, ApprovalFor: []string{"ech*"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
-	var mu sync.Mutex
-	var offered [][]string
-	see := func(req helix.ModelRequest) {
-		mu.Lock()
-		defer mu.Unlock()
-		offered = append(offered, toolNames(req))
-	}
+	client := mcpClient(t, mcp.Server{Name: "kb", URL: srv.URL, ApprovalFor: []string{"ech*"}})
+	var offered offeredTools
 	agent := &helix.Agent{Name: "mcp-gated", ToolSources: []helix.ToolSource{client}, Model: script(
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			see(req)
-			return calls(call("c1", "kb__echo", `{"text":"approved"}`))(req, cb)
-		},
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			see(req)
-			return text("done")(req, cb)
-		},
+		offered.then(calls(call("c1", "kb__echo", `{"text":"approved"}`))),
+		offered.then(text("done")),
 	)}
 	url := pgtest.NewURL(t)
 	pool := appPool(t, url)
@@ -260,26 +257,18 @@ func TestMCPApprovalAcrossHibernation(t *testing.T) {
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "echo, once approved"}, nil)
 	require.NoError(t, err)
 	awaitHibernated(t, pool, h.RunID)
-	srv.mu.Lock()
-	require.Empty(t, srv.keys, "not called before its approval")
-	srv.mu.Unlock()
+	require.Empty(t, srv.sentKeys(), "not called before its approval")
 
-	srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return &sdk.CallToolResult{}, nil
-		})
+	srv.addEmptyTool("later")
 	submit(t, e, h.SessionID, helix.Approve("c1", "ok"))
 	res := result(t, h)
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
 	require.Equal(t, runState{wakes: 1, status: "SUCCESS", latest: "SUCCESS"}, readRunState(t, pool, h.RunID))
-	srv.mu.Lock()
-	require.Len(t, srv.keys, 1, "called once, after its approval")
-	srv.mu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, offered, 2)
-	require.Equal(t, offered[0], offered[1], "the continuation offers the run's list")
-	require.NotContains(t, offered[1], "kb__later")
+	require.Len(t, srv.sentKeys(), 1, "called once, after its approval")
+	lists := offered.all()
+	require.Len(t, lists, 2)
+	require.Equal(t, lists[0], lists[1], "the continuation offers the run's list")
+	require.NotContains(t, lists[1], "kb__later")
 }
 
 // An interrupt cancels an MCP call in flight: the server's handler sees its
@@ -296,9 +285,7 @@ func TestInterruptCancelsAnMCPCall(t *testing.T) {
 			close(cancelled)
 			return nil, ctx.Err()
 		})
-	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
+	client := mcpClient(t, mcp.Server{Name: "kb", URL: srv.URL})
 	var seen string
 	agent := &helix.Agent{Name: "mcp-interrupted", ToolSources: []helix.ToolSource{client}, Model: script(
 		calls(call("c1", "kb__wait", `{}`)),
@@ -332,25 +319,11 @@ func TestInterruptCancelsAnMCPCall(t *testing.T) {
 func TestMCPResumeKeepsTheSuspendedRunsList(t *testing.T) {
 	t.Parallel()
 	srv := newMCPServer(t)
-	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL, RequireApproval: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
-	var mu sync.Mutex
-	var offered [][]string
-	see := func(req helix.ModelRequest) {
-		mu.Lock()
-		defer mu.Unlock()
-		offered = append(offered, toolNames(req))
-	}
+	client := mcpClient(t, mcp.Server{Name: "kb", URL: srv.URL, RequireApproval: true})
+	var offered offeredTools
 	agent := &helix.Agent{Name: "mcp-resumed", ToolSources: []helix.ToolSource{client}, Model: script(
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			see(req)
-			return calls(call("c1", "kb__echo", `{"text":"later"}`))(req, cb)
-		},
-		func(req helix.ModelRequest, cb helix.StreamCallbacks) (helix.StepResult, error) {
-			see(req)
-			return text("done")(req, cb)
-		},
+		offered.then(calls(call("c1", "kb__echo", `{"text":"later"}`))),
+		offered.then(text("done")),
 	)}
 	e := newEngine(t, agent)
 	h, err := e.Execute(t.Context(), agent, engine.Input{Message: "echo later"}, nil)
@@ -361,24 +334,18 @@ func TestMCPResumeKeepsTheSuspendedRunsList(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentInterrupted, res.Status)
 
-	srv.AddTool(&sdk.Tool{Name: "later", InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return &sdk.CallToolResult{}, nil
-		})
+	srv.addEmptyTool("later")
 	h2, err := e.Resume(t.Context(), h.SessionID, nil)
 	require.NoError(t, err)
 	submit(t, e, h.SessionID, helix.Approve("c1", "ok"))
 	res, err = h2.Await(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, helix.AgentCompleted, res.Status, res.Error)
-	srv.mu.Lock()
-	require.Len(t, srv.keys, 1, "the approved call ran once")
-	srv.mu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, offered, 2)
-	require.Equal(t, offered[0], offered[1], "the resume offers the suspended run's list")
-	require.NotContains(t, offered[1], "kb__later")
+	require.Len(t, srv.sentKeys(), 1, "the approved call ran once")
+	lists := offered.all()
+	require.Len(t, lists, 2)
+	require.Equal(t, lists[0], lists[1], "the resume offers the suspended run's list")
+	require.NotContains(t, lists[1], "kb__later")
 }
 
 // An MCP call's progress notifications reach the session's stream while
@@ -400,9 +367,7 @@ func TestMCPProgressReachesTheStream(t *testing.T) {
 			}
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "indexed"}}}, nil
 		})
-	client, err := mcp.NewClient(mcp.Server{Name: "kb", URL: srv.URL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
+	client := mcpClient(t, mcp.Server{Name: "kb", URL: srv.URL})
 	agent := &helix.Agent{Name: "mcp-progress", ToolSources: []helix.ToolSource{client}, Model: script(
 		calls(call("c1", "kb__index", `{}`)), text("done"))}
 	e := newEngine(t, agent)
@@ -451,9 +416,7 @@ func TestMCPStdioServerDiesDuringACall(t *testing.T) {
 	t.Parallel()
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	client, err := mcp.NewClient(mcp.Server{Name: "local", Command: exe, Env: []string{stdioServerEnv + "=1"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Close() })
+	client := mcpClient(t, mcp.Server{Name: "local", Command: exe, Env: []string{stdioServerEnv + "=1"}})
 	var afterDeath string
 	agent := &helix.Agent{Name: "mcp-stdio", ToolSources: []helix.ToolSource{client}, Model: script(
 		calls(call("c1", "local__pid", `{}`)),
