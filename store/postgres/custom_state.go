@@ -175,13 +175,9 @@ func (s *Store) InterruptRequested(ctx context.Context, sessionID string) (bool,
 // request) is a single read; a request is cleared by a conditional update so
 // exactly one of concurrent checkers observes it.
 func (s *Store) CheckInterruptFlag(ctx context.Context, sessionID string) (store.InterruptRequest, error) {
-	var requested bool
-	err := s.q.QueryRow(ctx, `SELECT interrupt_requested FROM helix.sessions WHERE session_id = $1`, sessionID).Scan(&requested)
-	if isNoRows(err) {
-		err = notFound("session", sessionID)
-	}
+	requested, err := s.InterruptRequested(ctx, sessionID)
 	if err != nil || !requested {
-		return store.InterruptRequest{}, wrap(err, "check interrupt flag of %s", sessionID)
+		return store.InterruptRequest{}, err
 	}
 	var reason *string
 	err = s.q.QueryRow(ctx, `UPDATE helix.sessions s SET interrupt_requested = false, interrupt_reason = NULL
